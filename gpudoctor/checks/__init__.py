@@ -1,0 +1,4 @@
+"""One module per area; each registers its checks with `gpudoctor.registry.check`.
+
+The list of modules, in display order, is `gpudoctor.registry.CHECK_MODULES`.
+"""

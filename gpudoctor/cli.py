@@ -1,0 +1,261 @@
+"""The `gpudoctor` command: click wiring only; the work lives in probe/, checks/, render/."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import sys
+from typing import Any
+
+import click
+
+from gpudoctor import __version__
+from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
+
+EXIT_CODES_HELP = """\b
+Exit codes:
+  0  nothing at or above --fail-on
+  1  a finding at or above --fail-on (an `error` finding counts as fail)
+  2  usage error: bad option, unknown code, unusable input file
+  3  gpudoctor could not run at all"""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
+@click.version_option(__version__, prog_name="gpudoctor")
+def main() -> None:
+    """Is this machine ready for multi-GPU PyTorch training, and is the run balanced?"""
+
+
+def _split(values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(t.strip() for v in values for t in v.split(",") if t.strip())
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+def load_snapshot(path: str | None) -> Any:
+    """The recorded snapshot at `path`, or a fresh probe of this machine."""
+    from gpudoctor import snapshot as snap
+
+    if path is None:
+        from gpudoctor.probe import collect
+
+        return collect()
+    try:
+        return snap.load(path)
+    except snap.SnapshotError as exc:
+        raise UserError(f"cannot use snapshot {exc}", EXIT_USAGE, "input") from None
+
+
+@main.command(epilog=EXIT_CODES_HELP)
+@click.option("--snapshot", "snapshot_path", metavar="FILE", help="Check a recorded snapshot instead of this machine.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: gpudoctor/schemas).")
+@click.option("--junit", "junit_path", metavar="FILE", help="Also write the findings as JUnit XML.")
+@click.option("--quick", is_flag=True, help="Skip the checks that run workloads (no torch import).")
+@click.option("--select", multiple=True, metavar="CODES", help="Only these codes, prefixes (GD4) or check names.")
+@click.option("--ignore", multiple=True, metavar="CODES", help="Leave out these codes, prefixes or check names.")
+@click.option("--expect-gpus", type=click.IntRange(min=1), help="Fail when fewer GPUs are visible.")
+@click.option("--fail-on", type=click.Choice(["warn", "fail"]), default="fail", show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
+              help="Where workloads run: cpu uses N processes with gloo.")
+@click.option("--ranks", type=click.IntRange(min=1, max=64), help="Ranks for --device cpu (default 2).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=120.0, show_default=True,
+              help="Deadline in seconds for all workloads together.")
+@click.option("--min-busbw", type=click.FloatRange(min=0), help="Required all-reduce busbw in GB/s.")
+@click.option("--allow-mig", is_flag=True, help="Do not fail multi-GPU checks on MIG-enabled GPUs.")
+@click.option("-v", "--verbose", is_flag=True, help="Show passing findings too.")
+def check(
+    snapshot_path: str | None,
+    as_json: bool,
+    junit_path: str | None,
+    quick: bool,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    expect_gpus: int | None,
+    fail_on: str,
+    device: str,
+    ranks: int | None,
+    timeout_s: float,
+    min_busbw: float | None,
+    allow_mig: bool,
+    verbose: bool,
+) -> None:
+    """Check that this machine (or a recorded snapshot) is ready for a multi-GPU run."""
+    from gpudoctor.findings import Report, Status
+    from gpudoctor.registry import (
+        CheckContext,
+        CheckOptions,
+        Selection,
+        SelectionError,
+        load_all,
+        run_checks,
+    )
+
+    load_all()
+    selection = Selection(_split(select), _split(ignore))
+    try:
+        selection.validate()
+    except SelectionError as exc:
+        raise UserError(str(exc), EXIT_USAGE, "usage") from None
+    # Workloads on a recorded snapshot would measure this machine, not the recorded one.
+    options = CheckOptions(
+        expect_gpus=expect_gpus,
+        quick=quick or snapshot_path is not None,
+        device=device,
+        ranks=ranks,
+        timeout_s=timeout_s,
+        min_busbw_gbps=min_busbw,
+        allow_mig=allow_mig,
+    )
+    snapshot = load_snapshot(snapshot_path)
+    ctx = CheckContext(snapshot, options, progress=_progress_printer(as_json))
+    results = run_checks(ctx, selection)
+    report = Report(
+        command="check",
+        source=snapshot_path or "live",
+        created=now_iso(),
+        gpudoctor_version=__version__,
+        hostname=snapshot.host.hostname or socket.gethostname(),
+        checks=results,
+        fail_on=Status(fail_on),
+        nodes=ctx.options.extra.get("nodes", []),
+    )
+    if junit_path:
+        from gpudoctor.render.junit import write_junit
+
+        try:
+            write_junit(report, junit_path)
+        except OSError as exc:
+            raise UserError(f"cannot write JUnit file {junit_path}: {exc.strerror}", EXIT_UNAVAILABLE, "unavailable") from None
+    if as_json:
+        from gpudoctor.render.json import dumps, report_document
+
+        click.echo(dumps(report_document(report)), nl=False)
+    else:
+        from gpudoctor.render.text import render_report
+
+        render_report(report, _console(), verbose=verbose)
+    sys.exit(report.exit_code)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, no_color="NO_COLOR" in os.environ)
+
+
+def _progress_printer(as_json: bool) -> Any:
+    """Active checks say what they are doing; on stderr, so JSON on stdout stays clean."""
+
+    def progress(message: str) -> None:
+        if not as_json:
+            click.echo(f"  ... {message}", err=True)
+
+    return progress
+
+
+@main.command("snapshot")
+@click.option("-o", "--output", metavar="FILE", help="Write to FILE instead of standard output.")
+def snapshot_cmd(output: str | None) -> None:
+    """Record this machine's GPUs, host and allow-listed environment as JSON."""
+    from gpudoctor import snapshot as snap
+    from gpudoctor.probe import collect
+
+    data = collect()
+    if output is None:
+        click.echo(snap.dumps(data), nl=False)
+        return
+    try:
+        snap.write(data, output)
+    except OSError as exc:
+        raise UserError(f"cannot write {output}: {exc.strerror}", EXIT_UNAVAILABLE, "unavailable") from None
+    click.echo(f"wrote {output} ({len(data.gpus)} GPU(s))", err=True)
+
+
+@main.command("list-checks")
+@click.option("--json", "as_json", is_flag=True)
+def list_checks(as_json: bool) -> None:
+    """List every check and the finding codes it can give."""
+    from gpudoctor.registry import CHECKS, load_all
+
+    load_all()
+    rows = [
+        {"code": c.code, "name": c.name, "check": chk.name, "active": chk.active, "title": c.title}
+        for chk in CHECKS.values()
+        for c in chk.codes
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        kind = "active" if r["active"] else "static"
+        click.echo(f"{r['code']}  {r['check']:<14} {kind:<6}  {r['title']}")
+
+
+@main.command()
+@click.argument("code")
+def explain(code: str) -> None:
+    """Explain a finding code: what it checks, why it matters, how to fix it."""
+    from gpudoctor.explain import explain_text
+
+    text = explain_text(code.upper())
+    if text is None:
+        raise UserError(f"unknown finding code {code!r} (see `gpudoctor list-checks`)", EXIT_USAGE, "usage")
+    click.echo(text, nl=False)
+
+
+def _wants_json(argv: list[str]) -> bool:
+    return "--json" in argv
+
+
+def _error_document(argv: list[str], kind: str, message: str, exit_code: int) -> str:
+    command = next((a for a in argv if not a.startswith("-")), "")
+    doc = {"schema_version": 1, "command": command, "exit_code": exit_code, "error": {"kind": kind, "message": message}}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def run(argv: list[str] | None = None) -> None:
+    """Entry point: every failure ends as one line (or one JSON document) and an exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        main.main(args=argv, prog_name="gpudoctor", standalone_mode=False)
+    except UserError as exc:
+        _fail(argv, exc.kind, str(exc), exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("gpudoctor: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        if _wants_json(argv):
+            _fail(argv, "usage", exc.format_message(), EXIT_USAGE)
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("gpudoctor: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)  # e.g. `gpudoctor check | head`
+    except Exception as exc:  # noqa: BLE001  (never a traceback; GPUDOCTOR_DEBUG=1 shows it)
+        if os.environ.get("GPUDOCTOR_DEBUG"):
+            raise
+        _fail(argv, "internal", f"internal error: {type(exc).__name__}: {exc} (GPUDOCTOR_DEBUG=1 shows the traceback)", EXIT_UNAVAILABLE)
+    else:
+        sys.exit(0)
+
+
+def _fail(argv: list[str], kind: str, message: str, exit_code: int) -> None:
+    if _wants_json(argv):
+        click.echo(_error_document(argv, kind, message, exit_code), nl=False)
+    click.echo(f"gpudoctor: {message}", err=True)
+    sys.exit(exit_code)
+
+
+def register_subcommands() -> None:
+    """Commands that live beside their subsystem (watch, bench) are added here."""
+
+
+register_subcommands()

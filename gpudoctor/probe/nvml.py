@@ -1,0 +1,125 @@
+"""The one module that imports pynvml.
+
+Everything that reads NVML (the snapshot probe, the watch sampler) goes through `Nvml`,
+which turns NVML errors into `Missing` values with a reason instead of exceptions.
+Tests hand `Nvml` a fake library object with the same function names (tests/fakes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpudoctor.snapshot import Missing
+
+# NVML return codes (nvml.h); kept here so a fake library need not define them.
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+
+_REASONS = {
+    NVML_ERROR_NOT_SUPPORTED: "unsupported",
+    NVML_ERROR_FUNCTION_NOT_FOUND: "unsupported",  # an older driver lacks the call
+    NVML_ERROR_NO_PERMISSION: "no_permission",
+    NVML_ERROR_GPU_IS_LOST: "gpu_lost",
+}
+
+# What a failed nvmlInit means for the user: (status for Driver.nvml_status, message).
+_INIT_STATUS = {
+    NVML_ERROR_LIBRARY_NOT_FOUND: "no_library",
+    NVML_ERROR_DRIVER_NOT_LOADED: "no_driver",
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH: "version_mismatch",
+    NVML_ERROR_NO_PERMISSION: "no_permission",
+}
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The NVML return code carried by an NVMLError (real or fake), else None."""
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def missing_from(exc: BaseException) -> Missing:
+    code = error_code(exc)
+    reason = _REASONS.get(code, "error") if code is not None else "error"
+    return Missing(reason, str(exc) or type(exc).__name__)
+
+
+@dataclass(frozen=True)
+class InitResult:
+    status: str  # "ok" or a Driver.nvml_status value
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def load_library() -> Any:
+    """Import pynvml lazily: a missing package is an init failure, not an ImportError."""
+    import pynvml  # lazy: only callers that want NVML pay for it
+
+    return pynvml
+
+
+class Nvml:
+    """A handle on the NVML library: real pynvml by default, a fake in tests."""
+
+    def __init__(self, lib: Any | None = None) -> None:
+        self._lib = lib
+        self.initialized = False
+
+    @property
+    def lib(self) -> Any:
+        if self._lib is None:
+            self._lib = load_library()
+        return self._lib
+
+    def init(self) -> InitResult:
+        try:
+            lib = self.lib
+        except ImportError as exc:
+            return InitResult("no_library", f"nvidia-ml-py is not installed ({exc})")
+        try:
+            lib.nvmlInit()
+        except Exception as exc:  # NVMLError or an OSError from a broken library
+            code = error_code(exc)
+            status = _INIT_STATUS.get(code, "error") if code is not None else "error"
+            return InitResult(status, str(exc) or type(exc).__name__)
+        self.initialized = True
+        return InitResult("ok")
+
+    def shutdown(self) -> None:
+        if self.initialized:
+            try:
+                self.lib.nvmlShutdown()
+            except Exception:  # noqa: BLE001  (shutting down: nothing useful to do with it)
+                pass
+            self.initialized = False
+
+    def call(self, name: str, *args: Any) -> Any:
+        """Call NVML function `name`; an error becomes a Missing with its reason."""
+        fn: Callable[..., Any] | None = getattr(self.lib, name, None)
+        if fn is None:
+            return Missing("unsupported", f"{name} is not in this nvidia-ml-py")
+        try:
+            value = fn(*args)
+        except Exception as exc:  # noqa: BLE001  (every NVML failure is data, by design)
+            return missing_from(exc)
+        return decode_text(value)
+
+
+def decode_text(value: Any) -> Any:
+    """Older pynvml versions return bytes for strings."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value

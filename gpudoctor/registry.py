@@ -1,0 +1,222 @@
+"""The check registry: registered checks, their finding codes, selection and running.
+
+A check module declares its codes and registers its function:
+
+    CODES = [Code("GD401", "nvlink-missing", what=..., why=..., fix=...)]
+
+    @check("topology", "NVLink/PCIe topology", codes=CODES)
+    def topology(ctx: CheckContext) -> list[Finding]: ...
+
+A static check reads only `ctx.snapshot` (and `ctx.visible`). An active check
+(`active=True`) runs a workload and is skipped by `--quick`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from gpudoctor.findings import CheckResult, Finding, Status
+from gpudoctor.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from gpudoctor.visibility import Visibility
+
+CODE_RE = re.compile(r"^GD\d{3}$")
+
+# Modules under gpudoctor/checks/, in the order their results are shown.
+CHECK_MODULES = [
+    "nvml",
+    "visibility",
+    "identity",
+    "topology",
+    "memory",
+]
+
+
+@dataclass(frozen=True)
+class Code:
+    code: str  # GD + three digits; the hundreds digit is the area (DESIGN.md)
+    name: str  # kebab-case slug, e.g. "nvlink-fewer-links"
+    title: str  # one line: what the finding is about
+    what: str  # what the check looks at
+    why: str  # why it matters for a multi-GPU run
+    fix: str  # how to fix it
+
+    def __post_init__(self) -> None:
+        if not CODE_RE.match(self.code):
+            raise ValueError(f"bad finding code {self.code!r}")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    title: str
+    codes: tuple[Code, ...]
+    func: Callable[[CheckContext], Any]
+    active: bool = False  # runs a workload: skipped by --quick
+
+    @property
+    def code_ids(self) -> tuple[str, ...]:
+        return tuple(c.code for c in self.codes)
+
+
+CHECKS: dict[str, Check] = {}
+CODES: dict[str, Code] = {}
+CODE_OWNER: dict[str, str] = {}  # code -> check name
+
+# gpudoctor's own codes (area 0).
+CHECK_CRASHED = Code(
+    "GD001",
+    "check-crashed",
+    "A check could not run to the end",
+    what="Every check runs inside a guard; when one raises, its exception becomes this finding "
+    "and the other checks still run.",
+    why="A check that crashed proved nothing, so gpudoctor treats it like a failure when gating "
+    "(exit code 1 under the default --fail-on fail).",
+    fix="Read the message and evidence (the exception and where it was raised). If the machine is "
+    "healthy this is a gpudoctor bug: report it with `gpudoctor snapshot` output attached.",
+)
+CODES[CHECK_CRASHED.code] = CHECK_CRASHED
+CODE_OWNER[CHECK_CRASHED.code] = "gpudoctor"
+
+
+def check(
+    name: str, title: str, codes: Iterable[Code], *, active: bool = False
+) -> Callable[[Callable[[CheckContext], Any]], Callable[[CheckContext], Any]]:
+    codes = tuple(codes)
+
+    def register(func: Callable[[CheckContext], Any]) -> Callable[[CheckContext], Any]:
+        if name in CHECKS:
+            raise ValueError(f"check {name!r} registered twice")
+        for c in codes:
+            if c.code in CODES:
+                raise ValueError(f"finding code {c.code} registered twice")
+            CODES[c.code] = c
+            CODE_OWNER[c.code] = name
+        CHECKS[name] = Check(name, title, codes, func, active)
+        return func
+
+    return register
+
+
+def load_all() -> None:
+    """Import every check module so its checks register (idempotent)."""
+    for module in CHECK_MODULES:
+        importlib.import_module(f"gpudoctor.checks.{module}")
+
+
+@dataclass
+class CheckOptions:
+    expect_gpus: int | None = None
+    quick: bool = False  # skip checks that run workloads
+    device: str = "auto"  # "auto", "cuda" or "cpu" for workloads
+    ranks: int | None = None  # CPU ranks for --device cpu
+    timeout_s: float = 120.0  # the whole of the active checks
+    min_busbw_gbps: float | None = None
+    busbw_warn_ratio: float = 0.8  # measured/expected below this: warn
+    busbw_fail_ratio: float = 0.5  # below this: fail
+    ram_per_gpu_gb: float = 16.0
+    allow_mig: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CheckContext:
+    snapshot: Snapshot
+    options: CheckOptions = field(default_factory=CheckOptions)
+    progress: Callable[[str], None] = lambda message: None  # active checks report here
+
+    @cached_property
+    def visible(self) -> Visibility:
+        """The GPUs the run will use, in CUDA order (CUDA_VISIBLE_DEVICES resolved)."""
+        from gpudoctor.visibility import resolve  # lazy: keeps imports acyclic
+
+        return resolve(self.snapshot)
+
+
+class SelectionError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Selection:
+    """--select / --ignore: codes (GD401), code prefixes (GD4) or check names."""
+
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+
+    def validate(self) -> None:
+        for token in self.select + self.ignore:
+            if token in CHECKS:
+                continue
+            if token.upper().startswith("GD") and any(c.startswith(token.upper()) for c in CODES):
+                continue
+            raise SelectionError(f"unknown check or code {token!r} (see `gpudoctor list-checks`)")
+
+    @staticmethod
+    def _matches(token: str, code: str) -> bool:
+        if token in CHECKS:
+            return CODE_OWNER.get(code) == token
+        return code.startswith(token.upper())
+
+    def wants(self, code: str) -> bool:
+        if code == CHECK_CRASHED.code:
+            return True
+        if self.select and not any(self._matches(t, code) for t in self.select):
+            return False
+        return not any(self._matches(t, code) for t in self.ignore)
+
+    def wants_check(self, chk: Check) -> bool:
+        return any(self.wants(c) for c in chk.code_ids)
+
+
+def crashed(chk: Check, exc: BaseException) -> Finding:
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f"{tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else ""
+    return Finding(
+        CHECK_CRASHED.code,
+        Status.ERROR,
+        f"check:{chk.name}",
+        f"check {chk.name!r} crashed: {type(exc).__name__}: {exc}",
+        hint="The other checks still ran. This is likely a gpudoctor bug; please report it with "
+        "the output of `gpudoctor snapshot`.",
+        evidence={"exception": type(exc).__name__, "detail": str(exc), "where": where},
+    )
+
+
+def run_one(chk: Check, ctx: CheckContext, selection: Selection) -> CheckResult:
+    start = time.perf_counter()
+    details: dict[str, Any] = {}
+    try:
+        out = chk.func(ctx)
+        if isinstance(out, tuple):
+            findings, details = out
+        else:
+            findings = out
+        findings = [f for f in findings if selection.wants(f.code)]
+    except Exception as exc:  # noqa: BLE001  (a crashing check is a result, not an abort)
+        findings = [crashed(chk, exc)]
+    return CheckResult(chk.name, chk.title, list(findings), time.perf_counter() - start, details)
+
+
+def run_checks(
+    ctx: CheckContext, selection: Selection = Selection(), *, on_start: Callable[[Check], None] | None = None
+) -> list[CheckResult]:
+    load_all()
+    results = []
+    for chk in CHECKS.values():
+        if not selection.wants_check(chk):
+            continue
+        if chk.active and ctx.options.quick:
+            continue
+        if on_start is not None:
+            on_start(chk)
+        results.append(run_one(chk, ctx, selection))
+    return results

@@ -1,0 +1,1 @@
+"""Renderers read a Report (or a list of findings) and decide nothing."""

@@ -1,0 +1,38 @@
+"""JUnit XML: one testsuite per check, one testcase per finding, for CI dashboards."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from gpudoctor.findings import Report, Status
+
+
+def junit_tree(report: Report) -> ET.ElementTree:
+    suites = ET.Element("testsuites", name="gpudoctor", tests=str(len(report.findings)))
+    for result in report.checks:
+        failures = sum(1 for f in result.findings if f.status in (Status.FAIL, Status.WARN) and f.status.rank >= report.fail_on.rank)
+        errors = sum(1 for f in result.findings if f.status == Status.ERROR)
+        skipped = sum(1 for f in result.findings if f.status == Status.SKIP)
+        suite = ET.SubElement(
+            suites, "testsuite", name=result.name, tests=str(len(result.findings)),
+            failures=str(failures), errors=str(errors), skipped=str(skipped), time=f"{result.duration_s:.3f}",
+        )
+        for f in result.findings:
+            case = ET.SubElement(suite, "testcase", classname=f"gpudoctor.{result.name}", name=f"{f.code} {f.subject}")
+            body = f"{f.message}\nhint: {f.hint}" if f.hint else f.message
+            if f.status == Status.ERROR:
+                ET.SubElement(case, "error", message=f.message).text = body
+            elif f.status == Status.SKIP:
+                ET.SubElement(case, "skipped", message=f.message)
+            elif f.status.rank >= report.fail_on.rank and f.status != Status.PASS:
+                ET.SubElement(case, "failure", message=f.message, type=f.status.value).text = body
+            elif f.status == Status.WARN:
+                ET.SubElement(case, "system-out").text = f"warning: {body}"
+    return ET.ElementTree(suites)
+
+
+def write_junit(report: Report, path: str | Path) -> None:
+    tree = junit_tree(report)
+    ET.indent(tree)
+    tree.write(path, encoding="utf-8", xml_declaration=True)

@@ -1,0 +1,90 @@
+"""Human output: grouped by check, coloured by status, with a summary line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gpudoctor.findings import CheckResult, Finding, Report, Status
+
+STYLE = {
+    Status.PASS: "green",
+    Status.SKIP: "dim",
+    Status.WARN: "yellow",
+    Status.FAIL: "bold red",
+    Status.ERROR: "bold magenta",
+}
+LABEL = {Status.PASS: "PASS", Status.SKIP: "SKIP", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.ERROR: "ERR "}
+
+
+def status_text(status: Status) -> Text:
+    return Text(LABEL[status], style=STYLE[status])
+
+
+def render_table(spec: dict[str, Any]) -> Table:
+    """A details table: {"title": str, "columns": [str], "rows": [[str]]}."""
+    table = Table(title=spec.get("title"), title_justify="left", box=None, pad_edge=False)
+    for col in spec.get("columns", []):
+        table.add_column(str(col))
+    for row in spec.get("rows", []):
+        table.add_row(*(str(v) for v in row))
+    return table
+
+
+def finding_lines(f: Finding, verbose: bool) -> list[Text]:
+    line = Text("  ")
+    line.append_text(status_text(f.status))
+    line.append(f" {f.code} ", style="bold")
+    line.append(f"{f.subject:<10} ", style="cyan")
+    line.append(f.message)
+    out = [line]
+    if f.hint and f.status != Status.PASS:
+        out.append(Text(f"                     hint: {f.hint}", style="dim"))
+    return out
+
+
+def render_check(console: Console, result: CheckResult, verbose: bool) -> None:
+    head = Text()
+    head.append_text(status_text(result.status))
+    head.append(f" {result.title}", style="bold")
+    head.append(f"  ({result.name}, {result.duration_s * 1000:.0f} ms)", style="dim")
+    console.print(head)
+    shown = result.findings if verbose else [f for f in result.findings if f.status != Status.PASS]
+    hidden = len(result.findings) - len(shown)
+    for f in shown:
+        for line in finding_lines(f, verbose):
+            console.print(line)
+    if hidden and not shown:
+        # Say what passed, in one line, so a clean run still shows what was checked.
+        first = next(f for f in result.findings if f.status == Status.PASS)
+        more = f" (+{hidden - 1} more passed)" if hidden > 1 else ""
+        console.print(Text(f"       {first.message}{more}", style="dim"))
+    elif hidden:
+        console.print(Text(f"       +{hidden} passed", style="dim"))
+    for spec in result.details.get("tables", []):
+        console.print(render_table(spec))
+
+
+def summary_line(report: Report) -> Text:
+    counts = report.counts()
+    text = Text()
+    parts = [(s, counts[s.value]) for s in (Status.FAIL, Status.ERROR, Status.WARN, Status.PASS, Status.SKIP)]
+    for i, (s, n) in enumerate(p for p in parts if p[1]):
+        if i:
+            text.append(", ")
+        text.append(f"{n} {s.value}", style=STYLE[s] if n else "")
+    verdict = "NOT READY" if report.exit_code else "READY"
+    text.append(f"  ->  {verdict} (exit {report.exit_code}, --fail-on {report.fail_on.value})", style="bold")
+    return text
+
+
+def render_report(report: Report, console: Console, verbose: bool = False) -> None:
+    console.print(Text(f"gpudoctor {report.gpudoctor_version} check on {report.source}", style="bold"))
+    for result in report.checks:
+        render_check(console, result, verbose)
+    for node in report.nodes:
+        console.print(Text(f"  node {node.get('hostname', '?')}: {node}", style="dim"))
+    console.print(summary_line(report))

@@ -1,0 +1,376 @@
+"""Snapshot: the frozen facts about one machine, and their JSON round-trip.
+
+A snapshot holds every physical GPU that NVML sees plus the host and the allow-listed
+environment. Checks read only this; the probe is the only code that fills it. A field
+that could not be read holds a `Missing` with the reason instead of a value.
+
+JSON encoding: dataclasses become objects, a `Missing` becomes
+``{"missing": "<reason>", "detail": "..."}``. `docs/snapshot-format.md` documents it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, Union
+
+SCHEMA_VERSION = 1
+
+# Why a field holds no value. "not_collected": an older snapshot or a hand-written one
+# left the field out.
+MISSING_REASONS = ("unsupported", "no_permission", "gpu_lost", "error", "not_collected")
+
+
+@dataclass(frozen=True)
+class Missing:
+    """A fact the probe could not read, and why."""
+
+    reason: str
+    detail: str = ""
+
+    def __bool__(self) -> bool:  # so `if gpu.numa_node:` never mistakes Missing for a value
+        return False
+
+
+T = TypeVar("T")
+
+
+def known(value: T | Missing) -> bool:
+    return not isinstance(value, Missing)
+
+
+def value_or(value: T | Missing, default: T) -> T:
+    return default if isinstance(value, Missing) else value
+
+
+NOT_COLLECTED = Missing("not_collected")
+
+
+@dataclass(frozen=True)
+class NvLink:
+    link: int
+    active: bool
+    version: int | Missing = NOT_COLLECTED
+    remote_bus_id: str | Missing = NOT_COLLECTED
+    remote_type: str | Missing = NOT_COLLECTED  # "gpu", "switch", "ibmnpu"
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int  # as NVML reports it: a host PID, also inside a container
+    used_memory_mib: int | None = None  # None: NVML could not say (e.g. under WDDM/MIG)
+    local_pid: int | None = None  # the same process's PID in our namespace, if found
+    user: str | None = None
+    command: str | None = None
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    index: int
+    uuid: str
+    memory_total_mib: int | Missing = NOT_COLLECTED
+
+
+@dataclass(frozen=True)
+class RemappedRows:
+    correctable: int
+    uncorrectable: int
+    pending: bool
+    failed: bool
+
+
+@dataclass(frozen=True)
+class FabricInfo:
+    """NVSwitch fabric registration (Hopper and later): nvmlDeviceGetGpuFabricInfo."""
+
+    state: str  # "not_supported", "not_started", "in_progress", "completed"
+    status: str  # "success" or the NVML error name reported for the registration
+    health: str | Missing = NOT_COLLECTED  # "healthy", "unhealthy", "limited_capacity"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int  # NVML index, which is PCI bus order (nvidia-smi's GPU number)
+    uuid: str
+    name: str
+    pci_bus_id: str  # "00000000:18:00.0" as NVML reports it
+    memory_total_mib: int | Missing = NOT_COLLECTED
+    memory_used_mib: int | Missing = NOT_COLLECTED
+    compute_capability: str | Missing = NOT_COLLECTED  # "9.0"
+    vbios: str | Missing = NOT_COLLECTED
+    power_limit_w: float | Missing = NOT_COLLECTED
+    persistence_mode: bool | Missing = NOT_COLLECTED
+    compute_mode: str | Missing = NOT_COLLECTED  # "default", "exclusive_process", "prohibited"
+    mig_mode_current: bool | Missing = NOT_COLLECTED
+    mig_mode_pending: bool | Missing = NOT_COLLECTED
+    mig_devices: list[MigDevice] | Missing = NOT_COLLECTED
+    ecc_mode_current: bool | Missing = NOT_COLLECTED
+    ecc_mode_pending: bool | Missing = NOT_COLLECTED
+    pcie_gen_current: int | Missing = NOT_COLLECTED
+    pcie_gen_max: int | Missing = NOT_COLLECTED  # of the GPU and the slot together
+    pcie_width_current: int | Missing = NOT_COLLECTED
+    pcie_width_max: int | Missing = NOT_COLLECTED
+    nvlinks: list[NvLink] | Missing = NOT_COLLECTED
+    numa_node: int | Missing = NOT_COLLECTED
+    cpu_affinity: list[int] | Missing = NOT_COLLECTED  # logical CPU ids
+    # health
+    ecc_uncorrected_volatile: int | Missing = NOT_COLLECTED
+    ecc_uncorrected_aggregate: int | Missing = NOT_COLLECTED
+    retired_pages_pending: bool | Missing = NOT_COLLECTED
+    remapped_rows: RemappedRows | Missing = NOT_COLLECTED
+    clock_event_reasons: int | Missing = NOT_COLLECTED  # NVML bitmask
+    fabric: FabricInfo | Missing = NOT_COLLECTED
+    processes: list[GpuProcess] | Missing = NOT_COLLECTED
+    temperature_c: int | Missing = NOT_COLLECTED
+    power_draw_w: float | Missing = NOT_COLLECTED
+    lost: bool = False  # NVML answered GPU_IS_LOST for this device
+
+
+@dataclass(frozen=True)
+class GpuPair:
+    """Facts about an ordered-independent pair of GPUs (a < b, NVML indices)."""
+
+    a: int
+    b: int
+    # nvmlDeviceGetTopologyCommonAncestor as nvidia-smi names it:
+    # "SAME" (internal), "PIX", "PXB", "PHB", "NODE", "SYS"
+    pcie_level: str | Missing = NOT_COLLECTED
+    # nvmlDeviceGetP2PStatus: "ok", "chipset_not_supported", "gpu_not_supported",
+    # "topology_not_supported", "disabled_by_regkey", "not_supported", "unknown"
+    p2p_read: str | Missing = NOT_COLLECTED
+    p2p_write: str | Missing = NOT_COLLECTED
+
+
+@dataclass(frozen=True)
+class Driver:
+    # How NVML came up: "ok", "no_library" (libnvidia-ml not found), "no_driver"
+    # (kernel module not loaded), "version_mismatch", "no_permission", "error".
+    nvml_status: str = "ok"
+    nvml_detail: str = ""
+    driver_version: str | Missing = NOT_COLLECTED  # "550.54.15"
+    cuda_driver_version: str | Missing = NOT_COLLECTED  # "12.4"
+    nvml_version: str | Missing = NOT_COLLECTED
+    kernel_module_version: str | Missing = NOT_COLLECTED  # from /proc/driver/nvidia/version
+    fabric_manager: str | Missing = NOT_COLLECTED  # systemd state: "active", "inactive", ...
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    pci_bus_id: str
+    xid: int
+    text: str
+    timestamp: str = ""  # as the log printed it
+
+
+@dataclass(frozen=True)
+class PortStatus:
+    host: str
+    port: int
+    free: bool
+    holder_pid: int | None = None
+    holder_command: str | None = None
+    resolves: bool = True  # host name lookup worked
+
+
+@dataclass(frozen=True)
+class Host:
+    hostname: str = ""
+    kernel: str = ""
+    cpu_count: int | Missing = NOT_COLLECTED  # logical CPUs on the machine
+    cpu_affinity: list[int] | Missing = NOT_COLLECTED  # CPUs this process may run on
+    cpu_quota: float | Missing = NOT_COLLECTED  # cgroup CPU quota in cores; Missing: none set
+    numa_cpus: dict[str, list[int]] | Missing = NOT_COLLECTED  # NUMA node -> CPUs
+    ram_total_bytes: int | Missing = NOT_COLLECTED
+    ram_available_bytes: int | Missing = NOT_COLLECTED
+    cgroup_memory_limit_bytes: int | None | Missing = NOT_COLLECTED  # None: no limit set
+    shm_total_bytes: int | Missing = NOT_COLLECTED
+    container: str | None | Missing = NOT_COLLECTED  # "docker", "podman", "kubernetes", ...
+    pid_namespace_isolated: bool | Missing = NOT_COLLECTED
+    iommu_cmdline: list[str] | Missing = NOT_COLLECTED  # iommu/pci= tokens of /proc/cmdline
+    iommu_groups: int | Missing = NOT_COLLECTED  # entries in /sys/kernel/iommu_groups
+    memlock_limit_bytes: int | None | Missing = NOT_COLLECTED  # None: unlimited
+    nofile_limit: int | None | Missing = NOT_COLLECTED
+    network_interfaces: list[str] | Missing = NOT_COLLECTED
+    xid_events: list[XidEvent] | Missing = NOT_COLLECTED  # from the kernel log
+    master_port: PortStatus | Missing = NOT_COLLECTED
+
+
+@dataclass(frozen=True)
+class Software:
+    python: str = ""
+    gpudoctor: str = ""
+    nvidia_ml_py: str | Missing = NOT_COLLECTED
+    torch: str | Missing = NOT_COLLECTED  # "2.4.1+cu121"
+    torch_cuda: str | None | Missing = NOT_COLLECTED  # None: a CPU build
+    torch_nccl: str | Missing = NOT_COLLECTED  # "2.21.5"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    schema_version: int
+    created: str  # ISO 8601
+    gpus: list[Gpu]
+    pairs: list[GpuPair] = field(default_factory=list)
+    driver: Driver = field(default_factory=Driver)
+    host: Host = field(default_factory=Host)
+    software: Software = field(default_factory=Software)
+    env: dict[str, str] = field(default_factory=dict)  # allow-listed variables only
+
+    def gpu(self, index: int) -> Gpu:
+        for gpu in self.gpus:
+            if gpu.index == index:
+                return gpu
+        raise KeyError(index)
+
+    def pair(self, a: int, b: int) -> GpuPair | None:
+        lo, hi = min(a, b), max(a, b)
+        for p in self.pairs:
+            if p.a == lo and p.b == hi:
+                return p
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# JSON round-trip
+
+
+class SnapshotError(Exception):
+    """A snapshot file that cannot be used; the message is one line for the user."""
+
+
+def to_jsonable(obj: Any) -> Any:
+    if isinstance(obj, Missing):
+        out = {"missing": obj.reason}
+        if obj.detail:
+            out["detail"] = obj.detail
+        return out
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, list | tuple):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    return obj
+
+
+def dumps(snapshot: Snapshot) -> str:
+    return json.dumps(to_jsonable(snapshot), indent=2) + "\n"
+
+
+def _decode(tp: Any, data: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(tp)
+        if isinstance(data, dict) and "missing" in data and Missing in options:
+            reason = data["missing"]
+            if reason not in MISSING_REASONS:
+                raise SnapshotError(f"{where}: unknown missing reason {reason!r}")
+            return Missing(reason, str(data.get("detail", "")))
+        if data is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option in (Missing, type(None)):
+                continue
+            try:
+                return _decode(option, data, where)
+            except SnapshotError as exc:
+                errors.append(str(exc))
+        raise SnapshotError(errors[0] if errors else f"{where}: unexpected {data!r}")
+    if origin is list:
+        if not isinstance(data, list):
+            raise SnapshotError(f"{where}: expected a list")
+        (item,) = typing.get_args(tp)
+        return [_decode(item, v, f"{where}[{i}]") for i, v in enumerate(data)]
+    if origin is dict:
+        if not isinstance(data, dict):
+            raise SnapshotError(f"{where}: expected an object")
+        _, item = typing.get_args(tp)
+        return {str(k): _decode(item, v, f"{where}.{k}") for k, v in data.items()}
+    if dataclasses.is_dataclass(tp):
+        return _decode_dataclass(tp, data, where)
+    if tp is float:
+        if isinstance(data, int | float) and not isinstance(data, bool):
+            return float(data)
+        raise SnapshotError(f"{where}: expected a number, got {data!r}")
+    if tp is int:
+        if isinstance(data, int) and not isinstance(data, bool):
+            return data
+        raise SnapshotError(f"{where}: expected an integer, got {data!r}")
+    if tp in (str, bool):
+        if isinstance(data, tp):
+            return data
+        raise SnapshotError(f"{where}: expected {tp.__name__}, got {data!r}")
+    if tp is Any:
+        return data
+    raise SnapshotError(f"{where}: cannot decode type {tp!r}")  # a bug in the types above
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _decode_dataclass(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise SnapshotError(f"{where}: expected an object")
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            kwargs[f.name] = _decode(hints[f.name], data[f.name], f"{where}.{f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise SnapshotError(f"{where}: required field {f.name!r} is missing")
+    return cls(**kwargs)
+
+
+def from_jsonable(data: Any) -> Snapshot:
+    if not isinstance(data, dict):
+        raise SnapshotError("not a gpudoctor snapshot: the top level is not a JSON object")
+    version = data.get("schema_version")
+    if version is None:
+        raise SnapshotError("not a gpudoctor snapshot: no schema_version")
+    if version != SCHEMA_VERSION:
+        raise SnapshotError(
+            f"snapshot schema_version {version!r} is not supported (this gpudoctor reads {SCHEMA_VERSION})"
+        )
+    return _decode_dataclass(Snapshot, data, "snapshot")
+
+
+def loads(text: str) -> Snapshot:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SnapshotError(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    return from_jsonable(data)
+
+
+def load(path: str | Path) -> Snapshot:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SnapshotError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise SnapshotError(f"{path}: is a directory, not a snapshot file") from None
+    except PermissionError:
+        raise SnapshotError(f"{path}: permission denied") from None
+    except UnicodeDecodeError:
+        raise SnapshotError(f"{path}: not a text file") from None
+    except OSError as exc:
+        raise SnapshotError(f"{path}: {exc.strerror}") from None
+    try:
+        return loads(text)
+    except SnapshotError as exc:
+        raise SnapshotError(f"{path}: {exc}") from None
+
+
+def write(snapshot: Snapshot, path: str | Path) -> None:
+    """Write atomically, so a failed write never leaves half a snapshot behind."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(dumps(snapshot), encoding="utf-8")
+    tmp.replace(path)
