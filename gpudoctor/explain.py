@@ -17,7 +17,7 @@ def explain_text(code: str) -> str | None:
     owner = CODE_OWNER[code]
     chk = CHECKS.get(owner)
     kind = "active: runs a workload, skipped by --quick" if chk and chk.active else "static"
-    check_line = f"check `{owner}` ({kind})" if chk else "gpudoctor itself"
+    check_line = f"check `{owner}` ({kind})" if chk else f"`gpudoctor {owner}`"
     return (
         f"# {info.code} {info.name}: {info.title}\n\n"
         f"Raised by {check_line}. Select or ignore it with `--select {info.code}` / `--ignore {info.code}`.\n\n"

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 CODE_RE = re.compile(r"^GD\d{3}$")
 
+# Modules that declare finding codes raised outside `gpudoctor check` (watch verdicts).
+CODE_MODULES = ["gpudoctor.watch.codes"]
+
 # Modules under gpudoctor/checks/, in the order their results are shown.
 CHECK_MODULES = [
     "nvml",
@@ -84,7 +87,7 @@ CHECK_CRASHED = Code(
     "healthy this is a gpudoctor bug: report it with `gpudoctor snapshot` output attached.",
 )
 CODES[CHECK_CRASHED.code] = CHECK_CRASHED
-CODE_OWNER[CHECK_CRASHED.code] = "gpudoctor"
+CODE_OWNER[CHECK_CRASHED.code] = "check"
 
 
 def check(
@@ -106,10 +109,21 @@ def check(
     return register
 
 
+def register_codes(owner: str, codes: Iterable[Code]) -> None:
+    """Declare codes raised outside the check run, e.g. by `gpudoctor watch` (owner "watch")."""
+    for c in codes:
+        if c.code in CODES:
+            raise ValueError(f"finding code {c.code} registered twice")
+        CODES[c.code] = c
+        CODE_OWNER[c.code] = owner
+
+
 def load_all() -> None:
-    """Import every check module so its checks register (idempotent)."""
+    """Import every check module so its checks and codes register (idempotent)."""
     for module in CHECK_MODULES:
         importlib.import_module(f"gpudoctor.checks.{module}")
+    for module in CODE_MODULES:
+        importlib.import_module(module)
 
 
 @dataclass

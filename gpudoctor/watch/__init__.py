@@ -1,0 +1,1 @@
+"""`gpudoctor watch`: sampler -> analysis (pure) -> Textual app that only draws."""
