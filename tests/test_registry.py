@@ -1,0 +1,114 @@
+"""The check framework: a crashing check becomes an error finding, gating, selection, JUnit."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from gpudoctor.findings import CheckResult, Finding, Report, Status
+from gpudoctor.registry import Check, CheckContext, Code, Selection, SelectionError, load_all, run_one
+from gpudoctor.render.junit import junit_tree
+from gpudoctor.snapshot import Snapshot
+
+EMPTY = Snapshot(schema_version=1, created="2026-01-01T00:00:00+00:00", gpus=[])
+CODE = Code("GD099", "test-code", "t", what="w", why="y", fix="f")
+
+
+def make_check(func) -> Check:  # type: ignore[no-untyped-def]
+    return Check("probe-test", "A test check", (CODE,), func)
+
+
+def test_a_crashing_check_becomes_an_error_finding_naming_the_exception() -> None:
+    def boom(ctx: CheckContext) -> list[Finding]:
+        raise ZeroDivisionError("division by zero")
+
+    result = run_one(make_check(boom), CheckContext(EMPTY), Selection())
+    (finding,) = result.findings
+    assert finding.code == "GD001"
+    assert finding.status is Status.ERROR
+    assert finding.subject == "check:probe-test"
+    assert "ZeroDivisionError" in finding.message
+    assert finding.evidence["where"].startswith("test_registry.py:")
+
+
+def test_an_error_finding_gates_like_a_failure() -> None:
+    error = Finding("GD001", Status.ERROR, "check:x", "crashed")
+    report = Report("check", "live", "now", "0", "h", [CheckResult("x", "X", [error], 0.0)])
+    assert report.exit_code == 1
+
+
+@pytest.mark.parametrize(
+    ("statuses", "fail_on", "expected"),
+    [
+        ([Status.PASS, Status.SKIP], Status.FAIL, 0),
+        ([Status.PASS, Status.WARN], Status.FAIL, 0),
+        ([Status.PASS, Status.WARN], Status.WARN, 1),
+        ([Status.FAIL], Status.FAIL, 1),
+        ([Status.SKIP], Status.WARN, 0),
+    ],
+)
+def test_exit_code_follows_fail_on(statuses: list[Status], fail_on: Status, expected: int) -> None:
+    findings = [Finding("GD099", s, "host", s.value) for s in statuses]
+    report = Report("check", "live", "now", "0", "h", [CheckResult("x", "X", findings, 0.0)], fail_on=fail_on)
+    assert report.exit_code == expected
+
+
+def test_check_status_is_its_worst_finding_and_all_skips_is_skip() -> None:
+    mixed = CheckResult(
+        "x", "X", [Finding("GD099", Status.PASS, "host", "a"), Finding("GD099", Status.WARN, "host", "b")], 0
+    )
+    assert mixed.status is Status.WARN
+    skipped = CheckResult("x", "X", [Finding("GD099", Status.SKIP, "host", "a")], 0)
+    assert skipped.status is Status.SKIP
+
+
+def test_selection_by_code_prefix_and_unknown_tokens() -> None:
+    load_all()
+    assert Selection(select=("GD1",)).wants("GD101")
+    assert not Selection(select=("GD4",)).wants("GD101")
+    assert not Selection(ignore=("GD101",)).wants("GD101")
+    assert Selection(select=("nvml",)).wants("GD101")
+    # A crash is always shown, whatever was selected.
+    assert Selection(select=("GD4",)).wants("GD001")
+    with pytest.raises(SelectionError, match="unknown check or code 'GD77x'"):
+        Selection(select=("GD77x",)).validate()
+    with pytest.raises(SelectionError):
+        Selection(ignore=("no-such-check",)).validate()
+
+
+def test_findings_of_unselected_codes_are_dropped() -> None:
+    other = Code("GD098", "other", "t", what="w", why="y", fix="f")
+
+    def two(ctx: CheckContext) -> list[Finding]:
+        return [Finding("GD099", Status.WARN, "host", "kept"), Finding("GD098", Status.FAIL, "host", "dropped")]
+
+    chk = Check("two", "Two", (CODE, other), two)
+    result = run_one(chk, CheckContext(EMPTY), Selection(ignore=("GD098",)))
+    assert [f.message for f in result.findings] == ["kept"]
+
+
+def test_junit_marks_failures_errors_and_skips() -> None:
+    findings = [
+        Finding("GD099", Status.PASS, "gpu:0", "fine"),
+        Finding("GD099", Status.WARN, "gpu:1", "meh", "fix it"),
+        Finding("GD099", Status.FAIL, "gpu:2", "broken", "replace it"),
+        Finding("GD001", Status.ERROR, "check:x", "crashed"),
+        Finding("GD099", Status.SKIP, "host", "n/a"),
+    ]
+    report = Report("check", "live", "now", "0", "h", [CheckResult("x", "X", findings, 0.5)])
+    suite = junit_tree(report).getroot().find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == (
+        "5",
+        "1",
+        "1",
+        "1",
+    )
+    failure = suite.find("testcase[@name='GD099 gpu:2']/failure")
+    assert failure is not None and "replace it" in (failure.text or "")
+    # Under --fail-on warn the warning becomes a failure too.
+    report.fail_on = Status.WARN
+    suite = junit_tree(report).getroot().find("testsuite")
+    assert suite is not None and suite.get("failures") == "2"
+    ET.tostring(junit_tree(report).getroot())  # serialises
