@@ -25,6 +25,50 @@ NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
+NVML_ERROR_UNKNOWN = 999
+
+# nvmlReturn_t names, lower case without the NVML_ERROR_ prefix: how a snapshot spells an
+# NVML status it recorded (e.g. the fabric registration status).
+NVML_RETURN_NAMES = {
+    0: "success",
+    1: "uninitialized",
+    2: "invalid_argument",
+    3: "not_supported",
+    4: "no_permission",
+    5: "already_initialized",
+    6: "not_found",
+    7: "insufficient_size",
+    8: "insufficient_power",
+    9: "driver_not_loaded",
+    10: "timeout",
+    11: "irq_issue",
+    12: "library_not_found",
+    13: "function_not_found",
+    14: "corrupted_inforom",
+    15: "gpu_is_lost",
+    16: "reset_required",
+    17: "operating_system",
+    18: "lib_rm_version_mismatch",
+    19: "in_use",
+    20: "memory",
+    21: "no_data",
+    22: "vgpu_ecc_not_supported",
+    23: "insufficient_resources",
+    24: "freq_not_supported",
+    25: "argument_version_mismatch",
+    26: "deprecated",
+    27: "not_ready",
+    28: "gpu_not_found",
+    29: "invalid_state",
+    999: "unknown",
+}
+
+
+def return_name(code: int) -> str:
+    return NVML_RETURN_NAMES.get(code, f"error_{code}")
+
 
 _REASONS = {
     NVML_ERROR_NOT_SUPPORTED: "unsupported",
@@ -91,7 +135,7 @@ class Nvml:
             return InitResult("no_library", f"nvidia-ml-py is not installed ({exc})")
         try:
             lib.nvmlInit()
-        except Exception as exc:  # NVMLError or an OSError from a broken library
+        except Exception as exc:  # noqa: BLE001  (NVMLError or an OSError from a broken library)
             code = error_code(exc)
             status = _INIT_STATUS.get(code, "error") if code is not None else "error"
             return InitResult(status, str(exc) or type(exc).__name__)
@@ -116,6 +160,39 @@ class Nvml:
         except Exception as exc:  # noqa: BLE001  (every NVML failure is data, by design)
             return missing_from(exc)
         return decode_text(value)
+
+    def fabric_info(self, handle: Any) -> dict[str, int] | Missing:
+        """nvmlDeviceGetGpuFabricInfo(V): pynvml wants a caller-allocated struct by reference.
+
+        Tries the newest struct version first (v3 has the health summary), then v2, then
+        the legacy call, because older drivers reject versions they do not know.
+        Returns the struct's fields as a dict: state, status, and healthMask/healthSummary
+        where the struct has them.
+        """
+        import ctypes  # lazy: only Hopper+ fabric reads need it
+
+        attempts = [
+            ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfo_v3_t"),
+            ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfo_v2_t"),
+            ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"),
+        ]
+        last: Missing = Missing("unsupported", "no fabric info call in this nvidia-ml-py")
+        for fn_name, struct_name in attempts:
+            fn = getattr(self.lib, fn_name, None)
+            struct_cls = getattr(self.lib, struct_name, None)
+            if fn is None or struct_cls is None:
+                continue
+            try:
+                info = struct_cls()
+                fn(handle, ctypes.byref(info))
+            except Exception as exc:  # noqa: BLE001  (NVML failures are data)
+                last = missing_from(exc)
+                if error_code(exc) in (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_NO_PERMISSION):
+                    return last  # an older struct version will not fare better
+                continue
+            names = {f[0] for f in struct_cls._fields_}
+            return {k: int(getattr(info, k)) for k in ("state", "status", "healthMask", "healthSummary") if k in names}
+        return last
 
 
 def decode_text(value: Any) -> Any:

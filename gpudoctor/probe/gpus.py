@@ -1,0 +1,157 @@
+"""Per-GPU facts from NVML: identity, modes, links, health, processes."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.probe.device import LOST, DeviceReader, bus_id, convert_value, text
+from gpudoctor.probe.fabric import fabric
+from gpudoctor.probe.links import nvlinks, pcie
+from gpudoctor.probe.nvml import Nvml
+from gpudoctor.probe.processes import processes
+from gpudoctor.snapshot import Gpu, MigDevice, Missing, RemappedRows
+
+MIB = 1 << 20
+COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+NVML_TEMPERATURE_GPU = 0
+MIG_ENABLED = 1
+
+
+def cpu_set_words() -> int:
+    """64-bit words to ask nvmlDeviceGetCpuAffinity for: enough for this machine, at least 1024 CPUs."""
+    return max(16, ((os.cpu_count() or 1) + 63) // 64)
+
+
+def decode_cpu_mask(words: Any) -> list[int]:
+    """nvmlDeviceGetCpuAffinity's array of 64-bit words -> logical CPU ids."""
+    cpus = []
+    for i, word in enumerate(words):
+        word = int(word)
+        bit = 0
+        while word:
+            if word & 1:
+                cpus.append(i * 64 + bit)
+            word >>= 1
+            bit += 1
+    return cpus
+
+
+def _bool(value: Any) -> bool:
+    return bool(int(value))
+
+
+def _numa(value: Any) -> int | Missing:
+    node = int(value)
+    return node if node >= 0 else Missing("unsupported", "NVML reports no NUMA node for this GPU")
+
+
+def _remapped(value: Any) -> RemappedRows:
+    corr, unc, pending, failed = value
+    return RemappedRows(correctable=int(corr), uncorrectable=int(unc), pending=bool(pending), failed=bool(failed))
+
+
+def _pair_field(value: Any, i: int, convert: Any, what: str) -> Any:
+    return convert_value(value, lambda v: convert(v[i]), what)
+
+
+def mig_devices(reader: DeviceReader, mode: Any) -> list[MigDevice] | Missing:
+    if isinstance(mode, Missing):
+        return mode
+    if int(mode[0]) != MIG_ENABLED:
+        return []
+    count = reader.read("nvmlDeviceGetMaxMigDeviceCount", int)
+    if isinstance(count, Missing):
+        return count
+    devices = []
+    for slot in range(count):
+        handle = reader.call("nvmlDeviceGetMigDeviceHandleByIndex", slot)
+        if isinstance(handle, Missing):
+            if handle.reason == "gpu_lost":
+                return handle
+            continue  # an empty slot answers NOT_FOUND
+        uuid = convert_value(reader.nvml.call("nvmlDeviceGetUUID", handle), text, "nvmlDeviceGetUUID")
+        memory = reader.nvml.call("nvmlDeviceGetMemoryInfo", handle)
+        devices.append(
+            MigDevice(
+                index=slot,
+                uuid=uuid if isinstance(uuid, str) else "",
+                memory_total_mib=convert_value(memory, lambda m: int(m.total) // MIB, "nvmlDeviceGetMemoryInfo"),
+            )
+        )
+    return devices
+
+
+def clock_event_reasons(reader: DeviceReader) -> int | Missing:
+    value = reader.read("nvmlDeviceGetCurrentClocksEventReasons", int)
+    if isinstance(value, Missing) and value.reason == "unsupported":
+        # Drivers before 535 only know the older name of the same call.
+        return reader.read("nvmlDeviceGetCurrentClocksThrottleReasons", int)
+    return value
+
+
+def unreachable_gpu(index: int, why: Missing) -> Gpu:
+    """A GPU whose handle NVML would not give: every fact carries the reason."""
+    fields = {
+        f.name: why for f in dataclasses.fields(Gpu) if f.name not in ("index", "uuid", "name", "pci_bus_id", "lost")
+    }
+    return Gpu(index=index, uuid="", name="", pci_bus_id="", lost=why.reason == "gpu_lost", **fields)
+
+
+def read_gpu(nvml: Nvml, index: int, root: Path, isolated: bool | Missing) -> tuple[Gpu, Any]:
+    """The facts of GPU `index` and its handle (a Missing when the GPU cannot be asked)."""
+    handle = nvml.call("nvmlDeviceGetHandleByIndex", index)
+    if isinstance(handle, Missing):
+        return unreachable_gpu(index, handle), handle
+    r = DeviceReader(nvml, handle)
+    uuid = r.read("nvmlDeviceGetUUID", text)
+    name = r.read("nvmlDeviceGetName", text)
+    pci = convert_value(r.call("nvmlDeviceGetPciInfo"), bus_id, "nvmlDeviceGetPciInfo")
+    memory = r.call("nvmlDeviceGetMemoryInfo")
+    mig_mode = r.call("nvmlDeviceGetMigMode")
+    ecc_mode = r.call("nvmlDeviceGetEccMode")
+    facts: dict[str, Any] = dict(
+        memory_total_mib=convert_value(memory, lambda m: int(m.total) // MIB, "nvmlDeviceGetMemoryInfo"),
+        memory_used_mib=convert_value(memory, lambda m: int(m.used) // MIB, "nvmlDeviceGetMemoryInfo"),
+        compute_capability=r.read("nvmlDeviceGetCudaComputeCapability", lambda v: f"{int(v[0])}.{int(v[1])}"),
+        vbios=r.read("nvmlDeviceGetVbiosVersion", text),
+        power_limit_w=r.read("nvmlDeviceGetEnforcedPowerLimit", lambda mw: int(mw) / 1000.0),
+        persistence_mode=r.read("nvmlDeviceGetPersistenceMode", _bool),
+        compute_mode=r.read("nvmlDeviceGetComputeMode", lambda m: COMPUTE_MODES.get(int(m), f"mode_{int(m)}")),
+        mig_mode_current=_pair_field(mig_mode, 0, _bool, "nvmlDeviceGetMigMode"),
+        mig_mode_pending=_pair_field(mig_mode, 1, _bool, "nvmlDeviceGetMigMode"),
+        mig_devices=mig_devices(r, mig_mode),
+        ecc_mode_current=_pair_field(ecc_mode, 0, _bool, "nvmlDeviceGetEccMode"),
+        ecc_mode_pending=_pair_field(ecc_mode, 1, _bool, "nvmlDeviceGetEccMode"),
+        **pcie(r),
+        nvlinks=nvlinks(r),
+        numa_node=r.read("nvmlDeviceGetNumaNodeId", _numa),
+        cpu_affinity=r.read("nvmlDeviceGetCpuAffinity", decode_cpu_mask, cpu_set_words()),
+        ecc_uncorrected_volatile=r.read(
+            "nvmlDeviceGetTotalEccErrors", int, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC
+        ),
+        ecc_uncorrected_aggregate=r.read(
+            "nvmlDeviceGetTotalEccErrors", int, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC
+        ),
+        retired_pages_pending=r.read("nvmlDeviceGetRetiredPagesPendingStatus", _bool),
+        remapped_rows=r.read("nvmlDeviceGetRemappedRows", _remapped),
+        clock_event_reasons=clock_event_reasons(r),
+        fabric=fabric(r),
+        processes=processes(r, root, isolated),
+        temperature_c=r.read("nvmlDeviceGetTemperature", int, NVML_TEMPERATURE_GPU),
+        power_draw_w=r.read("nvmlDeviceGetPowerUsage", lambda mw: int(mw) / 1000.0),
+    )
+    gpu = Gpu(
+        index=index,
+        uuid=uuid if isinstance(uuid, str) else "",
+        name=name if isinstance(name, str) else "",
+        pci_bus_id=pci if isinstance(pci, str) else "",
+        lost=r.lost,
+        **facts,
+    )
+    return gpu, (LOST if r.lost else handle)

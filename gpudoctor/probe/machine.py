@@ -1,0 +1,96 @@
+"""Assemble one Snapshot of this machine: driver, GPUs, pairs, host, software, environment.
+
+Nothing raises past `collect_machine`: when NVML cannot start, the driver status says
+why, the GPU list is empty, and everything on the host side is still collected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.probe.driver import (
+    SystemctlRunner,
+    fabric_manager,
+    kernel_module_version,
+    read_driver,
+    systemctl_is_active,
+)
+from gpudoctor.probe.environment import allowed_env
+from gpudoctor.probe.gpus import read_gpu
+from gpudoctor.probe.host import guarded, pid_namespace_isolated, read_host
+from gpudoctor.probe.nvml import Nvml
+from gpudoctor.probe.pairs import read_pairs
+from gpudoctor.probe.software import read_software
+from gpudoctor.snapshot import SCHEMA_VERSION, Driver, Gpu, GpuPair, Missing, Snapshot
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+def read_gpus(nvml: Nvml, root: Path, isolated: bool | Missing) -> tuple[Driver, list[Gpu], list[GpuPair]]:
+    driver = read_driver(nvml, root)
+    count = nvml.call("nvmlDeviceGetCount")
+    if isinstance(count, Missing) or not isinstance(count, int):
+        detail = count.detail if isinstance(count, Missing) else f"unexpected count {count!r}"
+        return dataclasses.replace(driver, nvml_status="error", nvml_detail=f"nvmlDeviceGetCount: {detail}"), [], []
+    gpus: list[Gpu] = []
+    handles: dict[int, Any] = {}
+    for index in range(count):
+        gpu, handle = read_gpu(nvml, index, root, isolated)
+        gpus.append(gpu)
+        handles[index] = handle
+    return driver, gpus, read_pairs(nvml, handles)
+
+
+def collect_machine(
+    nvml: Nvml,
+    environ: Mapping[str, str] | None = None,
+    *,
+    root: Path | str = "/",
+    systemctl: SystemctlRunner = systemctl_is_active,
+) -> Snapshot:
+    """Probe this machine. `root` relocates procfs/sysfs reads and `systemctl` the unit
+    query, both for tests; `environ` defaults to os.environ."""
+    root = Path(root)
+    environ = os.environ if environ is None else environ
+    isolated = guarded(pid_namespace_isolated, root)
+    init = nvml.init()
+    gpus: list[Gpu] = []
+    pairs: list[GpuPair] = []
+    if init.ok:
+        try:
+            driver, gpus, pairs = read_gpus(nvml, root, isolated)
+        except Exception as exc:  # noqa: BLE001  (a probe bug must not cost the host facts)
+            driver = Driver(nvml_status="error", nvml_detail=f"probe failed: {type(exc).__name__}: {exc}")
+            gpus, pairs = [], []
+        finally:
+            nvml.shutdown()
+        driver = dataclasses.replace(driver, fabric_manager=guarded(fabric_manager, gpus, systemctl))
+    else:
+        down = Missing("error", f"NVML did not start ({init.status})")
+        driver = Driver(
+            nvml_status=init.status,
+            nvml_detail=init.detail,
+            driver_version=down,
+            cuda_driver_version=down,
+            nvml_version=down,
+            # Readable without NVML, and what tells a version mismatch apart.
+            kernel_module_version=guarded(kernel_module_version, root),
+            fabric_manager=down,
+        )
+    return Snapshot(
+        schema_version=SCHEMA_VERSION,
+        created=now_iso(),
+        gpus=gpus,
+        pairs=pairs,
+        driver=driver,
+        host=read_host(root, environ, isolated),
+        software=read_software(),
+        env=allowed_env(environ),
+    )

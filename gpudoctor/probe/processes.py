@@ -1,0 +1,72 @@
+"""Compute processes on a GPU, with their owner and command line where we can see them.
+
+NVML reports host PIDs, also inside a container. In an isolated PID namespace those
+numbers mean nothing here (a local process may even have the same number), so they are
+left unresolved rather than pinned on the wrong process.
+"""
+
+from __future__ import annotations
+
+import pwd
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.probe.device import DeviceReader, convert_value
+from gpudoctor.snapshot import GpuProcess, Missing
+
+MIB = 1 << 20
+
+
+def _owner(status_text: str) -> str | None:
+    for line in status_text.splitlines():
+        if line.startswith("Uid:"):
+            uid = int(line.split()[1])
+            try:
+                return pwd.getpwuid(uid).pw_name
+            except KeyError:
+                return str(uid)
+    return None
+
+
+def resolve(pid: int, root: Path, isolated: bool | Missing) -> tuple[int | None, str | None, str | None]:
+    """(local_pid, user, command) of a host PID, or Nones where it is not ours to see."""
+    if isolated is True:
+        return None, None, None
+    proc = root / "proc" / str(pid)
+    try:
+        status = (proc / "status").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None, None, None
+    user = _owner(status)
+    try:
+        raw = (proc / "cmdline").read_bytes()
+        command = " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a) or None
+    except OSError:
+        command = None
+    if command is None:
+        name = next((ln.split(":", 1)[1].strip() for ln in status.splitlines() if ln.startswith("Name:")), "")
+        command = f"[{name}]" if name else None
+    return pid, user, command
+
+
+def _processes(raw: Any, root: Path, isolated: bool | Missing) -> list[GpuProcess]:
+    out = []
+    for p in raw:
+        pid = int(p.pid)
+        used = getattr(p, "usedGpuMemory", None)
+        local_pid, user, command = resolve(pid, root, isolated)
+        out.append(
+            GpuProcess(
+                pid=pid,
+                used_memory_mib=None if used is None else int(used) // MIB,
+                local_pid=local_pid,
+                user=user,
+                command=command,
+            )
+        )
+    return sorted(out, key=lambda p: p.pid)
+
+
+def processes(reader: DeviceReader, root: Path, isolated: bool | Missing) -> list[GpuProcess] | Missing:
+    raw = reader.call("nvmlDeviceGetComputeRunningProcesses")
+    return convert_value(raw, lambda r: _processes(r, root, isolated), "nvmlDeviceGetComputeRunningProcesses")
