@@ -1,0 +1,16 @@
+"""Programs that run inside spawned ranks (they import torch; the parent never imports this
+package's workload modules, only `WORKLOADS` and `known_errors`, which are torch-free).
+
+A workload is one function `run(ctx: RankContext, params: dict) -> dict` in a module of this
+package, listed in `WORKLOADS` by name. The launcher (`gpudoctor.launch`) starts the ranks, each
+rank joins the process group once, then runs the requested workloads in order in that same group
+and sends each one's JSON-able result back to the parent. See docs/active-checks.md.
+"""
+
+from __future__ import annotations
+
+# name -> "module:function" under gpudoctor.workloads; imported lazily inside the rank.
+WORKLOADS: dict[str, str] = {
+    "allreduce": "gpudoctor.workloads.allreduce:run",
+    "ddp": "gpudoctor.workloads.ddp:run",
+}

@@ -1,0 +1,69 @@
+"""The test-only fault switch: GPUDOCTOR_FAULT makes a chosen rank misbehave on purpose.
+
+    GPUDOCTOR_FAULT="<rank>:<action>[@<when>][,...]"
+
+actions: `hang` (sleep forever), `exit` (exit with status 17), `corrupt` (send wrong DDP
+gradients), `wrongsum` (add a wrong value to its all-reduce input). `when` for hang/exit:
+`start` (before joining the group) or `joined` (after joining, the default: the peers then wait
+in a collective). Used by the tests and by users who want to watch each failure path.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+ENV = "GPUDOCTOR_FAULT"
+ACTIONS = ("hang", "exit", "corrupt", "wrongsum")
+EXIT_STATUS = 17
+
+
+class FaultSpecError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Fault:
+    rank: int
+    action: str
+    when: str = "joined"
+
+
+def parse(text: str) -> list[Fault]:
+    faults = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        try:
+            rank_s, rest = item.split(":", 1)
+            action, _, when = rest.partition("@")
+            fault = Fault(int(rank_s), action, when or "joined")
+        except ValueError:
+            raise FaultSpecError(f"{ENV}: cannot read {item!r} (expected RANK:ACTION[@WHEN])") from None
+        if fault.action not in ACTIONS or fault.when not in ("start", "joined"):
+            raise FaultSpecError(f"{ENV}: unknown fault {item!r} (actions: {', '.join(ACTIONS)}; when: start, joined)")
+        faults.append(fault)
+    return faults
+
+
+class Faults:
+    """The faults that apply to one rank."""
+
+    def __init__(self, rank: int, text: str | None = None) -> None:
+        text = os.environ.get(ENV, "") if text is None else text
+        self._mine = [f for f in parse(text) if f.rank == rank]
+
+    def has(self, action: str) -> bool:
+        return any(f.action == action for f in self._mine)
+
+    def at(self, when: str) -> None:
+        """Misbehave now if a hang/exit fault is set for this point."""
+        for f in self._mine:
+            if f.when != when:
+                continue
+            if f.action == "exit":
+                os._exit(EXIT_STATUS)
+            if f.action == "hang":
+                while True:
+                    time.sleep(3600)

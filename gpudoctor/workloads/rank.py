@@ -1,0 +1,218 @@
+"""The program each spawned rank runs: `python -m gpudoctor.workloads.rank SPEC.json RANK`.
+
+It guards itself first (dies with its parent, has its own deadline), reports every step as a
+JSON line in `<outdir>/rank<R>.jsonl`, sets its CUDA device before anything touches CUDA, joins
+the process group once, runs the requested workloads in that group and shuts the group down.
+Events: started, imported, joined, peers, phase, result, error, done.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import timedelta
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.workloads.faults import Faults
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this rank when gpudoctor dies, even by SIGKILL (Linux), and poll as a fallback."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _self_deadline(deadline_epoch: float) -> None:
+    """A rank never outlives its deadline by more than a few seconds, whatever the parent does."""
+
+    def watch() -> None:
+        time.sleep(max(0.0, deadline_epoch + 5.0 - time.time()))
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+class Events:
+    def __init__(self, path: Path) -> None:
+        self._f = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115  (lives as long as the rank)
+        self._lock = threading.Lock()
+
+    def emit(self, event: str, **data: Any) -> None:
+        line = json.dumps({"event": event, "t": time.time(), **data}, default=str)
+        with self._lock:
+            self._f.write(line + "\n")
+            self._f.flush()
+
+
+@dataclass
+class RankContext:
+    """What a workload function gets: who it is, where it runs, and how to report."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: Any  # torch.device
+    backend: str  # "nccl" or "gloo"
+    faults: Faults
+    events: Events
+    hostname: str = field(default_factory=socket.gethostname)
+
+    def sync(self) -> None:
+        """Wait for this rank's queued device work (a no-op on CPU)."""
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def progress(self, message: str) -> None:
+        self.events.emit("progress", message=message)
+
+
+def _device_id_supported(version: str) -> bool:
+    """init_process_group(device_id=) exists from 2.3 and hangs in 2.6.0 < torch < 2.7.1 (pytorch#153960)."""
+    parts = []
+    for piece in version.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    v = tuple(parts + [0] * (3 - len(parts)))
+    return v >= (2, 3, 0) and not ((2, 6, 0) < v < (2, 7, 1))
+
+
+def _store(spec: dict[str, Any], rank: int, world: int, timeout: timedelta) -> Any:
+    """Rank 0 binds the TCPStore (port 0 lets the kernel pick a free port) and tells the others."""
+    import torch.distributed as dist
+
+    rdzv = spec["rendezvous"]
+    port_file = Path(rdzv["port_file"])
+    if rank == 0:
+        store = dist.TCPStore(rdzv["host"], int(rdzv["port"]), world, True, timeout, wait_for_workers=False)
+        tmp = port_file.with_suffix(".tmp")
+        tmp.write_text(str(store.port))
+        tmp.replace(port_file)
+        return store
+    deadline = time.monotonic() + timeout.total_seconds()
+    while not port_file.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("timed out waiting for rank 0 to open the rendezvous store")
+        time.sleep(0.02)
+    return dist.TCPStore(rdzv["host"], int(port_file.read_text()), world, False, timeout)
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    _die_with_parent(int(spec["parent_pid"]))
+    _self_deadline(float(spec["deadline_epoch"]))
+    env_mode = spec["rendezvous"]["mode"] == "env"
+    rank = int(os.environ["RANK"]) if env_mode else int(argv[1])
+    world = int(os.environ["WORLD_SIZE"]) if env_mode else int(spec["world_size"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0")) if env_mode else rank
+    events = Events(Path(spec["outdir"]) / f"rank{rank}.jsonl")
+    events.emit(
+        "started",
+        pid=os.getpid(),
+        rank=rank,
+        world_size=world,
+        local_rank=local_rank,
+        host=socket.gethostname(),
+        node_rank=int(os.environ.get("GROUP_RANK", "0")),
+    )
+    faults = Faults(rank)
+    phase = "start"
+    try:
+        faults.at("start")
+        phase = "import"
+        t0 = time.perf_counter()
+        import torch
+        import torch.distributed as dist
+
+        if spec["device"] == "cuda":
+            phase = "cuda_init"
+            # Before anything else touches CUDA, so exclusive-process GPUs and the right device work.
+            torch.cuda.set_device(local_rank)
+            device = torch.device("cuda", local_rank)
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        else:
+            device = torch.device("cpu")
+        events.emit("imported", import_s=time.perf_counter() - t0, torch=torch.__version__)
+
+        phase = "join"
+        t0 = time.perf_counter()
+        timeout = timedelta(seconds=float(spec["op_timeout_s"]))
+        kwargs: dict[str, Any] = {"backend": spec["backend"], "timeout": timeout}
+        if spec["device"] == "cuda" and _device_id_supported(torch.__version__):
+            kwargs["device_id"] = device
+        if env_mode:
+            dist.init_process_group(init_method="env://", **kwargs)
+        else:
+            store = _store(spec, rank, world, timeout)
+            dist.init_process_group(store=store, rank=rank, world_size=world, **kwargs)
+        events.emit("joined", join_s=time.perf_counter() - t0)
+
+        phase = "peers"
+        me = {
+            "rank": rank,
+            "local_rank": local_rank,
+            "host": socket.gethostname(),
+            "node_rank": int(os.environ.get("GROUP_RANK", "0")),
+            "device": str(device),
+        }
+        peers: list[Any] = [None] * world
+        dist.all_gather_object(peers, me)
+        events.emit("peers", peers=peers)
+        faults.at("joined")  # after the first collective, so the peers are left waiting in the next
+
+        ctx = RankContext(rank, world, local_rank, device, spec["backend"], faults, events)
+        for task in spec["tasks"]:
+            phase = task["name"]
+            events.emit("phase", name=phase)
+            from gpudoctor.workloads import WORKLOADS
+
+            module, func = WORKLOADS[phase].split(":")
+            t0 = time.perf_counter()
+            result = getattr(import_module(module), func)(ctx, task.get("params", {}))
+            events.emit("result", task=phase, data=result, duration_s=time.perf_counter() - t0)
+
+        phase = "shutdown"
+        t0 = time.perf_counter()
+        done: list[Any] = [None] * world
+        dist.all_gather_object(done, rank)  # every rank reached the end
+        dist.destroy_process_group()
+        events.emit("done", shutdown_s=time.perf_counter() - t0, finished_ranks=done)
+        return 0
+    except BaseException as exc:  # noqa: BLE001  (any failure is reported, then the rank exits)
+        text = f"{type(exc).__name__}: {exc}"
+        events.emit("error", phase=phase, message=text.strip()[:4000], traceback=traceback.format_exc()[-4000:])
+        return 1
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # os._exit: skip interpreter teardown, where a broken NCCL/gloo group can block for minutes.
+    os._exit(code)
