@@ -4,6 +4,125 @@ from __future__ import annotations
 
 from gpudoctor.registry import Code, register_codes
 
-CODES: list[Code] = []
+STRAGGLER = Code(
+    "GD901",
+    "straggler",
+    "One GPU runs steadily below (or above) the others",
+    what="Over a sliding window (30 s by default), compares each GPU's utilization with the median of the "
+    "other GPUs. A GPU that stays at least 15 points away from that median in 80% of the samples is named.",
+    why="In data-parallel training every step waits for the slowest rank, so one slow GPU sets the pace of "
+    "the whole job. A GPU that is steadily lower is usually starved or slowed (throttling, a PCIe link "
+    "trained down, a busy neighbour process); one that is steadily higher does more work than the rest "
+    "(uneven shards, extra logging or evaluation on that rank) while the others wait for it in collectives.",
+    fix="Look at the named GPU's row: throttle reasons, power and clocks, PCIe rx/tx, and other processes on "
+    "it in the process table. Check that every rank gets the same batch size and data shard, and that "
+    "rank-0-only work (logging, checkpointing, evaluation) is short or moved off the step path.",
+)
+
+MEMORY_IMBALANCE = Code(
+    "GD902",
+    "memory-imbalance",
+    "One GPU holds much more memory than the others",
+    what="Over the window, compares each GPU's mean memory use with the median of the others: a GPU holding "
+    "at least 15% of its total memory more, and 1.25 times the median, is named.",
+    why="The extra memory on one GPU (usually GPU 0) is the torch.nn.DataParallel pattern, a model or an "
+    "evaluation copy kept on cuda:0, or every rank creating a CUDA context on GPU 0. That GPU runs out of "
+    "memory first and caps the batch size of every rank.",
+    fix="Use DistributedDataParallel with one process per GPU and call `torch.cuda.set_device(local_rank)` "
+    "before any CUDA work; load checkpoints with `map_location=f'cuda:{local_rank}'` (or 'cpu'); keep "
+    "evaluation models off GPU 0 or shard the evaluation too.",
+)
+
+INPUT_STARVATION = Code(
+    "GD903",
+    "input-starvation",
+    "All GPUs wait together while the CPUs are saturated",
+    what="Counts the samples in the window where utilization drops below 50% on every GPU at the same time; "
+    "when that happens in 30% of the window and the host CPUs are at least 85% busy during those dips, the "
+    "input pipeline is the bottleneck.",
+    why="The GPUs finish their step and wait for the next batch: the job runs at the speed of data loading "
+    "and augmentation on the CPU, and more GPUs will not make it faster.",
+    fix="Give the DataLoader more workers (`num_workers`, up to the cores per GPU), use `pin_memory=True` and "
+    "`persistent_workers=True`, move decoding/augmentation to the GPU (e.g. DALI, torchvision v2 on "
+    "tensors), pre-process the data set once, or use a faster storage path.",
+)
+
+HUNG_COLLECTIVE = Code(
+    "GD904",
+    "hung-collective",
+    "GPUs spin at 100% utilization at near-idle power: a collective is waiting",
+    what="Looks for GPUs whose utilization stays at 95% or more while their power stays below 25% of the "
+    "power limit for 20 s or longer. That is an NCCL kernel spinning while it waits for a peer. A GPU that "
+    "is not spinning at the same time is named as the suspect.",
+    why="A rank that never reaches the collective (crashed, deadlocked, stuck in I/O, or on a failing GPU) "
+    "makes every other rank spin until the NCCL watchdog kills the job, often after 30 minutes "
+    "(TORCH_NCCL timeout 1800000 ms) with nothing learned in between.",
+    fix="Look at the suspect GPU's process (py-spy dump --pid PID shows its Python stack), check the logs of "
+    "that rank, and look for XID errors. Set a shorter timeout in `init_process_group(timeout=...)` and "
+    "`TORCH_NCCL_ASYNC_ERROR_HANDLING=1` so a hang ends with an error; NCCL_DEBUG=INFO and the NCCL RAS "
+    "port (2.24+) show which rank is missing.",
+)
+
+THERMAL_THROTTLE = Code(
+    "GD905",
+    "thermal-throttle",
+    "A GPU lowers its clocks because it is too hot",
+    what="Reads NVML's clock event (throttle) reasons each sample: software or hardware thermal slowdown, "
+    "or a hardware slowdown, active in at least half of the window.",
+    why="A throttled GPU computes slower than its peers, so it becomes the straggler that the whole "
+    "data-parallel job waits for.",
+    fix="Check the GPU's temperature and fan/airflow (blocked intake, failed fan, hot aisle), the data "
+    "centre cooling, and whether neighbouring cards in a tight chassis heat each other. Persistent hardware "
+    "slowdown on one GPU is a case for the hardware vendor.",
+)
+
+POWER_THROTTLE = Code(
+    "GD906",
+    "power-throttle",
+    "A GPU lowers its clocks to stay within its power limit",
+    what="Reads NVML's clock event reasons: software power cap or hardware power brake active in at least "
+    "half of the window.",
+    why="A GPU capped below its peers' power limit runs slower than they do and sets the pace of the job; a "
+    "power brake is a signal from the board or the PSU that power delivery is failing.",
+    fix="Compare the GPU's power limit with the others (`nvidia-smi -q -d POWER`); restore it with "
+    "`nvidia-smi -i N -pl WATTS` (root). A hardware power brake points at the PSU or the board: report "
+    "it to the hardware vendor.",
+)
+
+XID_EVENT = Code(
+    "GD907",
+    "xid-event",
+    "NVML reported an XID error on a GPU",
+    what="Registers for NVML's XID critical-error events while watching and reports every XID with the GPU "
+    "that raised it.",
+    why="XIDs are the driver's error reports: 13/43 are application faults (an illegal memory access), "
+    "while 48, 63/64, 74, 79, 94/95 and others are hardware or link faults (double-bit ECC error, row "
+    "remapping, NVLink error, GPU fallen off the bus) that hang or crash a multi-GPU job.",
+    fix="Look the number up in NVIDIA's XID catalogue. For application XIDs fix the code (run with "
+    "CUDA_LAUNCH_BLOCKING=1 to find the kernel). For hardware XIDs drain the node, reset the GPU "
+    "(`nvidia-smi -r`) or reboot, and run `gpudoctor check`; repeated ones mean an RMA.",
+)
+
+GPU_LOST = Code(
+    "GD908",
+    "gpu-lost",
+    "A GPU stopped answering NVML while being watched",
+    what="A GPU whose NVML calls return GPU_IS_LOST is marked lost; the other GPUs go on being watched.",
+    why="A lost GPU (often XID 79, 'fallen off the bus') takes its rank down, and with it the whole "
+    "collective: the other ranks hang until the watchdog fires.",
+    fix="Stop the job, check `dmesg` for XID 79 or PCIe errors, reset the GPU or reboot the node, then run "
+    "`gpudoctor check` before restarting. A GPU that keeps falling off the bus needs service.",
+)
+
+CODES: list[Code] = [
+    STRAGGLER,
+    MEMORY_IMBALANCE,
+    INPUT_STARVATION,
+    HUNG_COLLECTIVE,
+    THERMAL_THROTTLE,
+    POWER_THROTTLE,
+    XID_EVENT,
+    GPU_LOST,
+]
 
 register_codes("watch", CODES)

@@ -1,0 +1,184 @@
+"""Live NVML readings for `gpudoctor watch`, through `Nvml.call` (the one pynvml importer).
+
+Per GPU, a metric that answers NOT_SUPPORTED is remembered and never asked again (shown as
+n/a); a GPU that answers GPU_IS_LOST is marked lost and skipped from then on, while the
+other GPUs go on being read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudoctor.probe.nvml import InitResult, Nvml
+from gpudoctor.snapshot import Missing
+
+# NVML enum values (nvml.h), kept here so a fake library need not define them.
+NVML_TEMPERATURE_GPU = 0
+NVML_CLOCK_SM = 1
+NVML_PCIE_UTIL_TX_BYTES = 0
+NVML_PCIE_UTIL_RX_BYTES = 1
+NVML_EVENT_TYPE_XID = 0x8
+MIB = 1024 * 1024
+
+# Newer drivers renamed "throttle reasons" to "clocks event reasons"; same bits.
+THROTTLE_CALLS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+
+
+@dataclass
+class DeviceState:
+    index: int
+    handle: Any
+    name: str = ""
+    uuid: str = ""
+    mem_total: int | None = None
+    power_limit: float | None = None
+    lost: bool = False
+    unsupported: set[str] = field(default_factory=set)  # metrics that answered NOT_SUPPORTED
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    gpu: int
+    pid: int
+    gpu_mem: int | None  # MiB
+
+
+class NvmlSampler:
+    """Reads utilization, memory, power, temperature, clocks, PCIe, throttle reasons and XIDs."""
+
+    def __init__(self, nvml: Nvml | None = None, indices: list[int] | None = None) -> None:
+        self.nvml = nvml or Nvml()
+        self.indices = indices
+        self.devices: list[DeviceState] = []
+        self._event_set: Any = None
+        self._throttle_call: str | None = None
+
+    def open(self) -> InitResult:
+        result = self.nvml.init()
+        if not result.ok:
+            return result
+        count = self.nvml.call("nvmlDeviceGetCount")
+        if isinstance(count, Missing):
+            return InitResult("error", f"nvmlDeviceGetCount failed: {count.detail or count.reason}")
+        wanted = range(count) if self.indices is None else [i for i in self.indices if 0 <= i < count]
+        for index in wanted:
+            handle = self.nvml.call("nvmlDeviceGetHandleByIndex", index)
+            dev = DeviceState(index, handle)
+            if isinstance(handle, Missing):
+                dev.lost = handle.reason == "gpu_lost"
+                dev.handle = None
+                self.devices.append(dev)
+                continue
+            dev.name = _text(self.nvml.call("nvmlDeviceGetName", handle))
+            dev.uuid = _text(self.nvml.call("nvmlDeviceGetUUID", handle))
+            mem = self.nvml.call("nvmlDeviceGetMemoryInfo", handle)
+            dev.mem_total = None if isinstance(mem, Missing) else int(mem.total // MIB)
+            limit = self.nvml.call("nvmlDeviceGetEnforcedPowerLimit", handle)
+            dev.power_limit = None if isinstance(limit, Missing) else round(limit / 1000, 1)
+            self.devices.append(dev)
+        self._register_xid_events()
+        return result
+
+    def close(self) -> None:
+        if self._event_set is not None:
+            self.nvml.call("nvmlEventSetFree", self._event_set)
+            self._event_set = None
+        self.nvml.shutdown()
+
+    # -- one metric, remembering what is unsupported -------------------------------------------
+    def _ask(self, dev: DeviceState, metric: str, fn: str, *args: Any) -> Any:
+        if dev.lost or metric in dev.unsupported:
+            return None
+        value = self.nvml.call(fn, dev.handle, *args)
+        if isinstance(value, Missing):
+            if value.reason == "unsupported":
+                dev.unsupported.add(metric)
+            elif value.reason == "gpu_lost":
+                dev.lost = True
+            return None
+        return value
+
+    def _throttle(self, dev: DeviceState) -> int | None:
+        if self._throttle_call is None:
+            self._throttle_call = next((fn for fn in THROTTLE_CALLS if hasattr(self.nvml.lib, fn)), "")
+        if not self._throttle_call:
+            return None
+        value = self._ask(dev, "throttle", self._throttle_call)
+        return None if value is None else int(value)
+
+    def read(self) -> list[dict[str, Any]]:
+        """One reading per device, as GpuReading keyword arguments (index, state, metrics)."""
+        xids = self._poll_xids()
+        out = []
+        for dev in self.devices:
+            r: dict[str, Any] = {
+                "index": dev.index,
+                "name": dev.name,
+                "uuid": dev.uuid,
+                "mem_total": dev.mem_total,
+                "power_limit": dev.power_limit,
+            }
+            if not dev.lost:
+                util = self._ask(dev, "util", "nvmlDeviceGetUtilizationRates")
+                if util is not None:
+                    r["util"], r["mem_util"] = int(util.gpu), int(util.memory)
+                mem = self._ask(dev, "mem", "nvmlDeviceGetMemoryInfo")
+                if mem is not None:
+                    r["mem_used"], r["mem_total"] = int(mem.used // MIB), int(mem.total // MIB)
+                power = self._ask(dev, "power", "nvmlDeviceGetPowerUsage")
+                r["power"] = None if power is None else round(power / 1000, 1)
+                r["temp"] = self._ask(dev, "temp", "nvmlDeviceGetTemperature", NVML_TEMPERATURE_GPU)
+                r["sm_clock"] = self._ask(dev, "sm_clock", "nvmlDeviceGetClockInfo", NVML_CLOCK_SM)
+                # Each PCIe throughput call samples for ~20 ms inside NVML: this runs on the poll thread.
+                rx = self._ask(dev, "pcie", "nvmlDeviceGetPcieThroughput", NVML_PCIE_UTIL_RX_BYTES)
+                tx = self._ask(dev, "pcie", "nvmlDeviceGetPcieThroughput", NVML_PCIE_UTIL_TX_BYTES)
+                r["pcie_rx"] = None if rx is None else int(rx) // 1024  # KB/s -> MB/s
+                r["pcie_tx"] = None if tx is None else int(tx) // 1024
+                r["throttle"] = self._throttle(dev)
+                r["xids"] = tuple(xids.get(dev.index, ()))
+            r["state"] = "lost" if dev.lost else "ok"
+            out.append(r)
+        return out
+
+    def processes(self) -> list[GpuProcess]:
+        out = []
+        for dev in self.devices:
+            procs = self._ask(dev, "procs", "nvmlDeviceGetComputeRunningProcesses")
+            for p in procs or ():
+                used = getattr(p, "usedGpuMemory", None)
+                out.append(GpuProcess(dev.index, int(p.pid), None if used is None else int(used // MIB)))
+        return out
+
+    # -- XID events: live only, NVML keeps no history ------------------------------------------
+    def _register_xid_events(self) -> None:
+        event_set = self.nvml.call("nvmlEventSetCreate")
+        if isinstance(event_set, Missing):
+            return
+        registered = False
+        for dev in self.devices:
+            if dev.handle is None or dev.lost:
+                continue
+            ok = self.nvml.call("nvmlDeviceRegisterEvents", dev.handle, NVML_EVENT_TYPE_XID, event_set)
+            registered = registered or not isinstance(ok, Missing)
+        if registered:
+            self._event_set = event_set
+        else:
+            self.nvml.call("nvmlEventSetFree", event_set)
+
+    def _poll_xids(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        if self._event_set is None:
+            return out
+        for _ in range(64):  # drain what is pending; a storm of events must not stall the poll
+            data = self.nvml.call("nvmlEventSetWait_v2", self._event_set, 0)
+            if isinstance(data, Missing):  # NVML_ERROR_TIMEOUT: nothing pending
+                break
+            index = self.nvml.call("nvmlDeviceGetIndex", data.device)
+            if not isinstance(index, Missing):
+                out.setdefault(int(index), []).append(int(data.eventData))
+        return out
+
+
+def _text(value: Any) -> str:
+    return "" if isinstance(value, Missing) else str(value)

@@ -1,0 +1,189 @@
+"""The `gpudoctor watch` and `gpudoctor report` commands (click wiring only).
+
+Textual is imported only when the dashboard is actually shown, so `gpudoctor check` and
+the headless paths never pay for it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from typing import Any
+
+import click
+
+from gpudoctor.errors import EXIT_USAGE, UserError
+
+WATCH_EPILOG = """\b
+Examples:
+  gpudoctor watch                                   dashboard of every GPU
+  gpudoctor watch -- torchrun --nproc_per_node 8 train.py
+  gpudoctor watch --no-tui --duration 60 --record run.jsonl
+  gpudoctor watch --replay run.jsonl --speed 10
+  gpudoctor report run.jsonl --json
+
+\b
+Keys: q quit, p pause, s sort processes, ? help.
+\b
+Exit codes:
+  0  watched to the end (or the followed command's own exit code)
+  2  usage error: bad option, unreadable recording
+  3  gpudoctor could not run at all (no NVIDIA driver and no --replay)
+  130  interrupted"""
+
+
+def _parse_gpus(value: str | None) -> frozenset[int] | None:
+    if value is None:
+        return None
+    try:
+        out = frozenset(int(t) for t in value.split(",") if t.strip())
+    except ValueError:
+        raise UserError(f"--gpus takes NVML indices like 0,1,2 (got {value!r})", EXIT_USAGE, "usage") from None
+    if not out or min(out) < 0:
+        raise UserError(f"--gpus takes NVML indices like 0,1,2 (got {value!r})", EXIT_USAGE, "usage")
+    return out
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM ends gpudoctor like Ctrl-C: the job is stopped on the way out
+
+
+@click.command(
+    "watch",
+    epilog=WATCH_EPILOG,
+    context_settings={"help_option_names": ["-h", "--help"], "ignore_unknown_options": False},
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=1.0,
+    show_default=True,
+    help="Seconds between device readings.",
+)
+@click.option(
+    "--process-interval",
+    type=click.FloatRange(min=0.5),
+    default=5.0,
+    show_default=True,
+    help="Seconds between process-list readings.",
+)
+@click.option("--record", "record_path", metavar="FILE", help="Write every sample to FILE (JSON lines).")
+@click.option("--replay", "replay_path", metavar="FILE", help="Play a recording instead of reading NVML.")
+@click.option(
+    "--speed", type=click.FloatRange(min=0.01), default=1.0, show_default=True, help="Replay speed (2 = twice as fast)."
+)
+@click.option("--no-tui", is_flag=True, help="Print one line per interval instead of the dashboard.")
+@click.option("--json", "as_json", is_flag=True, help="With --no-tui: JSON lines, then a summary line.")
+@click.option("--duration", type=click.FloatRange(min=0.1), help="Stop after this many seconds.")
+@click.option("--pid", type=click.IntRange(min=1), help="Follow a running job (its process tree) instead.")
+@click.option("--gpus", "gpus_opt", metavar="LIST", help="Only these GPUs (NVML indices, e.g. 0,1,2).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def watch(
+    interval: float,
+    process_interval: float,
+    record_path: str | None,
+    replay_path: str | None,
+    speed: float,
+    no_tui: bool,
+    as_json: bool,
+    duration: float | None,
+    pid: int | None,
+    gpus_opt: str | None,
+    command: tuple[str, ...],
+) -> None:
+    """Live per-GPU balance while training runs: a dashboard, or lines without a terminal.
+
+    With `-- COMMAND...` gpudoctor starts the command, watches the GPUs it uses, ends when
+    it ends (with its exit code) and prints a summary.
+    """
+    from gpudoctor.watch.follow import Job
+    from gpudoctor.watch.session import Session
+    from gpudoctor.watch.sources import NvmlSource, ReplaySource, SyntheticSource, fake_from_env
+
+    gpus = _parse_gpus(gpus_opt)
+    if command and pid:
+        raise UserError("give either --pid or a command after --, not both", EXIT_USAGE, "usage")
+    if replay_path and (command or pid):
+        raise UserError("--replay plays a recording; it cannot follow a job", EXIT_USAGE, "usage")
+    if replay_path and record_path:
+        raise UserError("--replay and --record together would copy a recording; use cp", EXIT_USAGE, "usage")
+    damage = None
+    if replay_path:
+        from gpudoctor.watch.recording import read_recording
+
+        recording = read_recording(replay_path)
+        damage = recording.damage
+        if damage:
+            click.echo(f"gpudoctor: {damage}", err=True)
+        source: Any = ReplaySource(recording, speed)
+    else:
+        source = fake_from_env(interval, process_interval) or NvmlSource(
+            interval, process_interval, sorted(gpus) if gpus else None
+        )
+    tui = not no_tui and not as_json and sys.stdout.isatty() and sys.stdin.isatty()
+    # Open the source before starting a job: no driver means no job started.
+    source.open()
+    job = None
+    if pid:
+        job = Job.attach(pid)
+    elif command:
+        job = Job.start(list(command))
+    if job is not None and isinstance(source, SyntheticSource):
+        source.pids = lambda: tuple(sorted(job.pids()))  # the fake source puts the job's PIDs on its GPUs
+    session = Session(source, record_path=record_path, job=job, gpus=gpus, damage=damage, opened=True)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    interrupted = False
+    try:
+        session.start()
+        if tui:
+            from gpudoctor.watch.app import run_app  # lazy: textual only for the dashboard
+
+            run_app(session, duration=duration)
+        else:
+            from gpudoctor.watch.headless import run_headless
+
+            run_headless(session, sys.stdout, as_json=as_json, duration=duration)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        session.close()
+        signal.signal(signal.SIGTERM, previous)
+    summary = session.summary()
+    if as_json:
+        click.echo(json.dumps({"kind": "summary", **summary.to_json()}, separators=(",", ":")))
+    else:
+        from gpudoctor.watch.summary import render_text
+
+        click.echo(render_text(summary), nl=False)
+    if interrupted:
+        click.echo("gpudoctor: interrupted" + ("; stopped the command" if job and job.owned else ""), err=True)
+        sys.exit(130)
+    if job is not None and job.owned:
+        sys.exit(job.poll() or 0)
+    sys.exit(0)
+
+
+@click.command("report")
+@click.argument("recording", metavar="FILE")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document (schema: gpudoctor/schemas).")
+def report(recording: str, as_json: bool) -> None:
+    """Summarize a `watch --record` recording: per-GPU utilization, balance score, verdicts."""
+    from gpudoctor.watch.recording import read_recording
+    from gpudoctor.watch.summary import render_text, summarize
+
+    rec = read_recording(recording)
+    summary = summarize(rec.samples, recording, damage=rec.damage)
+    if as_json:
+        doc = summary.to_json()
+        doc["command"] = "report"
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        if rec.damage:
+            click.echo(f"gpudoctor: {rec.damage}", err=True)
+        click.echo(render_text(summary), nl=False)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(watch)
+    group.add_command(report)

@@ -1,0 +1,77 @@
+"""`watch --no-tui` (or no terminal): one line per interval, or JSON lines with --json."""
+
+from __future__ import annotations
+
+import json
+import queue
+import time
+from typing import IO
+
+from gpudoctor.watch.model import LOST, Sample
+from gpudoctor.watch.session import End, Session, Update
+
+
+def _num(value: float | None, fmt: str = "{:.0f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def text_line(update: Update) -> str:
+    s = update.sample
+    clock = time.strftime("%H:%M:%S", time.localtime(s.t))
+
+    def col(fn):  # type: ignore[no-untyped-def]
+        return " ".join("LOST" if g.state == LOST else fn(g) for g in s.gpus)
+
+    parts = [
+        clock,
+        f"util% [{col(lambda g: _num(g.util))}]",
+        f"mem GiB [{col(lambda g: _num(None if g.mem_used is None else g.mem_used / 1024, '{:.1f}'))}]",
+        f"W [{col(lambda g: _num(g.power))}]",
+        f"cpu {_num(s.cpu)}%",
+    ]
+    if update.verdicts:
+        parts.append("| " + "; ".join(f"{v.code} {v.name} gpu {','.join(map(str, v.gpus))}" for v in update.verdicts))
+    return "  ".join(parts)
+
+
+def json_line(update: Update) -> str:
+    doc = {
+        "kind": "sample",
+        **update.sample.to_json(),
+        "verdicts": [
+            {"code": v.code, "name": v.name, "gpus": list(v.gpus), "message": v.message} for v in update.verdicts
+        ],
+    }
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def run_headless(session: Session, out: IO[str], *, as_json: bool = False, duration: float | None = None) -> str:
+    """Consume samples until the source or the job ends, or `duration` passes; returns why it ended."""
+    deadline = None if duration is None else time.monotonic() + duration
+    stale_reported = False
+    while True:
+        wait = session.stale_after
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+            if wait <= 0:
+                return "duration"
+        try:
+            item = session.queue.get(timeout=wait)
+        except queue.Empty:
+            quiet = time.monotonic() - session.last_arrival
+            if quiet >= session.stale_after and not stale_reported:
+                stale_reported = True
+                if as_json:
+                    doc = {"kind": "stale", "t": round(time.time(), 3), "seconds": round(quiet, 1)}
+                    out.write(json.dumps(doc) + "\n")
+                else:
+                    out.write(f"{time.strftime('%H:%M:%S')}  stale: no reading for {quiet:.0f} s (NVML stalled?)\n")
+                out.flush()
+            continue
+        if isinstance(item, End):
+            return item.reason
+        assert isinstance(item, Sample)
+        stale_reported = False
+        update = session.handle(item)
+        out.write((json_line(update) if as_json else text_line(update)) + "\n")
+        out.flush()

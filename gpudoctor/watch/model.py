@@ -1,0 +1,120 @@
+"""What `watch` samples: one `Sample` per interval, with a `GpuReading` per GPU.
+
+A metric that could not be read is None (shown as n/a). Values are rounded when they are
+sampled, so a recording written as JSON reads back equal to what was recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+# NVML clock event (throttle) reasons, nvmlClocksEventReason* bits.
+THROTTLE_IDLE = 0x1
+THROTTLE_SW_POWER = 0x4
+THROTTLE_HW_SLOWDOWN = 0x8
+THROTTLE_SW_THERMAL = 0x20
+THROTTLE_HW_THERMAL = 0x40
+THROTTLE_HW_POWER_BRAKE = 0x80
+THERMAL_BITS = THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL | THROTTLE_HW_SLOWDOWN
+POWER_BITS = THROTTLE_SW_POWER | THROTTLE_HW_POWER_BRAKE
+
+OK = "ok"
+STALE = "stale"  # no fresh reading arrived in time (NVML stalled)
+LOST = "lost"  # NVML says GPU_IS_LOST; not asked again
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    index: int  # NVML index
+    name: str = ""
+    uuid: str = ""
+    state: str = OK
+    util: int | None = None  # % of time a kernel ran
+    mem_util: int | None = None  # % of time memory was read or written
+    mem_used: int | None = None  # MiB
+    mem_total: int | None = None  # MiB
+    power: float | None = None  # W
+    power_limit: float | None = None  # W
+    temp: int | None = None  # C
+    sm_clock: int | None = None  # MHz
+    pcie_rx: int | None = None  # MB/s
+    pcie_tx: int | None = None  # MB/s
+    throttle: int | None = None  # clock event reasons bitmask
+    xids: tuple[int, ...] = ()  # XID events since the previous sample
+
+    @property
+    def alive(self) -> bool:
+        return self.state != LOST
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or value == () or (f.name == "state" and value == OK):
+                continue  # keep recordings small: absent means n/a (or ok)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> GpuReading:
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        if "xids" in kwargs:
+            kwargs["xids"] = tuple(kwargs["xids"])
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class ProcReading:
+    pid: int
+    gpu: int
+    gpu_mem: int | None = None  # MiB
+    user: str = ""
+    cpu: float | None = None  # % of one core
+    rss: int | None = None  # MiB
+    command: str = ""
+    note: str = ""  # why the rest is unknown, e.g. a PID from outside this container
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) not in (None, "")}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProcReading:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float  # seconds since the epoch
+    gpus: tuple[GpuReading, ...]
+    cpu: float | None = None  # host CPU busy, % of all cores
+    procs: tuple[ProcReading, ...] | None = None  # None: processes not read this time
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def gpu(self, index: int) -> GpuReading | None:
+        return next((g for g in self.gpus if g.index == index), None)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"t": self.t, "gpus": [g.to_json() for g in self.gpus]}
+        if self.cpu is not None:
+            out["cpu"] = self.cpu
+        if self.procs is not None:
+            out["procs"] = [p.to_json() for p in self.procs]
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Sample:
+        procs = data.get("procs")
+        return cls(
+            t=float(data["t"]),
+            gpus=tuple(GpuReading.from_json(g) for g in data["gpus"]),
+            cpu=data.get("cpu"),
+            procs=None if procs is None else tuple(ProcReading.from_json(p) for p in procs),
+        )
+
+    def only(self, indices: set[int] | frozenset[int]) -> Sample:
+        """This sample restricted to some GPUs (and their processes)."""
+        procs = None if self.procs is None else tuple(p for p in self.procs if p.gpu in indices)
+        return Sample(self.t, tuple(g for g in self.gpus if g.index in indices), self.cpu, procs)

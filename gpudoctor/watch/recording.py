@@ -1,0 +1,99 @@
+"""Recordings: JSON lines, a header line then one sample per line, flushed per sample.
+
+A kill loses at most the line being written; reading stops at the first damaged line
+and says where, so a truncated recording replays up to the damage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
+from gpudoctor.watch.model import Sample
+
+FORMAT = "gpudoctor-watch"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Recording:
+    path: str
+    header: dict[str, Any]
+    samples: list[Sample]
+    damage: str | None = None  # why reading stopped early, in the user's words
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class RecordWriter:
+    """Appends samples to a JSON-lines file; each line is flushed as soon as it is written."""
+
+    def __init__(self, path: str, header: dict[str, Any]) -> None:
+        self.path = path
+        try:
+            self._file: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        except OSError as exc:
+            raise UserError(f"cannot write recording {path}: {exc.strerror}", EXIT_UNAVAILABLE, "unavailable") from None
+        self._write({"format": FORMAT, "version": FORMAT_VERSION, **header})
+
+    def _write(self, doc: dict[str, Any]) -> None:
+        self._file.write(json.dumps(doc, separators=(",", ":")) + "\n")
+        self._file.flush()
+
+    def write(self, sample: Sample) -> None:
+        self._write(sample.to_json())
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+            try:
+                os.fsync(self._file.fileno())
+            except OSError:
+                pass  # e.g. a pipe: nothing more to secure
+            self._file.close()
+
+
+def _lines(path: str) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text, ended with a newline)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            yield number, line.rstrip("\n"), line.endswith("\n")
+
+
+def read_recording(path: str) -> Recording:
+    """Read a recording; bad files raise UserError (exit 2), damage after the header is reported."""
+    try:
+        lines = _lines(path)
+        first = next(lines, None)
+    except OSError as exc:
+        raise UserError(f"cannot read recording {path}: {exc.strerror}", EXIT_USAGE, "input") from None
+    if first is None:
+        raise UserError(f"recording {path} is empty", EXIT_USAGE, "input")
+    try:
+        header = json.loads(first[1])
+    except json.JSONDecodeError:
+        header = None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise UserError(f"{path} is not a gpudoctor watch recording (no header line)", EXIT_USAGE, "input")
+    if header.get("version") != FORMAT_VERSION:
+        raise UserError(
+            f"recording {path} has format version {header.get('version')!r}; "
+            f"this gpudoctor reads version {FORMAT_VERSION}",
+            EXIT_USAGE,
+            "input",
+        )
+    samples: list[Sample] = []
+    damage = None
+    for number, text, complete in lines:
+        if not text.strip() and complete:
+            continue
+        try:
+            samples.append(Sample.from_json(json.loads(text)))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            cut = "cut off mid-line" if not complete else "not a valid sample"
+            damage = f"line {number} of {path} is damaged ({cut}); kept the {len(samples)} samples before it"
+            break
+    return Recording(path, header, samples, damage)

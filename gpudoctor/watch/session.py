@@ -1,0 +1,131 @@
+"""One watch run, whatever draws it: source + poller + recording + job + summary.
+
+The poller thread only puts samples on `queue`; everything else (recording, filtering to
+the job's GPUs, analysis) happens on the consumer's thread in `handle`, so the headless
+loop and the Textual app share one code path.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudoctor import __version__
+from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict
+from gpudoctor.watch.follow import Job
+from gpudoctor.watch.model import Sample
+from gpudoctor.watch.recording import RecordWriter
+from gpudoctor.watch.sources import Poller, Source
+from gpudoctor.watch.summary import Summary, SummaryBuilder
+
+
+@dataclass(frozen=True)
+class End:
+    """Queue marker: the source ran out (replay finished, poller error) or the job ended."""
+
+    reason: str  # "source" or "job"
+    detail: str = ""
+
+
+@dataclass
+class Update:
+    sample: Sample  # filtered to the watched GPUs
+    verdicts: tuple[Verdict, ...]
+    builder: SummaryBuilder
+
+
+@dataclass
+class Session:
+    source: Source
+    record_path: str | None = None
+    job: Job | None = None
+    gpus: frozenset[int] | None = None  # --gpus
+    thresholds: Thresholds = DEFAULT
+    damage: str | None = None  # from a replayed recording
+    queue: queue.Queue[Any] = field(default_factory=queue.Queue)
+    job_gpus: set[int] = field(default_factory=set)
+    last_arrival: float = 0.0
+    opened: bool = False  # the caller already opened the source (to fail before starting a job)
+
+    def __post_init__(self) -> None:
+        self.builder = SummaryBuilder(self.source.label, self.thresholds)
+        self._poller = Poller(self.source, self._deliver)
+        self._writer: RecordWriter | None = None
+
+    def _deliver(self, sample: Sample | None) -> None:
+        if sample is None:
+            detail = f"{type(self._poller.error).__name__}: {self._poller.error}" if self._poller.error else ""
+            self.queue.put(End("source", detail))
+        else:
+            self.queue.put(sample)
+
+    @property
+    def stale_after(self) -> float:
+        """No sample for this long: the readings on screen are stale (NVML stalled)."""
+        return max(2.5 * self.source.interval, self.source.interval + 2.0)
+
+    def start(self) -> None:
+        if not self.opened:
+            self.source.open()
+            self.opened = True
+        if self.record_path:
+            self._writer = RecordWriter(
+                self.record_path,
+                {
+                    "host": socket.gethostname(),
+                    "started": time.time(),
+                    "interval": self.source.interval,
+                    "gpudoctor_version": __version__,
+                    "command": self.job.command if self.job else None,
+                },
+            )
+        if self.job is not None:
+            self.job.refresh()
+            threading.Thread(target=self._wait_job, name="gpudoctor-job", daemon=True).start()
+        self.last_arrival = time.monotonic()
+        self._poller.start()
+
+    def _wait_job(self) -> None:
+        assert self.job is not None
+        self.job.wait()
+        self.queue.put(End("job"))
+
+    def handle(self, raw: Sample) -> Update:
+        self.last_arrival = time.monotonic()
+        if self._writer is not None:
+            self._writer.write(raw)  # the raw sample: a recording keeps every GPU
+        if self.job is not None and raw.procs is not None:
+            tree = self.job.refresh()
+            self.job_gpus.update(p.gpu for p in raw.procs if p.pid in tree)
+        sample = self.filter(raw)
+        verdicts = self.builder.add(sample)
+        return Update(sample, verdicts, self.builder)
+
+    def filter(self, raw: Sample) -> Sample:
+        wanted: set[int] | None = set(self.gpus) if self.gpus is not None else None
+        if self.job_gpus:
+            wanted = self.job_gpus if wanted is None else wanted & self.job_gpus
+        sample = raw if wanted is None else raw.only(frozenset(wanted))
+        if self.job is not None and sample.procs is not None:
+            tree = self.job.pids()
+            sample = Sample(sample.t, sample.gpus, sample.cpu, tuple(p for p in sample.procs if p.pid in tree))
+        return sample
+
+    def summary(self) -> Summary:
+        exit_code = self.job.poll() if self.job is not None and self.job.owned else None
+        result = self.builder.summary(damage=self.damage, exit_code=exit_code)
+        if self.job_gpus:  # GPUs seen before the job's processes appeared are not the job's
+            result.gpus = {k: v for k, v in result.gpus.items() if k in self.job_gpus}
+        return result
+
+    def close(self) -> None:
+        """Stop sampling, close the recording, and end a job we started if it still runs."""
+        self._poller.close()
+        if self._writer is not None:
+            self._writer.close()
+        if self.job is not None and self.job.owned:
+            self.job.stop()

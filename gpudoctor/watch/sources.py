@@ -1,0 +1,221 @@
+"""Where samples come from: live NVML, a recording, or synthetic readings (tests).
+
+A `Source` paces itself: `next(stop)` waits for the next sample time and returns the
+sample, or None when the source has ended (or `stop` was set). The `Poller` runs a source
+on its own thread so a stalled NVML call never freezes the dashboard.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
+from gpudoctor.watch.model import GpuReading, Sample
+from gpudoctor.watch.recording import Recording
+
+# Test-only: GPUDOCTOR_WATCH_FAKE=scenario[:gpus] makes `watch` read synthetic GPUs instead of NVML.
+FAKE_ENV = "GPUDOCTOR_WATCH_FAKE"
+
+# Wording shared with GD101 (`gpudoctor check`).
+NO_DRIVER = {
+    "no_library": "no NVIDIA driver: the NVML library (libnvidia-ml.so.1) was not found",
+    "no_driver": "no NVIDIA driver: the NVIDIA kernel module is not loaded",
+    "version_mismatch": "NVIDIA driver/library version mismatch: the kernel module and libnvidia-ml differ (reboot)",
+    "no_permission": "no permission to use the NVIDIA driver (/dev/nvidia* not accessible)",
+}
+
+
+class Source(Protocol):
+    label: str  # shown in the header: "live", the recording path...
+    interval: float  # seconds between samples (nominal)
+
+    def open(self) -> None: ...
+
+    def next(self, stop: threading.Event) -> Sample | None: ...
+
+    def close(self) -> None: ...
+
+
+class _Paced:
+    """Live pacing: one reading per interval, processes every process_interval."""
+
+    def __init__(self, interval: float, process_interval: float) -> None:
+        self.interval = interval
+        self.process_interval = process_interval
+        self._due = 0.0
+        self._procs_due = 0.0
+
+    def wait(self, stop: threading.Event) -> bool:
+        now = time.monotonic()
+        if self._due > now and stop.wait(self._due - now):
+            return False
+        now = time.monotonic()
+        self._due = max(self._due + self.interval, now)  # behind schedule: do not burst to catch up
+        return not stop.is_set()
+
+    def procs_due(self) -> bool:
+        now = time.monotonic()
+        if now >= self._procs_due:
+            self._procs_due = now + self.process_interval
+            return True
+        return False
+
+
+class NvmlSource(_Paced):
+    def __init__(self, interval: float = 1.0, process_interval: float = 5.0, gpus: list[int] | None = None) -> None:
+        super().__init__(interval, process_interval)
+        self.label = "live"
+        self._gpus = gpus
+        self._sampler = None
+        self._resolver = None
+
+    def open(self) -> None:
+        import psutil
+
+        from gpudoctor.probe.sampler import NvmlSampler
+        from gpudoctor.watch.procinfo import ProcessResolver
+
+        sampler = NvmlSampler(indices=self._gpus)
+        result = sampler.open()
+        if not result.ok:
+            message = NO_DRIVER.get(result.status, f"NVML failed to initialise: {result.detail or result.status}")
+            raise UserError(
+                f"{message} (see `gpudoctor explain GD101`; --replay FILE works without a GPU)",
+                EXIT_UNAVAILABLE,
+                "unavailable",
+            )
+        if not sampler.devices:
+            sampler.close()
+            raise UserError("the NVIDIA driver reports no GPUs to watch", EXIT_UNAVAILABLE, "unavailable")
+        self._sampler = sampler
+        self._resolver = ProcessResolver()
+        psutil.cpu_percent(None)  # starts the host CPU measurement
+
+    def next(self, stop: threading.Event) -> Sample | None:
+        import psutil
+
+        if not self.wait(stop) or self._sampler is None or self._resolver is None:
+            return None
+        gpus = tuple(GpuReading(**r) for r in self._sampler.read())
+        procs = self._resolver.resolve(self._sampler.processes()) if self.procs_due() else None
+        return Sample(round(time.time(), 3), gpus, round(psutil.cpu_percent(None), 1), procs)
+
+    def close(self) -> None:
+        if self._sampler is not None:
+            self._sampler.close()
+            self._sampler = None
+
+
+class SyntheticSource(_Paced):
+    """Synthetic 8-GPU readings in real time (tests; selected with GPUDOCTOR_WATCH_FAKE)."""
+
+    def __init__(
+        self,
+        scenario: str = "healthy",
+        n_gpus: int = 8,
+        interval: float = 1.0,
+        process_interval: float = 5.0,
+        pids: Callable[[], tuple[int, ...]] | None = None,
+    ) -> None:
+        super().__init__(interval, process_interval)
+        self.label = f"synthetic:{scenario}"
+        self.scenario = scenario
+        self.n_gpus = n_gpus
+        self._i = 0
+        self.pids = pids
+
+    def open(self) -> None:
+        from gpudoctor.watch.synthetic import SCENARIOS
+
+        if self.scenario not in SCENARIOS:
+            raise UserError(f"{FAKE_ENV}: unknown scenario {self.scenario!r}", EXIT_USAGE, "usage")
+
+    def next(self, stop: threading.Event) -> Sample | None:
+        from gpudoctor.watch.synthetic import synthetic_sample
+
+        if not self.wait(stop):
+            return None
+        pids = self.pids() if self.pids else ()
+        s = synthetic_sample(self.scenario, self._i, time.time(), self.n_gpus, pids=pids)
+        self._i += 1
+        return s
+
+    def close(self) -> None:
+        pass
+
+
+def fake_from_env(interval: float, process_interval: float) -> SyntheticSource | None:
+    spec = os.environ.get(FAKE_ENV)
+    if not spec:
+        return None
+    scenario, _, count = spec.partition(":")
+    return SyntheticSource(scenario, int(count or 8), interval, process_interval)
+
+
+class ReplaySource:
+    """Plays a recording at its recorded pace divided by `speed`."""
+
+    def __init__(self, recording: Recording, speed: float = 1.0) -> None:
+        self.recording = recording
+        self.label = recording.path
+        self.speed = speed
+        ts = [s.t for s in recording.samples]
+        gaps = [b - a for a, b in zip(ts, ts[1:], strict=False) if b > a]
+        self.interval = (sorted(gaps)[len(gaps) // 2] if gaps else 1.0) / speed
+        self._i = 0
+
+    def open(self) -> None:
+        pass
+
+    def next(self, stop: threading.Event) -> Sample | None:
+        samples = self.recording.samples
+        if self._i >= len(samples) or stop.is_set():
+            return None
+        if self._i > 0:
+            gap = max(0.0, samples[self._i].t - samples[self._i - 1].t) / self.speed
+            if gap and stop.wait(gap):
+                return None
+        s = samples[self._i]
+        self._i += 1
+        return s
+
+    def close(self) -> None:
+        pass
+
+
+class Poller:
+    """Runs `source.next` on a daemon thread and hands each sample (None at the end) to `deliver`."""
+
+    def __init__(self, source: Source, deliver: Callable[[Sample | None], None]) -> None:
+        self.source = source
+        self.deliver = deliver
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="gpudoctor-poller", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                sample = self.source.next(self.stop)
+                if sample is None:
+                    break
+                self.deliver(sample)
+        except Exception as exc:  # noqa: BLE001  (reported by the consumer as the end of data)
+            self.error = exc
+        if not self.stop.is_set():
+            self.deliver(None)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop and join; a thread stuck inside NVML is a daemon and cannot keep us alive."""
+        self.stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self.source.close()

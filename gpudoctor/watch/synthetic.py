@@ -1,0 +1,116 @@
+"""Synthetic 8x H100 readings for tests, fixtures and the fake source (no GPU needed).
+
+Each scenario is a pure function of (sample number, seed), so a fixture regenerates byte
+for byte. The numbers follow a real 8x H100 80GB HBM3 box under DDP training (700 W
+limit, ~61 GiB used, ~95-100% utilization).
+"""
+
+from __future__ import annotations
+
+import random
+
+from gpudoctor.watch.model import THROTTLE_HW_THERMAL, THROTTLE_SW_POWER, GpuReading, ProcReading, Sample
+
+SCENARIOS = ("healthy", "straggler", "hung", "starved", "throttle", "memory", "idle")
+NAME = "NVIDIA H100 80GB HBM3"
+MEM_TOTAL = 81559
+POWER_LIMIT = 700.0
+STRAGGLER_GPU = 3
+HUNG_SUSPECT = 5
+HUNG_AFTER = 30  # samples of healthy training before the hang
+THROTTLED_GPU = 2
+PROCESS_EVERY = 5  # samples between process readings
+
+
+def _busy(rng: random.Random, index: int, util_lo: int = 95, util_hi: int = 100) -> dict[str, object]:
+    return {
+        "util": rng.randint(util_lo, util_hi),
+        "mem_util": rng.randint(35, 55),
+        "mem_used": 61000 + rng.randint(-200, 200),
+        "power": round(rng.uniform(560, 690), 1),
+        "temp": rng.randint(58, 70),
+        "sm_clock": 1980,
+        "pcie_rx": rng.randint(1500, 2500),
+        "pcie_tx": rng.randint(800, 1200),
+        "throttle": 0,
+    }
+
+
+def gpu_values(scenario: str, i: int, index: int, rng: random.Random, n_gpus: int) -> dict[str, object]:
+    v = _busy(rng, index)
+    if scenario == "idle":
+        v.update(
+            util=0,
+            mem_util=0,
+            mem_used=4,
+            power=round(rng.uniform(68, 75), 1),
+            temp=33,
+            sm_clock=345,
+            pcie_rx=0,
+            pcie_tx=0,
+            throttle=0x1,
+        )
+    elif scenario == "straggler" and index == STRAGGLER_GPU:
+        v.update(util=rng.randint(52, 64), power=round(rng.uniform(330, 380), 1), sm_clock=1980)
+    elif scenario == "hung" and i >= HUNG_AFTER:
+        if index == HUNG_SUSPECT % n_gpus:
+            v.update(util=0, mem_util=0, power=round(rng.uniform(70, 74), 1), pcie_rx=0, pcie_tx=0, temp=41)
+        else:  # an NCCL kernel spinning on a flag: busy by NVML's count, drawing idle power
+            v.update(util=100, mem_util=0, power=round(rng.uniform(76, 84), 1), pcie_rx=0, pcie_tx=0, temp=44)
+    elif scenario == "starved" and i % 5 in (1, 2, 3):
+        v.update(util=rng.randint(8, 30), power=round(rng.uniform(150, 220), 1), mem_util=rng.randint(2, 8))
+    elif scenario == "throttle" and index == THROTTLED_GPU:
+        v.update(temp=rng.randint(87, 90), sm_clock=1410, throttle=THROTTLE_HW_THERMAL | THROTTLE_SW_POWER)
+    elif scenario == "memory" and index == 0:
+        v.update(mem_used=78200 + rng.randint(-100, 100))
+    return v
+
+
+def host_cpu(scenario: str, i: int, rng: random.Random) -> float:
+    if scenario == "starved":
+        return round(rng.uniform(93, 99), 1)
+    return round(rng.uniform(20, 40), 1)
+
+
+def synthetic_sample(
+    scenario: str, i: int, t: float, n_gpus: int = 8, seed: int = 0, pids: tuple[int, ...] = ()
+) -> Sample:
+    """Sample number `i` of `scenario` at time `t`; processes every PROCESS_EVERY samples."""
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r} (one of {', '.join(SCENARIOS)})")
+    rng = random.Random(seed * 1_000_003 + i)
+    gpus = []
+    for index in range(n_gpus):
+        v = gpu_values(scenario, i, index, rng, n_gpus)
+        gpus.append(
+            GpuReading(
+                index=index,
+                name=NAME,
+                uuid=f"GPU-{index:08x}-0000-4000-8000-00000000cafe",
+                mem_total=MEM_TOTAL,
+                power_limit=POWER_LIMIT,
+                **v,
+            )
+        )  # type: ignore[arg-type]
+    procs = None
+    if i % PROCESS_EVERY == 0:
+        procs = tuple(
+            ProcReading(
+                pid=pids[index] if index < len(pids) else 4100 + index,
+                gpu=index,
+                gpu_mem=max(0, (gpus[index].mem_used or 0) - 520),
+                user="train",
+                cpu=round(rng.uniform(95, 105), 1),
+                rss=rng.randint(9000, 9400),
+                command=f"python train.py --local_rank={index}",
+            )
+            for index in range(n_gpus)
+            if scenario != "idle"
+        )
+    return Sample(t=round(t, 3), gpus=tuple(gpus), cpu=host_cpu(scenario, i, rng), procs=procs)
+
+
+def synthetic_run(
+    scenario: str, n: int, n_gpus: int = 8, t0: float = 1_700_000_000.0, interval: float = 1.0, seed: int = 0
+) -> list[Sample]:
+    return [synthetic_sample(scenario, i, t0 + i * interval, n_gpus, seed) for i in range(n)]
