@@ -256,6 +256,9 @@ def _fail(argv: list[str], kind: str, message: str, exit_code: int) -> None:
 
 def register_subcommands() -> None:
     """Commands that live beside their subsystem (watch, bench) are added here."""
+    from gpudoctor.watch.command import register as register_watch  # light: click only, textual is lazy
+
+    register_watch(main)
 
 
 register_subcommands()
