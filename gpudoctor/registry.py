@@ -36,10 +36,15 @@ CODE_MODULES = ["gpudoctor.watch.codes"]
 # Modules under gpudoctor/checks/, in the order their results are shown.
 CHECK_MODULES = [
     "nvml",
+    "driver_stack",
     "visibility",
     "identity",
     "topology",
+    "health",
+    "gpu_modes",
+    "nccl_env",
     "memory",
+    "host_resources",
 ]
 
 

@@ -1,0 +1,327 @@
+"""GD5 (host resources): /dev/shm, ulimits, CPU cores and NUMA placement per GPU, containers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudoctor.checks.targets import gpu_list, target_gpus, version_tuple
+from gpudoctor.findings import Finding, Status
+from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.snapshot import Gpu, Snapshot, known
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+SHM_SMALL = Code(
+    "GD510",
+    "shm-too-small",
+    "/dev/shm is large enough for NCCL and DataLoader workers",
+    what="Reads the size of /dev/shm and compares it with max(512 MiB, 128 MiB per GPU the run uses) "
+    "(1 GiB for 8 GPUs, NCCL's own `--shm-size=1g` advice). Below 256 MiB with several GPUs fails "
+    "(Docker's default is 64 MiB). With NCCL 2.24 or newer, a driver for CUDA 12.6+ and outside a "
+    "container, NCCL keeps its buffers in cuMem host memory instead, so a small /dev/shm only warns "
+    "(DataLoader workers still use it).",
+    why="NCCL's shared-memory transport and torch DataLoader workers put their buffers in /dev/shm. "
+    "When it fills, NCCL fails with 'Call to posix_fallocate failed: No space left on device' / "
+    "'unhandled system error' and workers die with a bus error, usually minutes into the run.",
+    fix="Docker: `docker run --shm-size=1g --ulimit memlock=-1 ...` or `--ipc=host`. Kubernetes: mount an "
+    "`emptyDir: {medium: Memory, sizeLimit: 1Gi}` at /dev/shm. Bare metal: "
+    "`sudo mount -o remount,size=8G /dev/shm`.",
+)
+MEMLOCK = Code(
+    "GD511",
+    "memlock-limited",
+    "The locked-memory limit allows RDMA (memlock unlimited)",
+    what="Reads the memlock ulimit (RLIMIT_MEMLOCK) on hosts with InfiniBand/RoCE/EFA interfaces.",
+    why="NCCL's InfiniBand and GPUDirect RDMA transports register (pin) large buffers; a small memlock "
+    "limit makes registration fail ('ibv_reg_mr failed', 'Cannot allocate memory') or NCCL falls back "
+    "to slow TCP sockets between nodes.",
+    fix="Set it unlimited: `ulimit -l unlimited` in the launching shell, `LimitMEMLOCK=infinity` in the "
+    "systemd unit, `* - memlock unlimited` in /etc/security/limits.conf, or `docker run --ulimit "
+    "memlock=-1`.",
+)
+NOFILE = Code(
+    "GD512",
+    "nofile-low",
+    "The open-files limit is high enough for multi-GPU data loading",
+    what="Reads the open-files ulimit (RLIMIT_NOFILE soft limit) when the run uses several GPUs; below 4096 warns.",
+    why="torch shares tensors between DataLoader workers and ranks through file descriptors by default; "
+    "with several workers per GPU a 1024 limit ends in 'Too many open files' or 'received 0 items of "
+    "ancdata'.",
+    fix="Raise it: `ulimit -n 65536` (hard limit permitting), `LimitNOFILE=` in systemd, or `docker run "
+    "--ulimit nofile=65536:65536`. Or call torch.multiprocessing.set_sharing_strategy('file_system').",
+)
+CPU_PER_GPU = Code(
+    "GD515",
+    "cpu-cores-per-gpu",
+    "Enough usable CPU cores per GPU for data loading",
+    what="Counts the CPUs this process may use (its affinity, capped by a cgroup CPU quota) per GPU the "
+    "run uses: fewer than 4 per GPU warns, fewer than 1 fails.",
+    why="Each rank needs a core for its Python loop plus DataLoader workers; too few cores starve the "
+    "GPUs (low utilisation, slow steps) no matter how fast they are.",
+    fix="Give the job more CPUs (Slurm `--cpus-per-task`, Kubernetes `resources.limits.cpu`, `docker run "
+    "--cpus`), or lower DataLoader num_workers so ranks do not fight over cores.",
+)
+NUMA_AFFINITY = Code(
+    "GD516",
+    "gpu-numa-no-cpus",
+    "Every GPU has CPUs of its own NUMA node available",
+    what="For each GPU the run uses, intersects the CPUs of the GPU's NUMA node (or NVML's CPU affinity "
+    "of the GPU) with the CPUs this process may run on.",
+    why="A rank whose CPUs sit on the other socket copies every batch across the socket interconnect: "
+    "host-to-device bandwidth drops and step time grows, and only on those GPUs.",
+    fix="Let the job use CPUs on every NUMA node that has GPUs (Slurm `--cpu-bind`, cgroup cpusets, "
+    "`docker run --cpuset-cpus`), and bind each rank near its GPU (`numactl --cpunodebind=<node>`, or "
+    "torchrun `--numa-binding` where available).",
+)
+CONTAINER = Code(
+    "GD520",
+    "container",
+    "Running inside a container: what that changes",
+    what="Detects a container (Docker, Podman, Kubernetes, ...) and reports what it changes for GPU "
+    "jobs: process IDs that NVML reports are host PIDs, and limits (memory, CPU, /dev/shm) come from "
+    "the container's cgroup rather than the host.",
+    why="Inside a container NVML lists processes by host PID, so tools show 'No such process' or empty "
+    "process lists; memory, CPU and /dev/shm are smaller than the machine; systemd services "
+    "(fabric manager, persistence daemon) are not visible.",
+    fix="Nothing to fix by itself. To see GPU processes by name, run with `--pid=host`; give NCCL room with "
+    "`--shm-size=1g` or `--ipc=host` and `--ulimit memlock=-1`; check host-side services on the host.",
+)
+CODES = [SHM_SMALL, MEMLOCK, NOFILE, CPU_PER_GPU, NUMA_AFFINITY, CONTAINER]
+
+SHM_FLOOR = 512 * MIB
+SHM_PER_GPU = 128 * MIB
+SHM_FAIL = 256 * MIB
+NOFILE_MIN = 4096
+CORES_WARN = 4.0
+CORES_FAIL = 1.0
+_RDMA_PREFIXES = ("ib", "rdma", "roce", "efa", "mlx")
+
+
+def _size(n: int) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n // MIB} MiB"
+
+
+def _nccl_avoids_shm(snapshot: Snapshot) -> bool:
+    """NCCL >= 2.24 keeps intra-node buffers in cuMem host memory (driver CUDA >= 12.6, runtime >= 12.2);
+    in a container that needs NUMA support (SYS_NICE), which Docker withholds, so NCCL falls back."""
+    sw, drv = snapshot.software, snapshot.driver
+    if not (known(sw.torch_nccl) and known(sw.torch_cuda) and sw.torch_cuda and known(drv.cuda_driver_version)):
+        return False
+    nccl, runtime, driver = (version_tuple(str(v)) for v in (sw.torch_nccl, sw.torch_cuda, drv.cuda_driver_version))
+    if nccl is None or runtime is None or driver is None:
+        return False
+    in_container = bool(value if known(value := snapshot.host.container) else False)
+    return nccl >= (2, 24) and runtime >= (12, 2) and driver >= (12, 6) and not in_container
+
+
+def shm(ctx: CheckContext, gpus: list[Gpu]) -> list[Finding]:
+    total = ctx.snapshot.host.shm_total_bytes
+    if not known(total) or not gpus:
+        return []
+    n = len(gpus)
+    want = max(SHM_FLOOR, SHM_PER_GPU * n)
+    relieved = _nccl_avoids_shm(ctx.snapshot)
+    evidence: dict[str, Any] = {
+        "shm_bytes": total,
+        "gpus": n,
+        "expected_bytes": want,
+        "nccl": ctx.snapshot.software.torch_nccl,
+        "nccl_uses_cumem_host": relieved,
+    }
+    if total >= want:
+        return [Finding(SHM_SMALL.code, Status.PASS, "host", f"/dev/shm is {_size(total)}", "", evidence)]
+    status = Status.FAIL if n >= 2 and total < SHM_FAIL and not relieved else Status.WARN
+    who = "NCCL and DataLoader workers"
+    if relieved:
+        who = "DataLoader workers (NCCL >= 2.24 keeps its buffers elsewhere here)"
+    return [
+        Finding(
+            SHM_SMALL.code,
+            status,
+            "host",
+            f"/dev/shm is only {_size(total)} for {n} GPU(s) (want {_size(want)}): {who} run out of shared memory",
+            "docker run --shm-size=1g (or --ipc=host); Kubernetes: a memory emptyDir at /dev/shm; bare metal: "
+            "sudo mount -o remount,size=8G /dev/shm",
+            evidence,
+        )
+    ]
+
+
+def memlock(ctx: CheckContext) -> list[Finding]:
+    host = ctx.snapshot.host
+    limit = host.memlock_limit_bytes
+    ifaces = host.network_interfaces if known(host.network_interfaces) else []
+    rdma = [i for i in ifaces if i.lower().startswith(_RDMA_PREFIXES)]
+    if not known(limit) or not rdma:
+        return []
+    evidence = {
+        "memlock_bytes": "unlimited" if limit is None else limit,
+        "rdma_interfaces": rdma,
+        "expected": "unlimited",
+    }
+    if limit is None:
+        return [Finding(MEMLOCK.code, Status.PASS, "host", "memlock is unlimited", "", evidence)]
+    return [
+        Finding(
+            MEMLOCK.code,
+            Status.WARN,
+            "host",
+            f"memlock is limited to {_size(limit) if limit >= MIB else f'{limit // 1024} KiB'} on a host with "
+            f"RDMA interfaces ({', '.join(rdma[:3])}): NCCL cannot register its buffers",
+            "ulimit -l unlimited (limits.conf, LimitMEMLOCK=infinity, or docker --ulimit memlock=-1)",
+            evidence,
+        )
+    ]
+
+
+def nofile(ctx: CheckContext, gpus: list[Gpu]) -> list[Finding]:
+    limit = ctx.snapshot.host.nofile_limit
+    if not known(limit) or len(gpus) < 2:
+        return []
+    evidence = {"nofile": "unlimited" if limit is None else limit, "expected": f">= {NOFILE_MIN}"}
+    if limit is None or limit >= NOFILE_MIN:
+        return [Finding(NOFILE.code, Status.PASS, "host", f"open-files limit is {evidence['nofile']}", "", evidence)]
+    return [
+        Finding(
+            NOFILE.code,
+            Status.WARN,
+            "host",
+            f"open-files limit is {limit}: DataLoader workers sharing tensors run out of file descriptors",
+            "ulimit -n 65536 (or torch.multiprocessing.set_sharing_strategy('file_system'))",
+            evidence,
+        )
+    ]
+
+
+def _usable_cpus(snapshot: Snapshot) -> tuple[float | None, dict[str, Any]]:
+    host = snapshot.host
+    evidence: dict[str, Any] = {}
+    count: float | None = None
+    if known(host.cpu_affinity) and host.cpu_affinity:
+        count = float(len(host.cpu_affinity))
+        evidence["cpu_affinity"] = len(host.cpu_affinity)
+    elif known(host.cpu_count):
+        count = float(host.cpu_count)
+        evidence["cpu_count"] = host.cpu_count
+    if known(host.cpu_quota) and host.cpu_quota:
+        evidence["cgroup_cpu_quota"] = host.cpu_quota
+        count = host.cpu_quota if count is None else min(count, host.cpu_quota)
+    return count, evidence
+
+
+def cpu_per_gpu(ctx: CheckContext, gpus: list[Gpu]) -> list[Finding]:
+    cpus, evidence = _usable_cpus(ctx.snapshot)
+    if cpus is None or not gpus:
+        return []
+    per = cpus / len(gpus)
+    evidence.update(
+        {
+            "usable_cpus": cpus,
+            "gpus": len(gpus),
+            "cpus_per_gpu": round(per, 2),
+            "expected": f">= {CORES_WARN:g} per GPU",
+        }
+    )
+    if per >= CORES_WARN:
+        return [Finding(CPU_PER_GPU.code, Status.PASS, "host", f"{per:.1f} usable CPU cores per GPU", "", evidence)]
+    status = Status.FAIL if per < CORES_FAIL else Status.WARN
+    return [
+        Finding(
+            CPU_PER_GPU.code,
+            status,
+            "host",
+            f"only {cpus:g} usable CPU core(s) for {len(gpus)} GPU(s) ({per:.1f} per GPU): data loading "
+            "will starve the GPUs",
+            "Request more CPUs (Slurm --cpus-per-task, k8s limits.cpu, docker --cpus) or lower num_workers.",
+            evidence,
+        )
+    ]
+
+
+def numa(ctx: CheckContext, gpus: list[Gpu]) -> list[Finding]:
+    host = ctx.snapshot.host
+    if not known(host.cpu_affinity) or not host.cpu_affinity:
+        return []
+    mine = set(host.cpu_affinity)
+    numa_cpus = host.numa_cpus if known(host.numa_cpus) else {}
+    stranded: list[int] = []
+    checked: list[int] = []
+    nodes: dict[int, Any] = {}
+    for g in gpus:
+        near: list[int] | None = None
+        if known(g.numa_node) and str(g.numa_node) in numa_cpus:
+            near = numa_cpus[str(g.numa_node)]
+            nodes[g.index] = g.numa_node
+        elif known(g.cpu_affinity) and g.cpu_affinity:
+            near = g.cpu_affinity
+        if near is None:
+            continue
+        checked.append(g.index)
+        if not mine.intersection(near):
+            stranded.append(g.index)
+    if not checked:
+        return []
+    evidence = {"gpus_without_local_cpus": stranded, "gpu_numa_nodes": nodes, "process_cpus": len(mine)}
+    if not stranded:
+        return [
+            Finding(
+                NUMA_AFFINITY.code,
+                Status.PASS,
+                "host",
+                f"every GPU ({gpu_list(checked)}) has CPUs of its NUMA node available",
+                "",
+                evidence,
+            )
+        ]
+    return [
+        Finding(
+            NUMA_AFFINITY.code,
+            Status.WARN,
+            "host",
+            f"GPU {gpu_list(stranded)}: none of their NUMA node's CPUs are in this process's affinity; "
+            "their ranks will feed them across the socket interconnect",
+            "Allow CPUs on every GPU's NUMA node (cpuset, --cpuset-cpus, Slurm --cpu-bind) and bind each "
+            "rank near its GPU.",
+            evidence,
+        )
+    ]
+
+
+def container(ctx: CheckContext) -> list[Finding]:
+    host = ctx.snapshot.host
+    kind = host.container
+    if not known(kind) or not kind:
+        return []
+    changes = ["NVML reports host PIDs"]
+    if host.pid_namespace_isolated is True:
+        changes.append("processes outside the container are not visible by name (run with --pid=host to see them)")
+    if known(host.cgroup_memory_limit_bytes) and host.cgroup_memory_limit_bytes:
+        changes.append(f"memory is limited to {_size(host.cgroup_memory_limit_bytes)} by the cgroup")
+    if known(host.cpu_quota) and host.cpu_quota:
+        changes.append(f"CPU is limited to {host.cpu_quota:g} cores by the cgroup")
+    changes.append("host services (fabric manager, persistence daemon) are not visible")
+    evidence = {
+        "container": kind,
+        "pid_namespace_isolated": host.pid_namespace_isolated,
+        "cgroup_memory_limit_bytes": host.cgroup_memory_limit_bytes if known(host.cgroup_memory_limit_bytes) else None,
+        "cpu_quota": host.cpu_quota if known(host.cpu_quota) else None,
+    }
+    return [
+        Finding(
+            CONTAINER.code, Status.PASS, "host", f"running in a {kind} container: " + "; ".join(changes), "", evidence
+        )
+    ]
+
+
+@check("host_resources", "Host resources (/dev/shm, limits, CPUs per GPU, NUMA)", codes=CODES)
+def host_resources(ctx: CheckContext) -> list[Finding]:
+    gpus = target_gpus(ctx)
+    return [
+        *shm(ctx, gpus),
+        *memlock(ctx),
+        *nofile(ctx, gpus),
+        *cpu_per_gpu(ctx, gpus),
+        *numa(ctx, gpus),
+        *container(ctx),
+    ]

@@ -1,0 +1,77 @@
+"""NVIDIA XID error codes: which ones mean the hardware is at fault, and what the common ones are.
+
+The hardware set is Imbue's (the XIDs their fleet tooling treats as a failed GPU): 48, 56-58,
+62-64, 68-77, 79-86, 88-89, 92, 94-105, 110-120, 122-125. XIDs 13, 31, 43 and 45 are raised
+by applications (a bad kernel, an illegal address, a killed process) and do not condemn the GPU.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+XidClass = Literal["hardware", "application", "other"]
+
+
+def _ranges(*spans: tuple[int, int] | int) -> frozenset[int]:
+    out: set[int] = set()
+    for span in spans:
+        if isinstance(span, int):
+            out.add(span)
+        else:
+            out.update(range(span[0], span[1] + 1))
+    return frozenset(out)
+
+
+HARDWARE_XIDS = _ranges(48, (56, 58), (62, 64), (68, 77), (79, 86), (88, 89), 92, (94, 105), (110, 120), (122, 125))
+APPLICATION_XIDS = frozenset({13, 31, 43, 45})
+
+# Short names of the XIDs users meet most (NVIDIA's XID catalogue).
+XID_NAMES = {
+    13: "graphics engine exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "preemptive cleanup after a previous error",
+    48: "double-bit ECC error",
+    61: "internal micro-controller breakpoint",
+    62: "internal micro-controller halt",
+    63: "ECC page retirement or row remapping event",
+    64: "ECC page retirement or row remapping failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    109: "context switch timeout",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+
+
+def classify(xid: int) -> XidClass:
+    if xid in HARDWARE_XIDS:
+        return "hardware"
+    if xid in APPLICATION_XIDS:
+        return "application"
+    return "other"
+
+
+def describe(xid: int) -> str:
+    name = XID_NAMES.get(xid)
+    return f"XID {xid} ({name})" if name else f"XID {xid}"
+
+
+_BUS_RE = re.compile(r"(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-7])?\s*$")
+
+
+def bus_key(pci_bus_id: str) -> str | None:
+    """'00000000:18:00.0' (NVML) and 'PCI:0000:18:00' (kernel log) -> '0:18:00'.
+
+    Domain (any width), bus and device; the kernel log leaves out the function, and a GPU is
+    one device, so bus:device names it.
+    """
+    match = _BUS_RE.search(pci_bus_id.strip())
+    if match is None:
+        return None
+    domain = int(match.group(1), 16) if match.group(1) else 0
+    return f"{domain:x}:{match.group(2)}:{match.group(3)}".lower()
