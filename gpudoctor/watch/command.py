@@ -179,9 +179,7 @@ def report(recording: str, as_json: bool) -> None:
         doc["command"] = "report"
         click.echo(json.dumps(doc, indent=2))
     else:
-        if rec.damage:
-            click.echo(f"gpudoctor: {rec.damage}", err=True)
-        click.echo(render_text(summary), nl=False)
+        click.echo(render_text(summary), nl=False)  # a damaged recording is noted in the summary
 
 
 def register(group: click.Group) -> None:

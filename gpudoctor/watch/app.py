@@ -1,0 +1,211 @@
+"""The Textual dashboard. It draws what the session hands it and decides nothing itself.
+
+Samples arrive from the session's queue through a thread worker (so a stalled NVML call
+never blocks the UI); the only timer runs once per interval to notice stale readings.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from typing import Any
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
+from textual.worker import get_current_worker
+
+from gpudoctor.watch.model import Sample
+from gpudoctor.watch.session import End, Session, Update
+from gpudoctor.watch.widgets import SORTS, BalancePanel, GpuTable, ProcessTable
+
+HELP = """\
+[b]gpudoctor watch[/b]: are all my GPUs working evenly?
+
+  [b]q[/b]  quit (a command started by gpudoctor is stopped too)
+  [b]p[/b]  pause / resume drawing (sampling and --record go on)
+  [b]s[/b]  sort the process table: GPU memory, CPU%, PID, GPU
+  [b]?[/b]  this help
+
+GPU numbers marked [yellow]*[/] are named by a verdict, [red]![/] are suspects.
+A dimmed row is stale: NVML did not answer in time. n/a: the GPU does not report it.
+Every verdict code has a page: gpudoctor explain GD901 ... GD908.
+
+Press any key to close."""
+
+
+class SampleArrived(Message):
+    def __init__(self, sample: Sample) -> None:
+        super().__init__()
+        self.sample = sample
+
+
+class SourceEnded(Message):
+    def __init__(self, end: End) -> None:
+        super().__init__()
+        self.end = end
+
+
+class HelpScreen(ModalScreen[None]):
+    def compose(self) -> ComposeResult:
+        yield Static(HELP, id="help")
+
+    def on_key(self) -> None:
+        self.dismiss()
+
+
+class WatchApp(App[str]):
+    CSS_PATH = "app.tcss"
+    TITLE = "gpudoctor watch"
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("p", "pause", "pause"),
+        Binding("s", "sort", "sort"),
+        Binding("question_mark", "help", "help", key_display="?"),
+    ]
+
+    def __init__(
+        self, session: Session, *, live: bool = True, preload: list[Sample] | None = None, duration: float | None = None
+    ) -> None:
+        super().__init__()
+        self.session = session
+        self.live = live
+        self.preload = preload or []
+        self.duration = duration
+        self.paused = False
+        self.stale = False
+        self.ended: str | None = None
+        self.sort = next(iter(SORTS))
+        self.last: Update | None = None
+        self.procs: tuple[Any, ...] = ()
+        self.samples_seen = 0
+        self.started = time.monotonic()
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="status")
+        with Vertical(id="main"):
+            yield GpuTable(id="gpus")
+            yield BalancePanel(id="balance")
+            yield ProcessTable(id="procs")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#balance").border_title = "balance"
+        self.query_one("#procs").border_title = "processes"
+        self.query_one("#gpus").border_title = "GPUs"
+        for s in self.preload:
+            self._take(s)
+        self._draw()
+        if self.live:
+            self._pump()
+            self.set_interval(self.session.source.interval, self._check_stale)
+            if self.duration is not None:
+                self.set_timer(self.duration, lambda: self.exit("duration"))
+
+    @work(thread=True, exclusive=True, exit_on_error=False)
+    def _pump(self) -> None:
+        """Moves samples from the session queue to the UI thread as messages."""
+        worker = get_current_worker()
+        while not worker.is_cancelled:
+            try:
+                item = self.session.queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if isinstance(item, End):
+                self.post_message(SourceEnded(item))
+                return
+            self.post_message(SampleArrived(item))
+
+    def on_sample_arrived(self, message: SampleArrived) -> None:
+        self._take(message.sample)
+        if self.stale:
+            self.stale = False
+        self._draw()
+
+    def on_source_ended(self, message: SourceEnded) -> None:
+        if message.end.reason == "job":
+            self.exit("job")
+        else:
+            self.ended = "recording ended" if self.session.damage is None else "recording ended at the damage"
+            if message.end.detail:
+                self.ended = f"sampling stopped: {message.end.detail}"
+            self._draw_status()
+
+    def _take(self, sample: Sample) -> None:
+        self.last = self.session.handle(sample)
+        self.samples_seen += 1
+        self.query_one(GpuTable).add_history(self.last.sample.gpus)
+        if self.last.sample.procs is not None:
+            self.procs = self.last.sample.procs
+            if not self.paused:
+                self.query_one(ProcessTable).show(self.procs, self.sort)
+
+    def _check_stale(self) -> None:
+        quiet = time.monotonic() - self.session.last_arrival
+        stale = self.ended is None and quiet >= self.session.stale_after
+        if stale != self.stale:
+            self.stale = stale
+            self._draw()
+
+    # -- drawing ---------------------------------------------------------------------------------
+    def _draw(self) -> None:
+        self._draw_status()
+        if self.paused or self.last is None:
+            return
+        flagged: dict[int, str] = {}
+        for v in self.last.verdicts:
+            for g in v.gpus:
+                flagged[g] = "!" if v.severity == "fail" else flagged.get(g, "*")
+        self.query_one(GpuTable).show(self.last.sample.gpus, flagged, self.stale)
+        self.query_one(BalancePanel).show(
+            self.last.builder.balance, self.last.verdicts, self.session.thresholds.window_s
+        )
+
+    def _draw_status(self) -> None:
+        parts = [f"source: {self.session.source.label}"]
+        if self.last is not None:
+            b = self.last.builder
+            elapsed = int((b.end or 0) - (b.start or 0))
+            parts.append(f"{len(self.last.sample.gpus)} GPU(s)")
+            parts.append(f"t+{elapsed // 60:02d}:{elapsed % 60:02d}")
+        else:
+            parts.append("waiting for the first reading")
+        parts.append(f"interval {self.session.source.interval:g} s")
+        job = self.session.job
+        if job is not None:
+            parts.append(f"following PID {job.root.pid}: {job.command[:60]}")
+        if self.stale:
+            parts.append("[b red]STALE: no reading from NVML[/]")
+        if self.paused:
+            parts.append("[b yellow]PAUSED[/]")
+        if self.ended:
+            parts.append(f"[b]{self.ended}[/]")
+        parts.append(f"processes by {self.sort}")
+        self.query_one("#status", Static).update("  |  ".join(parts))
+
+    # -- keys ------------------------------------------------------------------------------------
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        if not self.paused:
+            self.query_one(ProcessTable).show(self.procs, self.sort)
+        self._draw()
+
+    def action_sort(self) -> None:
+        keys = list(SORTS)
+        self.sort = keys[(keys.index(self.sort) + 1) % len(keys)]
+        self.query_one(ProcessTable).show(self.procs, self.sort)
+        self._draw_status()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    async def action_quit(self) -> None:
+        self.exit("quit")
+
+
+def run_app(session: Session, duration: float | None = None) -> str | None:
+    return WatchApp(session, duration=duration).run()
