@@ -1,0 +1,249 @@
+"""GD3 (GPU identity): are the visible GPUs alike? Name the odd one out and what it costs.
+
+A data-parallel step finishes when the slowest rank does, and every rank holds the same
+model, so the weakest card sets the pace and the largest batch. Traits are compared across
+the visible GPUs; the majority value is the reference, and each GPU that differs gets a
+finding (subject gpu:<nvidia-smi index>). Without a majority (2 vs 2) one host finding lists
+the groups. Readings NVML could not give are left out of the comparison.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpudoctor.checks.visibility import skip_without_gpus
+from gpudoctor.findings import Finding, Status, gpu_subject
+from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.snapshot import Gpu, Missing
+
+MODEL = Code(
+    "GD301",
+    "gpu-model-mismatch",
+    "The visible GPUs are the same model",
+    what="Compares the product name (nvmlDeviceGetName) of every visible GPU.",
+    why="In data-parallel training every step waits for the slowest rank, so one slower card paces "
+    "the whole run; NCCL also tunes for the weakest link.",
+    fix="Train on identical GPUs: hide the odd card with CUDA_VISIBLE_DEVICES (set "
+    "CUDA_DEVICE_ORDER=PCI_BUS_ID first so the indices match nvidia-smi), or move it to another machine.",
+)
+MEMORY = Code(
+    "GD302",
+    "gpu-memory-mismatch",
+    "The visible GPUs have the same memory size",
+    what="Compares total framebuffer memory (nvmlDeviceGetMemoryInfo) of the visible GPUs, in GB.",
+    why="Each rank holds the same model and batch, so the smallest card decides the largest batch "
+    "or model that fits; the memory of the larger cards goes unused, or the small one runs out of memory.",
+    fix="Use GPUs with the same memory size, or size batch and model for the smallest card "
+    "(hide the small card with CUDA_VISIBLE_DEVICES).",
+)
+VBIOS = Code(
+    "GD303",
+    "vbios-mismatch",
+    "The visible GPUs run the same VBIOS",
+    what="Compares the VBIOS version string (nvmlDeviceGetVbiosVersion) of GPUs of the same model.",
+    why="Different firmware can mean different clocks, power behaviour and fixes; a card that was "
+    "serviced or swapped often carries another VBIOS and behaves differently under load.",
+    fix="Ask the vendor for the matching VBIOS (data-centre boards are flashed with the vendor's tools, "
+    "e.g. nvflash or the OEM firmware bundle); until then, watch the odd card for clock differences.",
+)
+POWER = Code(
+    "GD304",
+    "power-limit-mismatch",
+    "The visible GPUs have the same power limit",
+    what="Compares the enforced power limit (nvmlDeviceGetEnforcedPowerLimit) of the visible GPUs.",
+    why="A GPU capped lower than its peers clocks down under load and becomes the straggler that every step waits for.",
+    fix="Set the same limit on every GPU: `sudo nvidia-smi -i <gpu> -pl <watts>` (check the allowed "
+    "range with `nvidia-smi -q -d POWER`), and look for a cap set by a startup script or a BMC.",
+)
+MODES = Code(
+    "GD305",
+    "gpu-mode-mismatch",
+    "The visible GPUs have the same persistence, compute, MIG and ECC modes",
+    what="Compares persistence mode, compute mode, MIG mode and ECC mode (current) of the visible GPUs.",
+    why="A GPU whose modes differ from its peers behaves differently in the same job: slower start-up "
+    "without persistence, refused contexts in exclusive mode, a MIG GPU that cannot be used whole, "
+    "a little less memory with ECC on.",
+    fix="Set the modes alike: `sudo nvidia-smi -pm 1` (persistence), `sudo nvidia-smi -c DEFAULT` "
+    "(compute), `sudo nvidia-smi -mig 0` (MIG, needs a GPU reset), `sudo nvidia-smi -e 1` (ECC, "
+    "takes effect after a reboot).",
+)
+PCIE = Code(
+    "GD306",
+    "pcie-max-link-mismatch",
+    "The visible GPUs have the same maximum PCIe link",
+    what="Compares the maximum PCIe generation and width each GPU can reach in its slot "
+    "(nvmlDeviceGetMaxPcieLinkGeneration / Width, limited by GPU and slot together).",
+    why="A card in a narrower or older slot has less host bandwidth: data loading, checkpointing and "
+    "NCCL traffic over PCIe are slower for that rank, and every step waits for it.",
+    fix="Move the card to a full x16 slot of the same generation as the others, or check the BIOS "
+    "slot settings (bifurcation, forced generation) and riser cables.",
+)
+CODES = [MODEL, MEMORY, VBIOS, POWER, MODES, PCIE]
+
+
+def _article(name: str) -> str:
+    return "an" if name[:1].upper() in "AEIOU" or name.startswith("NVIDIA") else "a"
+
+
+def _on_off(value: Any) -> str:
+    return "on" if value else "off"
+
+
+def _gb(mib: Any) -> str:
+    return f"{mib / 1024:.0f} GB"
+
+
+def _pcie(gpu: Gpu) -> Any:
+    gen, width = gpu.pcie_gen_max, gpu.pcie_width_max
+    if isinstance(gen, Missing) or isinstance(width, Missing):
+        return Missing("not_collected")
+    return (gen, width)
+
+
+@dataclass(frozen=True)
+class Trait:
+    code: Code
+    label: str  # evidence key and wording
+    get: Callable[[Gpu], Any]
+    show: Callable[[Any], str]
+    status: Status
+    cost: str
+    key: Callable[[Any], Any] = lambda v: v  # values with the same key count as equal
+    per_model: bool = False  # compare only GPUs of the same model (a 4080 has its own VBIOS)
+
+    def lead(self, value: Any) -> str:
+        """'is an NVIDIA GeForce RTX 4080' / 'has power limit 350 W'."""
+        if self.label == "model":
+            return f"is {_article(value)} {value}"
+        return f"has {self.label} {self.show(value)}"
+
+
+TRAITS = [
+    Trait(MODEL, "model", lambda g: g.name, str, Status.FAIL, "every step waits for the slowest card"),
+    Trait(
+        MEMORY,
+        "memory",
+        lambda g: g.memory_total_mib,
+        _gb,
+        Status.FAIL,
+        "the smallest card caps the batch and model size of every rank",
+        key=lambda mib: round(mib / 1024),
+    ),
+    Trait(
+        VBIOS,
+        "VBIOS",
+        lambda g: g.vbios,
+        str,
+        Status.WARN,
+        "different firmware can clock and behave differently",
+        per_model=True,
+    ),
+    Trait(
+        POWER,
+        "power limit",
+        lambda g: g.power_limit_w,
+        lambda w: f"{w:.0f} W",
+        Status.WARN,
+        "a lower cap clocks the card down under load and every step waits for it",
+        key=lambda w: round(w),
+        per_model=True,
+    ),
+    Trait(
+        MODES,
+        "persistence mode",
+        lambda g: g.persistence_mode,
+        _on_off,
+        Status.WARN,
+        "without persistence the driver re-initialises the GPU for each process (slower start, settings reset)",
+    ),
+    Trait(
+        MODES,
+        "compute mode",
+        lambda g: g.compute_mode,
+        str,
+        Status.WARN,
+        "an exclusive or prohibited GPU refuses contexts the others accept",
+    ),
+    Trait(
+        MODES,
+        "MIG mode",
+        lambda g: g.mig_mode_current,
+        _on_off,
+        Status.WARN,
+        "a GPU in MIG mode cannot be used as a whole GPU by the run",
+    ),
+    Trait(
+        MODES,
+        "ECC mode",
+        lambda g: g.ecc_mode_current,
+        _on_off,
+        Status.WARN,
+        "ECC changes usable memory and speed, and only the ECC GPUs catch memory errors",
+    ),
+    Trait(
+        PCIE,
+        "max PCIe link",
+        _pcie,
+        lambda v: f"Gen{v[0]} x{v[1]}",
+        Status.WARN,
+        "less host bandwidth for that rank's data loading and PCIe traffic",
+        per_model=True,
+    ),
+]
+
+
+def _gpu_names(indices: list[int]) -> str:
+    return ("GPU " if len(indices) == 1 else "GPUs ") + ",".join(str(i) for i in indices)
+
+
+def compare(gpus: list[Gpu], trait: Trait) -> list[Finding]:
+    """Findings for one trait over the visible GPUs: one pass, or the odd ones out."""
+    known = [(g, trait.get(g)) for g in gpus]
+    known = [(g, v) for g, v in known if not isinstance(v, Missing)]
+    per_gpu = {str(g.index): trait.show(v) for g, v in known}
+    if len(known) < 2:
+        return []
+    groups: dict[Any, list[tuple[Gpu, Any]]] = {}
+    for g, v in known:
+        groups.setdefault(trait.key(v), []).append((g, v))
+    ranked = sorted(groups.values(), key=len, reverse=True)
+    evidence_all = {trait.label: per_gpu}
+    if len(ranked) == 1:
+        value = ranked[0][0][1]
+        msg = f"{len(known)} GPUs alike: {trait.label} {trait.show(value)}"
+        return [Finding(trait.code.code, Status.PASS, "host", msg, "", evidence_all)]
+    majority = ranked[0]
+    if len(ranked[1]) == len(majority):  # no majority: list the groups
+        parts = "; ".join(f"{_gpu_names([g.index for g, _ in grp])}: {trait.show(grp[0][1])}" for grp in ranked)
+        msg = f"{trait.label} differs between the GPUs ({parts}): {trait.cost}"
+        return [Finding(trait.code.code, trait.status, "host", msg, trait.code.fix, evidence_all)]
+    expected = trait.show(majority[0][1])
+    out = []
+    for grp in ranked[1:]:
+        for g, v in grp:
+            msg = f"GPU {g.index} {trait.lead(v)}, the others {expected}: {trait.cost}"
+            evidence = {trait.label: trait.show(v), "expected": expected, "others": [h.index for h, _ in majority]}
+            out.append(Finding(trait.code.code, trait.status, gpu_subject(g.index), msg, trait.code.fix, evidence))
+    return out
+
+
+@check("identity", "GPU models and settings alike", codes=CODES)
+def identity(ctx: CheckContext) -> list[Finding]:
+    skipped = skip_without_gpus(ctx, MODEL.code)
+    if skipped is not None:
+        return skipped
+    gpus = list(ctx.visible.gpus)
+    if len(gpus) < 2:
+        g = gpus[0]
+        msg = f"one GPU visible ({g.name}): nothing to compare"
+        return [Finding(MODEL.code, Status.PASS, gpu_subject(g.index), msg, "", {"model": g.name})]
+    models: dict[str, list[Gpu]] = {}
+    for g in gpus:
+        models.setdefault(g.name, []).append(g)
+    out: list[Finding] = []
+    for trait in TRAITS:
+        for group in models.values() if trait.per_model else [gpus]:
+            out.extend(compare(group, trait))
+    return out

@@ -1,0 +1,280 @@
+"""GD4 (topology and links): NVLink and PCIe between the visible GPUs, and P2P support.
+
+The `nvidia-smi topo -m` matrix of the visible GPUs goes into the result's details (a table
+for the text output, the matrix for JSON). Findings name GPUs and pairs by NVML index.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import combinations
+from typing import Any
+
+from gpudoctor import topology as topo
+from gpudoctor.checks.visibility import skip_without_gpus
+from gpudoctor.findings import Finding, Status, gpu_subject, pair_subject
+from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.snapshot import Gpu, Snapshot
+
+MATRIX = Code(
+    "GD401",
+    "topology-matrix",
+    "How the visible GPUs are connected",
+    what="Builds the `nvidia-smi topo -m` matrix of the visible GPUs from NVML: NV# for pairs joined by "
+    "# NVLinks (directly or through NVSwitch), else the PCIe path (PIX, PXB, PHB, NODE, SYS), with "
+    "each GPU's CPU and NUMA affinity.",
+    why="Collective bandwidth follows the slowest hop: NVLink carries hundreds of GB/s, a PCIe path "
+    "through the CPU tens, a path across sockets (SYS) less again. Knowing the matrix explains most "
+    "all-reduce numbers.",
+    fix="Informational. Compare with the machine's specification; `nvidia-smi topo -m` shows the same.",
+)
+FEWER_LINKS = Code(
+    "GD402",
+    "nvlink-fewer-links",
+    "Every GPU has as many active NVLinks as its peers",
+    what="Counts the active NVLink links of each visible GPU (nvmlDeviceGetNvLinkState) and compares "
+    "with the count most GPUs have.",
+    why="A GPU with links down moves its share of every collective over fewer links (or over PCIe when "
+    "none is left), and the whole ring or tree waits for it. Warn below the peers' count, fail below "
+    "three quarters of it.",
+    fix="Links down on an SXM/HGX board are a hardware or fabric fault: check `nvidia-smi nvlink -s` and "
+    "`nvidia-smi nvlink -e` (error counters), reset the GPU (`nvidia-smi -r`) or reboot, restart "
+    "nvidia-fabricmanager on NVSwitch systems, and have the board serviced if links stay down.",
+)
+NO_NVLINK_PAIRS = Code(
+    "GD403",
+    "pairs-without-nvlink",
+    "No GPU pair falls back to PCIe while others use NVLink",
+    what="On machines where some visible GPU pairs are joined by NVLink, lists the pairs that are not "
+    "and the PCIe path between them (SYS: across the CPU sockets).",
+    why="A ring or tree over all GPUs is as fast as its slowest hop: A100 pairs reach ~208 GB/s over "
+    "NV12 but an all-reduce drops to ~20 GB/s once a GPU crosses SYS (nccl-tests#178).",
+    fix="Run the job on GPUs that share NVLink (CUDA_VISIBLE_DEVICES with CUDA_DEVICE_ORDER=PCI_BUS_ID), "
+    "or expect PCIe speed for the collectives; on bridged workstations, fit the missing NVLink bridges.",
+)
+PCIE_WIDTH = Code(
+    "GD404",
+    "pcie-width-degraded",
+    "Every GPU's PCIe link runs at full width",
+    what="Compares each GPU's current PCIe link width with the maximum for GPU and slot "
+    "(nvmlDeviceGetCurrPcieLinkWidth vs nvmlDeviceGetMaxPcieLinkWidth).",
+    why="A link trained narrower (x8 or x4 instead of x16) halves or quarters host bandwidth: slower "
+    "data loading, checkpointing and PCIe collectives for that rank, which the others then wait for.",
+    fix="Reseat the card, check the riser cable and the slot's bifurcation setting in the BIOS, and look "
+    "for PCIe errors in `dmesg`; `sudo lspci -vv` shows LnkCap vs LnkSta for the GPU.",
+)
+PCIE_GEN = Code(
+    "GD405",
+    "pcie-gen-below-max",
+    "Every GPU's PCIe link runs at its maximum generation",
+    what="Compares each GPU's current PCIe generation with its maximum. Idle GPUs lower the generation "
+    "to save power, so at idle this is informational; a GPU that is busy below its maximum is a warning.",
+    why="A link stuck at a lower generation under load moves data at half the rate per generation step "
+    "(Gen4 x16 ~31 GB/s, Gen3 ~16 GB/s).",
+    fix="Read it again under load (e.g. during `gpudoctor check` active checks or training). If it stays "
+    "low, check the BIOS PCIe speed setting, risers and retimers, and `dmesg` for 'downgraded' links.",
+)
+P2P = Code(
+    "GD406",
+    "p2p-unsupported",
+    "GPU pairs support peer-to-peer access",
+    what="Reads P2P read/write support for each visible GPU pair (nvmlDeviceGetP2PStatus, the data of "
+    "`nvidia-smi topo -p2p rw`).",
+    why="Without P2P, NCCL stages every transfer through host memory (its SHM transport): less bandwidth "
+    "and more CPU load. GeForce cards have P2P disabled by the driver, which is normal but slow; "
+    "missing P2P between NVLink-joined GPUs means NCCL cannot use the NVLink at all.",
+    fix="On GeForce cards nothing can be done but expect PCIe-through-host speeds. On data-centre GPUs, "
+    "check that IOMMU/ACS is not blocking P2P (`iommu=pt`, ACS disabled on the PCIe switches), that "
+    "P2P is not disabled by a registry key, and for NVLink pairs that all links are up and the fabric "
+    "manager is running.",
+)
+CODES = [MATRIX, FEWER_LINKS, NO_NVLINK_PAIRS, PCIE_WIDTH, PCIE_GEN, P2P]
+
+
+@check("topology", "NVLink, PCIe and P2P topology", codes=CODES)
+def topology(ctx: CheckContext) -> Any:
+    skipped = skip_without_gpus(ctx, MATRIX.code)
+    if skipped is not None:
+        return skipped
+    snap = ctx.snapshot
+    indices = sorted(set(ctx.visible.nvml_indices))  # nvidia-smi order, like topo -m
+    gpus = [snap.gpu(i) for i in indices]
+    labels = topo.matrix(snap, indices)
+    details = {
+        "tables": [topo.topo_table(snap, indices)],
+        "topology": {
+            "gpus": indices,
+            "matrix": labels,
+            "nvswitch": topo.has_nvswitch(snap),
+            "nvlink_generation": topo.nvlink_generation(snap),
+        },
+    }
+    out = [_summary(snap, indices)]
+    out += _fewer_links(gpus)
+    out += _pairs_without_nvlink(snap, indices)
+    out += _pcie(gpus)
+    out += _p2p(snap, indices)
+    return out, details
+
+
+def _summary(snap: Snapshot, indices: list[int]) -> Finding:
+    pairs = list(combinations(indices, 2))
+    counts = Counter(topo.link_label(snap, a, b) for a, b in pairs)
+    evidence: dict[str, Any] = {"pairs": dict(counts), "nvswitch": topo.has_nvswitch(snap)}
+    if not pairs:
+        return Finding(
+            MATRIX.code, Status.PASS, "host", f"one GPU visible (GPU {indices[0]}): no GPU pairs", "", evidence
+        )
+    gen = topo.nvlink_generation(snap)
+    if len(counts) == 1:
+        (label,) = counts
+        how = ""
+        if label.startswith("NV"):
+            via = "through NVSwitch" if topo.has_nvswitch(snap) else "direct"
+            how = f" (NVLink {gen}, {via})" if gen else f" ({via})"
+        text = f"all {len(pairs)} pairs {label}{how}"
+    else:
+        text = ", ".join(f"{n} pairs {label}" for label, n in counts.most_common())
+    return Finding(MATRIX.code, Status.PASS, "host", f"{len(indices)} GPUs: {text}", "", evidence)
+
+
+def _fewer_links(gpus: list[Gpu]) -> list[Finding]:
+    counts = {g.index: topo.active_links(g) for g in gpus if isinstance(g.nvlinks, list)}
+    if len(counts) < 2 or not any(counts.values()):
+        return []
+    tally = Counter(counts.values()).most_common()
+    top = max(n for n, c in tally if c == tally[0][1])  # the usual count; ties go to the higher one
+    out = []
+    for index, n in counts.items():
+        if n >= top:
+            continue
+        status = Status.FAIL if n < 0.75 * top else Status.WARN
+        cost = "its traffic falls back to PCIe" if n == 0 else f"collectives through it run at about {n}/{top} speed"
+        total = len(next(g for g in gpus if g.index == index).nvlinks)  # type: ignore[arg-type]
+        msg = f"GPU {index} has {n} of {total} NVLinks active, its peers {top}: {cost}"
+        evidence = {"active_links": n, "expected": top, "links": total}
+        out.append(Finding(FEWER_LINKS.code, status, gpu_subject(index), msg, FEWER_LINKS.fix, evidence))
+    if not out:
+        msg = f"{len(counts)} GPUs with {top} active NVLinks each"
+        out.append(Finding(FEWER_LINKS.code, Status.PASS, "host", msg, "", {"active_links": counts}))
+    return out
+
+
+def _pairs_without_nvlink(snap: Snapshot, indices: list[int]) -> list[Finding]:
+    pairs = list(combinations(indices, 2))
+    linked = {(a, b): topo.nvlink_count(snap, a, b) for a, b in pairs}
+    if not any(linked.values()):
+        return []
+    bare = [(a, b) for (a, b), n in linked.items() if n == 0]
+    if not bare:
+        return [Finding(NO_NVLINK_PAIRS.code, Status.PASS, "host", f"all {len(pairs)} pairs joined by NVLink", "", {})]
+    best = max(linked.values())
+    levels = {f"{a}-{b}": topo.pcie_level(snap, a, b) for a, b in bare}
+    sys_pairs = [p for p, level in levels.items() if level == "SYS"]
+    where = f"; {len(sys_pairs)} cross SYS (the CPU interconnect)" if sys_pairs else ""
+    listed = ", ".join(f"{p} {lvl}" for p, lvl in levels.items())
+    msg = (
+        f"{len(bare)} of {len(pairs)} GPU pairs have no NVLink while others have NV{best}{where}: "
+        f"collectives over all GPUs run at PCIe speed ({listed})"
+    )
+    evidence = {"pairs_without_nvlink": levels, "nvlink_pairs": len(pairs) - len(bare), "best": f"NV{best}"}
+    return [Finding(NO_NVLINK_PAIRS.code, Status.WARN, "host", msg, NO_NVLINK_PAIRS.fix, evidence)]
+
+
+def _pcie(gpus: list[Gpu]) -> list[Finding]:
+    out: list[Finding] = []
+    idle_low: list[Gpu] = []
+    measured = 0
+    for g in gpus:
+        cw, mw, cg, mg = g.pcie_width_current, g.pcie_width_max, g.pcie_gen_current, g.pcie_gen_max
+        if isinstance(cw, int) and isinstance(mw, int) and cw < mw:
+            msg = f"GPU {g.index} PCIe link runs at x{cw} of x{mw}: {cw / mw:.0%} of its host bandwidth"
+            evidence = {"width": cw, "expected": mw}
+            out.append(Finding(PCIE_WIDTH.code, Status.WARN, gpu_subject(g.index), msg, PCIE_WIDTH.fix, evidence))
+        if isinstance(cg, int) and isinstance(mg, int):
+            measured += 1
+            if cg >= mg:
+                continue
+            reasons = g.clock_event_reasons
+            if not isinstance(reasons, int) or reasons & 0x1:  # idle (or unknown): a normal downshift
+                idle_low.append(g)
+                continue
+            msg = f"GPU {g.index} PCIe link runs at Gen{cg} of Gen{mg} while busy: half the bandwidth per step"
+            evidence = {"gen": cg, "expected": mg, "clock_event_reasons": hex(reasons)}
+            out.append(Finding(PCIE_GEN.code, Status.WARN, gpu_subject(g.index), msg, PCIE_GEN.fix, evidence))
+    if not any(f.code == PCIE_WIDTH.code for f in out) and gpus:
+        widths = sorted({f"x{g.pcie_width_current}" for g in gpus if isinstance(g.pcie_width_current, int)})
+        if widths:
+            msg = f"PCIe links at full width ({', '.join(widths)})"
+            out.append(Finding(PCIE_WIDTH.code, Status.PASS, "host", msg, "", {"widths": widths}))
+    if idle_low:
+        which = ", ".join(f"GPU {g.index} Gen{g.pcie_gen_current}/{g.pcie_gen_max}" for g in idle_low)
+        msg = f"idle GPUs run their PCIe link below the maximum generation ({which}): normal power saving"
+        evidence = {str(g.index): {"gen": g.pcie_gen_current, "max": g.pcie_gen_max} for g in idle_low}
+        evidence["note"] = "idle GPUs lower the link generation; read again under load"
+        out.append(Finding(PCIE_GEN.code, Status.PASS, "host", msg, "", evidence))
+    elif measured and not any(f.code == PCIE_GEN.code for f in out):
+        gens = sorted({f"Gen{g.pcie_gen_current}" for g in gpus if isinstance(g.pcie_gen_current, int)})
+        out.append(
+            Finding(
+                PCIE_GEN.code,
+                Status.PASS,
+                "host",
+                f"PCIe links at their maximum generation ({', '.join(gens)})",
+                "",
+                {},
+            )
+        )
+    return out
+
+
+def _p2p(snap: Snapshot, indices: list[int]) -> list[Finding]:
+    bad: dict[tuple[int, int], str] = {}
+    known = 0
+    for a, b in combinations(indices, 2):
+        pair = snap.pair(a, b)
+        if pair is None:
+            continue
+        statuses = [s for s in (pair.p2p_read, pair.p2p_write) if isinstance(s, str)]
+        if not statuses:
+            continue
+        known += 1
+        failing = [s for s in statuses if s != "ok"]
+        if failing:
+            bad[(min(a, b), max(a, b))] = failing[0]
+    if not known:
+        return []
+    if not bad:
+        return [
+            Finding(P2P.code, Status.PASS, "host", f"P2P read/write supported between all {known} GPU pairs", "", {})
+        ]
+    out: list[Finding] = []
+    pcie_only = {}
+    for (a, b), status in bad.items():
+        nv = topo.nvlink_count(snap, a, b)
+        if nv:
+            msg = f"GPUs {a} and {b} are joined by NV{nv} but P2P reports {status}: NCCL cannot use the NVLink"
+            evidence = {"p2p": status, "expected": "ok", "link": f"NV{nv}"}
+            out.append(Finding(P2P.code, Status.FAIL, pair_subject(a, b), msg, P2P.fix, evidence))
+        else:
+            pcie_only[(a, b)] = status
+    if not pcie_only:
+        return out
+    geforce = all("GeForce" in snap.gpu(i).name for i in indices)
+    cost = "NCCL stages every transfer through host memory (SHM), a fraction of the PCIe bandwidth"
+    hint = P2P.fix
+    if geforce:
+        cost += "; normal for GeForce cards, whose driver disables P2P"
+        hint = "Expected on GeForce cards: nothing to fix. Budget for slower collectives, or use GPUs with P2P/NVLink."
+    statuses = sorted(set(pcie_only.values()))
+    evidence = {"pairs": {f"{a}-{b}": s for (a, b), s in pcie_only.items()}, "expected": "ok"}
+    if len(pcie_only) == known:
+        msg = f"no GPU pair supports P2P ({', '.join(statuses)}): {cost}"
+        out.append(Finding(P2P.code, Status.WARN, "host", msg, hint, evidence))
+    else:
+        for (a, b), status in pcie_only.items():
+            msg = f"GPUs {a} and {b} do not support P2P ({status}): {cost}"
+            out.append(
+                Finding(P2P.code, Status.WARN, pair_subject(a, b), msg, P2P.fix, {"p2p": status, "expected": "ok"})
+            )
+    return out

@@ -1,0 +1,282 @@
+"""GD2 (visibility and launch config): which physical GPUs will the run see, in which order?"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from gpudoctor.findings import Finding, Status
+from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.visibility import PCI_BUS_ID, Visibility
+
+VISIBLE = Code(
+    "GD201",
+    "visible-gpus",
+    "The run sees GPUs, and which ones",
+    what="Resolves CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER the way CUDA does and lists the "
+    "physical GPUs the run will use as cuda:0, cuda:1, ... with their nvidia-smi index and UUID.",
+    why="A launch that sees no GPU fails at the first `.cuda()` or silently trains on CPU; knowing "
+    "which physical GPU is cuda:0 is the first step of every multi-GPU diagnosis.",
+    fix="Unset CUDA_VISIBLE_DEVICES to use every GPU, or set it to a comma-separated list of "
+    "indices or full GPU UUIDs (`nvidia-smi -L`), with no spaces, e.g. `CUDA_VISIBLE_DEVICES=0,1,2,3`.",
+)
+EXPECTED = Code(
+    "GD202",
+    "fewer-gpus-than-expected",
+    "At least --expect-gpus GPUs are visible",
+    what="Compares the number of visible GPUs with `gpudoctor check --expect-gpus N`.",
+    why="A node that lost a GPU (fallen off the bus, hidden by the container runtime, reserved by "
+    "the scheduler) still starts a job, which then runs with fewer ranks or fails at launch.",
+    fix="Compare `nvidia-smi -L` with the expected count. A missing GPU that nvidia-smi does not list "
+    "needs a reboot or a hardware check (look for XID 79 in `dmesg`); one that nvidia-smi lists but "
+    "the run does not see is hidden by CUDA_VISIBLE_DEVICES or the container's device list "
+    "(`--gpus all`, the Kubernetes `nvidia.com/gpu` limit).",
+)
+GEOMETRY = Code(
+    "GD203",
+    "launch-geometry-mismatch",
+    "Enough GPUs for the ranks the launcher starts on this node",
+    what="Reads the launch geometry from the environment (torchrun's LOCAL_WORLD_SIZE, WORLD_SIZE on "
+    "a single node, Slurm's SLURM_NTASKS_PER_NODE / SLURM_GPUS_ON_NODE) and compares it with the "
+    "number of visible GPUs.",
+    why="More ranks than GPUs on a node makes two ranks share a GPU (out of memory, or NCCL's "
+    "'Duplicate GPU detected' error) or fails with 'invalid device ordinal' when LOCAL_RANK "
+    "exceeds the device count.",
+    fix="Make `--nproc_per_node` (or `--ntasks-per-node`) equal to the number of GPUs the job may "
+    "use, or give the job more GPUs (`--gpus-per-node`, CUDA_VISIBLE_DEVICES).",
+)
+DROPPED = Code(
+    "GD204",
+    "visible-devices-dropped",
+    "CUDA_VISIBLE_DEVICES means what it seems to",
+    what="Looks for entries of CUDA_VISIBLE_DEVICES that CUDA ignores or that end the list early: "
+    "indices past the device count, unreadable entries, spaces before UUIDs, trailing junk ('0 1' "
+    "is just 0), unknown or ambiguous UUID prefixes, repeated devices (which hide all GPUs) and an "
+    "empty value.",
+    why="CUDA does not report these: it quietly uses fewer GPUs (or none), so a job runs on half the "
+    "machine or on CPU without an error.",
+    fix="Write CUDA_VISIBLE_DEVICES as comma-separated indices or full UUIDs with no spaces and no "
+    "repeats, e.g. `CUDA_VISIBLE_DEVICES=0,1,2,3`; list the GPUs with `nvidia-smi -L`.",
+)
+ORDER = Code(
+    "GD205",
+    "device-order-mismatch",
+    "cuda:N is nvidia-smi's GPU N",
+    what="On a machine with different GPU models, checks that CUDA_DEVICE_ORDER=PCI_BUS_ID is set, "
+    "and names the cuda: indices that differ from nvidia-smi's numbering under CUDA's default "
+    "FASTEST_FIRST order.",
+    why="CUDA numbers GPUs fastest first by default, nvidia-smi and NVML by PCI bus. On mixed "
+    "machines `CUDA_VISIBLE_DEVICES=1` or `cuda:1` then picks a different card than the one "
+    "nvidia-smi calls GPU 1: jobs land on busy or slower GPUs and monitoring blames the wrong card.",
+    fix="export CUDA_DEVICE_ORDER=PCI_BUS_ID (in the job script or the shell profile) so CUDA and nvidia-smi agree.",
+)
+MIG_ONE = Code(
+    "GD206",
+    "mig-one-instance",
+    "A CUDA process uses one MIG instance",
+    what="Checks whether CUDA_VISIBLE_DEVICES lists several MIG instances, or the run would otherwise "
+    "reach more than one MIG-mode GPU.",
+    why="A CUDA process can enumerate only a single MIG instance (NVIDIA MIG user guide): the other "
+    "listed instances are ignored, so a multi-GPU run over MIG slices gets one device.",
+    fix="Run one process per MIG instance, each with its own CUDA_VISIBLE_DEVICES=MIG-<uuid> "
+    "(`nvidia-smi -L` lists them), or disable MIG for multi-GPU training (`nvidia-smi -mig 0`).",
+)
+CODES = [VISIBLE, EXPECTED, GEOMETRY, DROPPED, ORDER, MIG_ONE]
+
+GD101_SKIP = "no GPUs to check: see GD101"
+
+
+def skip_without_gpus(ctx: CheckContext, code: str) -> list[Finding] | None:
+    """One `skip` finding when there is nothing to check (no driver, no GPU, none visible)."""
+    snap = ctx.snapshot
+    if snap.driver.nvml_status != "ok" or not snap.gpus:
+        return [Finding(code, Status.SKIP, "host", GD101_SKIP, evidence={"nvml_status": snap.driver.nvml_status})]
+    if not ctx.visible.devices:
+        return [
+            Finding(
+                code,
+                Status.SKIP,
+                "host",
+                "no visible GPUs to check: see GD201",
+                evidence={"CUDA_VISIBLE_DEVICES": ctx.visible.raw},
+            )
+        ]
+    return None
+
+
+def device_list(vis: Visibility) -> str:
+    n = vis.count
+    if n > 1 and vis.nvml_indices == tuple(range(n)) and not any(d.mig for d in vis.devices):
+        return f"cuda:0-{n - 1} = nvidia-smi GPU 0-{n - 1}"
+    parts = []
+    for d in vis.devices:
+        what = f"MIG {d.mig.index} of GPU {d.nvml_index}" if d.mig else f"GPU {d.nvml_index}"
+        parts.append(f"cuda:{d.cuda_index}={what}")
+    return ", ".join(parts)
+
+
+def _leading_int(text: str) -> int | None:
+    m = re.match(r"\s*(\d+)", text)
+    return int(m.group(1)) if m else None
+
+
+def expected_local_ranks(env: Mapping[str, str]) -> tuple[int, str] | None:
+    """How many ranks the launcher starts on this node, and which variable says so."""
+    for name in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "SLURM_GPUS_ON_NODE"):
+        if name in env:
+            n = _leading_int(env[name])  # Slurm writes "8(x2)" for 8 tasks on each of 2 nodes
+            if n:
+                return n, name
+    if "WORLD_SIZE" in env:
+        nodes = [env[k] for k in ("NNODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES", "GROUP_WORLD_SIZE") if k in env]
+        n = _leading_int(env["WORLD_SIZE"])
+        if n and all(_leading_int(v) in (None, 1) for v in nodes):
+            return n, "WORLD_SIZE"
+    return None
+
+
+@check("visibility", "Visible GPUs and launch geometry", codes=CODES)
+def visibility(ctx: CheckContext) -> list[Finding]:
+    snap = ctx.snapshot
+    if snap.driver.nvml_status != "ok" or not snap.gpus:
+        return [
+            Finding(VISIBLE.code, Status.SKIP, "host", GD101_SKIP, evidence={"nvml_status": snap.driver.nvml_status})
+        ]
+    vis = ctx.visible
+    env = ctx.snapshot.env
+    evidence_base = {"CUDA_VISIBLE_DEVICES": vis.raw, "CUDA_DEVICE_ORDER": vis.order_raw}
+    out: list[Finding] = []
+    out.extend(_dropped(vis))
+    n = vis.count
+    devices = [
+        {
+            "cuda": d.cuda_index,
+            "nvml_index": d.nvml_index,
+            "name": d.gpu.name,
+            "uuid": d.uuid,
+            "pci_bus_id": d.gpu.pci_bus_id,
+        }
+        for d in vis.devices
+    ]
+    if n == 0:
+        cause = next((p.message for p in vis.problems), "CUDA_VISIBLE_DEVICES hides every GPU")
+        out.append(
+            Finding(
+                VISIBLE.code,
+                Status.FAIL,
+                "host",
+                f"no GPU is visible to CUDA ({len(ctx.snapshot.gpus)} installed): {cause}",
+                VISIBLE.fix,
+                {**evidence_base, "visible": 0, "installed": len(ctx.snapshot.gpus)},
+            )
+        )
+    else:
+        hidden = len(ctx.snapshot.gpus) - len({d.nvml_index for d in vis.devices})
+        note = f"; {hidden} of {len(ctx.snapshot.gpus)} GPUs hidden" if hidden else ""
+        if any(d.mig for d in vis.devices) and vis.raw is None:
+            note += " (MIG: a CUDA process sees one MIG instance)"
+        out.append(
+            Finding(
+                VISIBLE.code,
+                Status.PASS,
+                "host",
+                f"{n} GPU(s) visible: {device_list(vis)}{note}",
+                evidence={**evidence_base, "visible": n, "installed": len(ctx.snapshot.gpus), "devices": devices},
+            )
+        )
+    expect = ctx.options.expect_gpus
+    if expect is not None:
+        status = Status.FAIL if n < expect else Status.PASS
+        msg = f"{n} GPU(s) visible, --expect-gpus {expect}" + (": too few" if n < expect else "")
+        out.append(
+            Finding(
+                EXPECTED.code,
+                status,
+                "host",
+                msg,
+                EXPECTED.fix if status is Status.FAIL else "",
+                {"visible": n, "expected": expect},
+            )
+        )
+    out.extend(_geometry(env, n))
+    out.extend(_order(vis))
+    out.extend(_mig(vis))
+    return out
+
+
+def _dropped(vis: Visibility) -> list[Finding]:
+    out = []
+    for p in vis.problems:
+        if p.kind in ("unknown_order", "mig_one_instance", "mig_no_instance"):
+            continue
+        out.append(
+            Finding(
+                DROPPED.code,
+                Status.WARN,
+                "host",
+                p.message,
+                DROPPED.fix,
+                {"CUDA_VISIBLE_DEVICES": vis.raw, "entry": p.entry, "problem": p.kind, "ignored": list(p.dropped)},
+            )
+        )
+    return out
+
+
+def _geometry(env: Mapping[str, str], n: int) -> list[Finding]:
+    geometry = expected_local_ranks(env)
+    if geometry is None:
+        return []
+    ranks, source = geometry
+    evidence = {"visible": n, "expected": ranks, "source": source, source: env[source]}
+    if n >= ranks:
+        return [
+            Finding(
+                GEOMETRY.code,
+                Status.PASS,
+                "host",
+                f"{source}={env[source]}: {n} GPU(s) for {ranks} rank(s)",
+                "",
+                evidence,
+            )
+        ]
+    if n == 1 and "LOCAL_RANK" in env:
+        # Slurm/torchrun per-rank binding: each rank is given exactly its own GPU.
+        msg = f"one GPU visible to local rank {env['LOCAL_RANK']} of {ranks}: per-rank GPU binding"
+        return [Finding(GEOMETRY.code, Status.PASS, "host", msg, "", evidence)]
+    return [
+        Finding(
+            GEOMETRY.code,
+            Status.FAIL,
+            "host",
+            f"{source}={env[source]} starts {ranks} ranks on this node but only {n} GPU(s) are visible",
+            GEOMETRY.fix,
+            evidence,
+        )
+    ]
+
+
+def _order(vis: Visibility) -> list[Finding]:
+    names = {g.name for g in vis.enumeration}
+    if len(names) < 2 or vis.order == PCI_BUS_ID:
+        return []
+    moved = [(i, g) for i, g in enumerate(vis.enumeration) if g.index != i]
+    evidence = {
+        "CUDA_DEVICE_ORDER": vis.order_raw,
+        "expected": PCI_BUS_ID,
+        "cuda_order": [g.index for g in vis.enumeration],
+        "models": sorted(names),
+    }
+    if moved:
+        swaps = ", ".join(f"cuda:{i} is nvidia-smi's GPU {g.index} ({g.name})" for i, g in moved)
+        msg = f"mixed GPUs and CUDA_DEVICE_ORDER is not PCI_BUS_ID: {swaps}"
+    else:
+        msg = "mixed GPUs and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA numbers them by its speed heuristic"
+    return [Finding(ORDER.code, Status.WARN, "host", msg, ORDER.fix, evidence)]
+
+
+def _mig(vis: Visibility) -> list[Finding]:
+    for p in vis.problems:
+        if p.kind == "mig_one_instance" or (p.kind == "mig_no_instance" and vis.raw is not None):
+            evidence = {"CUDA_VISIBLE_DEVICES": vis.raw, "ignored": list(p.dropped) or [p.entry]}
+            return [Finding(MIG_ONE.code, Status.WARN, "host", p.message, MIG_ONE.fix, evidence)]
+    return []
