@@ -1,0 +1,110 @@
+"""Recordings: record then replay gives the same samples; damage is reported; `gpudoctor report`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from gpudoctor.errors import UserError
+from gpudoctor.watch.headless import run_headless
+from gpudoctor.watch.recording import RecordWriter, read_recording
+from gpudoctor.watch.session import Session
+from gpudoctor.watch.sources import ReplaySource
+from gpudoctor.watch.synthetic import synthetic_run
+
+RECORDINGS = Path(__file__).parent / "fixtures" / "recordings"
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parent.parent / "gpudoctor" / "schemas" / "watch_summary.schema.json").read_text()
+)
+
+
+def gpudoctor(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_record_then_replay_gives_the_same_samples(tmp_path: Path) -> None:
+    samples = synthetic_run("straggler", 25)
+    path = tmp_path / "run.jsonl"
+    writer = RecordWriter(str(path), {"interval": 1.0})
+    for s in samples:
+        writer.write(s)
+    writer.close()
+    rec = read_recording(str(path))
+    assert rec.samples == samples and rec.damage is None
+    # and through a live session: what the session records is what the replay source yields
+    out = tmp_path / "again.jsonl"
+    session = Session(ReplaySource(rec, speed=1000.0), record_path=str(out))
+    session.start()
+    try:
+        assert run_headless(session, open("/dev/null", "w")) == "source"
+    finally:
+        session.close()
+    assert read_recording(str(out)).samples == samples
+
+
+def test_recording_is_flushed_per_sample(tmp_path: Path) -> None:
+    path = tmp_path / "live.jsonl"
+    writer = RecordWriter(str(path), {})
+    for s in synthetic_run("healthy", 3):
+        writer.write(s)
+    # not closed: a reader (or a kill) sees every finished line already
+    assert len(read_recording(str(path)).samples) == 3
+    writer.close()
+
+
+def test_truncated_recording_replays_up_to_the_damage() -> None:
+    rec = read_recording(str(RECORDINGS / "truncated.jsonl"))
+    assert len(rec.samples) == 40
+    assert rec.damage is not None and "line 42" in rec.damage and "cut off mid-line" in rec.damage
+    full = read_recording(str(RECORDINGS / "healthy.jsonl"))
+    assert rec.samples == full.samples[:40]
+
+
+def test_not_a_recording_is_a_usage_error(tmp_path: Path) -> None:
+    bad = tmp_path / "x.jsonl"
+    bad.write_text('{"hello": 1}\n')
+    with pytest.raises(UserError, match="not a gpudoctor watch recording"):
+        read_recording(str(bad))
+    r = gpudoctor("report", str(bad))
+    assert r.returncode == 2 and "not a gpudoctor watch recording" in r.stderr and "Traceback" not in r.stderr
+    r = gpudoctor("report", str(tmp_path / "missing.jsonl"))
+    assert r.returncode == 2 and "cannot read recording" in r.stderr
+
+
+def test_report_text_names_the_straggler() -> None:
+    r = gpudoctor("report", str(RECORDINGS / "straggler.jsonl"))
+    assert r.returncode == 0, r.stderr
+    assert "GD901 straggler" in r.stdout and "GPU 3 runs" in r.stdout and "balance score:" in r.stdout
+
+
+def test_report_json_follows_the_schema_and_notes_damage() -> None:
+    for name in ("hung", "truncated", "healthy"):
+        r = gpudoctor("report", str(RECORDINGS / f"{name}.jsonl"), "--json")
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        jsonschema.validate(doc, SCHEMA)
+        if name == "hung":
+            assert [(v["code"], v["gpus"]) for v in doc["verdicts"]] == [("GD904", [5])]
+        if name == "truncated":
+            assert doc["samples"] == 40 and "line 42" in doc["damage"]
+        if name == "healthy":
+            assert doc["verdicts"] == [] and doc["balance_score"] >= 97
+
+
+def test_replay_headless_json_lines_end_with_a_summary() -> None:
+    r = gpudoctor("watch", "--replay", str(RECORDINGS / "truncated.jsonl"), "--speed", "1000", "--json")
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x["kind"] for x in lines] == ["sample"] * 40 + ["summary"]
+    jsonschema.validate(lines[-1], SCHEMA)
+    assert "line 42" in r.stderr  # the damage is said, and the 40 good samples still played
+
+
+def test_explain_watch_codes() -> None:
+    r = gpudoctor("explain", "GD904")
+    assert r.returncode == 0 and "hung-collective" in r.stdout and "gpudoctor watch" in r.stdout
