@@ -1,0 +1,109 @@
+"""What the active checks share: where the ranks run, and one launch for all of them.
+
+The all-reduce sweep and the DDP sanity run go into the SAME ranks and process group (one
+spawn, one torch import per rank), started by whichever active check runs first and kept in
+`ctx.options.extra` for the other. Not a check module: it is not in CHECK_MODULES.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from gpudoctor.launch import LaunchResult, RankOutcome, Task, launch, torchrun_env
+from gpudoctor.registry import CheckContext
+
+_CACHE_KEY = "_active_launch"
+
+# Sweeps: nccl-tests-like sizes on GPUs (gcm check-nccl sweeps 32M..1G; domain.md §2), small on CPU.
+CUDA_SIZES = [8 << 20 << i for i in range(8)]  # 8 MiB .. 1 GiB, x2
+CPU_SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20]  # 64 KiB .. 4 MiB, x4
+
+
+@dataclass(frozen=True)
+class Plan:
+    device: str  # "cuda" or "cpu"
+    ranks: int  # ranks on this node (world size unless under torchrun)
+    gpus: list[int]  # NVML index per local rank (cuda)
+    skip: str = ""  # why nothing runs ("" when it runs)
+
+
+def plan(ctx: CheckContext) -> Plan:
+    opts = ctx.options
+    if opts.device == "cpu":
+        return Plan("cpu", opts.ranks or 2, [])
+    visible = ctx.visible
+    gpus = list(visible.nvml_indices)
+    if ctx.snapshot.driver.nvml_status != "ok" or not gpus:
+        if opts.device == "cuda":
+            return Plan("cuda", 0, [], "no GPU is visible (see the driver and visibility checks)")
+        return Plan("cpu", 0, [], "no GPU is visible; `--device cpu --ranks N` runs the same machinery on CPU")
+    if any(d.mig is not None for d in visible.devices) and len(gpus) > 1 and not opts.allow_mig:
+        return Plan("cuda", 0, gpus, "MIG instances cannot join one multi-GPU process group (see GD3 findings)")
+    return Plan("cuda", len(gpus), gpus)
+
+
+def world_size(ctx: CheckContext, p: Plan) -> int:
+    if torchrun_env(os.environ):
+        return int(os.environ["WORLD_SIZE"])
+    return p.ranks
+
+
+def tasks_for(p: Plan, world: int) -> list[Task]:
+    tasks = []
+    if world >= 2:
+        if p.device == "cuda":
+            params: dict[str, Any] = {"sizes": CUDA_SIZES, "warmup": 5, "iters": 20}
+        else:
+            params = {"sizes": CPU_SIZES, "warmup": 1, "iters": 3}
+        tasks.append(Task("allreduce", params))
+    tasks.append(Task("ddp", {"batch": 8, "steps": 5}))
+    return tasks
+
+
+def shared_launch(ctx: CheckContext, p: Plan) -> LaunchResult:
+    """The one launch of this check run (both workloads in one process group)."""
+    cached = ctx.options.extra.get(_CACHE_KEY)
+    if cached is not None:
+        return cached
+    world = world_size(ctx, p)
+    result = launch(
+        tasks_for(p, world),
+        device=p.device,
+        ranks=p.ranks,
+        timeout_s=ctx.options.timeout_s,
+        gpus=p.gpus,
+        progress=ctx.progress,
+    )
+    ctx.options.extra[_CACHE_KEY] = result
+    if result.multi_node and int(os.environ.get("RANK", "0")) == 0 and result.peers:
+        ctx.options.extra["nodes"] = result.nodes()
+    return result
+
+
+def rank_table(result: LaunchResult) -> dict[str, Any]:
+    rows = []
+    for r in sorted(result.ranks, key=lambda r: r.rank):
+        ddp = r.results.get("ddp") or {}
+        step = ddp.get("step_s_mean")
+        rows.append(
+            [
+                r.rank,
+                "-" if r.gpu is None else r.gpu,
+                r.host or "-",
+                r.state,
+                "-" if r.join_s is None else f"{r.join_s:.2f}",
+                "-" if step is None else f"{step * 1000:.1f}",
+                r.phase,
+            ]
+        )
+    return {
+        "title": f"ranks ({result.backend}, {result.elapsed_s:.1f} s)",
+        "columns": ["rank", "gpu", "host", "state", "join s", "step ms", "last phase"],
+        "rows": rows,
+    }
+
+
+def describe(ranks: list[RankOutcome]) -> str:
+    return ", ".join(r.label for r in ranks)

@@ -1,0 +1,206 @@
+"""GD6 (NCCL/collectives): all-reduce bandwidth sweep, judged against the machine's links.
+
+Active: runs in the same ranks and process group as the DDP sanity run (active_common).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudoctor.checks.active_common import describe, plan, shared_launch, world_size
+from gpudoctor.expectations import Expectation, expected_busbw, user_expectation
+from gpudoctor.findings import Finding, Status
+from gpudoctor.registry import CheckContext, Code, check
+
+BANDWIDTH = Code(
+    "GD601",
+    "allreduce-busbw",
+    "All-reduce bus bandwidth reaches what the links should give",
+    what="Sweeps all-reduce message sizes (8 MiB to 1 GiB on GPUs, bounded by free memory; small "
+    "sizes on CPU) across one rank per visible GPU, with warm-up and timed iterations, and "
+    "reports algbw and busbw as nccl-tests defines them (busbw = algbw x 2(n-1)/n). The best "
+    "busbw is compared with `--min-busbw`, or with NVLink generation x links (or PCIe generation "
+    "x width) times the efficiency NCCL reaches in practice (docs/active-checks.md lists the "
+    "figures and sources). Below 0.8 of it warns, below 0.5 fails. On CPU (gloo) the figures are "
+    "reported without a hardware verdict.",
+    why="A machine whose GPUs talk at a fraction of their link speed trains slower in proportion "
+    "to its communication share, without any error: a link trained down, NVLink missing, a "
+    "transport disabled by an NCCL_* variable, P2P redirected by ACS/IOMMU.",
+    fix="Look at the topology (GD4) and environment (NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, "
+    "NCCL_NVLS_ENABLE) findings; compare `nvidia-smi topo -m` with what the machine should have; "
+    "run `gpudoctor bench allreduce` to see the whole curve (small sizes never reach the peak).",
+)
+WRONG = Code(
+    "GD602",
+    "allreduce-wrong-values",
+    "All-reduce sums are exact",
+    what="Before timing each size, fills every rank's buffer with a known pattern, all-reduces it "
+    "once and counts the elements that differ from the exact sum (nccl-tests' #wrong).",
+    why="A wrong sum is silent corruption: training goes on with wrong gradients.",
+    fix="Re-run; a repeated failure points at hardware (run the health checks, GD8, and a GPU "
+    "memory test) or at a broken NCCL/driver install (reinstall, match versions).",
+)
+NOT_RUN = Code(
+    "GD603",
+    "allreduce-not-completed",
+    "The all-reduce sweep ran to the end",
+    what="The sweep runs in spawned ranks with a deadline; this finding says which rank (and GPU) "
+    "failed or did not answer when the sweep could not complete.",
+    why="An all-reduce that cannot complete here will hang or crash a training run the same way.",
+    fix="See the DDP check's GD71x findings for the cause of the named rank's failure (port, "
+    "fabric manager, /dev/shm, exclusive mode, timeout).",
+)
+CODES = [BANDWIDTH, WRONG, NOT_RUN]
+
+
+def _gib(size: int) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= div:
+            return f"{size / div:g} {unit}"
+    return f"{size} B"
+
+
+def sweep_table(data: dict[str, Any]) -> dict[str, Any]:
+    rows = [
+        [
+            _gib(r["bytes"]),
+            r["count"],
+            r["iters"],
+            f"{r['time_us']:.1f}",
+            f"{r['algbw_gbps']:.2f}",
+            f"{r['busbw_gbps']:.2f}",
+            r["wrong"],
+        ]
+        for r in data["rows"]
+    ]
+    return {
+        "title": f"all-reduce sweep ({data['backend']}, {data['world_size']} ranks, {data['dtype']} sum)",
+        "columns": ["size", "count", "iters", "time us", "algbw GB/s", "busbw GB/s", "#wrong"],
+        "rows": rows,
+    }
+
+
+def verdict(best: float, expect: Expectation, warn_ratio: float, fail_ratio: float) -> Status:
+    if expect.link == "user":
+        return Status.PASS if best >= expect.busbw_gbps else Status.FAIL
+    ratio = best / expect.busbw_gbps
+    if ratio < fail_ratio:
+        return Status.FAIL
+    return Status.WARN if ratio < warn_ratio else Status.PASS
+
+
+@check("allreduce", "All-reduce bandwidth", codes=CODES, active=True)
+def allreduce(ctx: CheckContext) -> tuple[list[Finding], dict]:
+    p = plan(ctx)
+    if p.skip:
+        return [Finding(BANDWIDTH.code, Status.SKIP, "host", f"all-reduce sweep skipped: {p.skip}")], {}
+    if world_size(ctx, p) < 2:
+        what = "one visible GPU" if p.device == "cuda" else "one CPU rank"
+        return [
+            Finding(
+                BANDWIDTH.code,
+                Status.SKIP,
+                "host",
+                f"all-reduce sweep skipped: {what}, nothing to all-reduce across",
+                "Make more GPUs visible (CUDA_VISIBLE_DEVICES) to measure the links between them.",
+                {"ranks": world_size(ctx, p)},
+            )
+        ], {}
+    result = shared_launch(ctx, p)
+    data = result.results("allreduce")
+    if data is None:
+        if result.setup_error is not None:
+            msg = f"all-reduce sweep did not start: {result.setup_error['message']}"
+        else:
+            msg = f"all-reduce sweep did not complete: {describe(result.suspects()) or 'a rank'} failed"
+            first = next(iter(result.suspects()), None)
+            if first is not None and first.error:
+                msg += f" ({first.error[:200]})"
+        return [Finding(NOT_RUN.code, Status.FAIL, "host", msg, NOT_RUN.fix, {"launch": result.to_json()})], {}
+    findings = []
+    details = {"tables": [sweep_table(data)], "sweep": data}
+    wrong = sum(r["wrong"] for r in data["rows"])
+    if wrong:
+        bad = [_gib(r["bytes"]) for r in data["rows"] if r["wrong"]]
+        findings.append(
+            Finding(
+                WRONG.code,
+                Status.FAIL,
+                "host",
+                f"{wrong} wrong element(s) after all-reduce at size(s) {', '.join(bad)}",
+                WRONG.fix,
+                {"wrong": wrong, "sizes": bad},
+            )
+        )
+    else:
+        findings.append(
+            Finding(
+                WRONG.code,
+                Status.PASS,
+                "host",
+                f"all-reduce sums exact at {len(data['rows'])} size(s)",
+                "",
+                {"wrong": 0},
+            )
+        )
+    if not data["rows"]:
+        findings.append(
+            Finding(
+                BANDWIDTH.code,
+                Status.SKIP,
+                "host",
+                "no message size fits in free GPU memory",
+                "",
+                {"skipped": data["skipped_sizes"]},
+            )
+        )
+        return findings, details
+    best = max(data["rows"], key=lambda r: r["busbw_gbps"])
+    evidence: dict[str, Any] = {
+        "measured_busbw_gbps": best["busbw_gbps"],
+        "at_bytes": best["bytes"],
+        "ranks": data["world_size"],
+        "backend": data["backend"],
+    }
+    where = f"best busbw {best['busbw_gbps']:.2f} GB/s at {_gib(best['bytes'])} over {data['world_size']} ranks"
+    opts = ctx.options
+    expect: Expectation | None = None
+    if opts.min_busbw_gbps is not None:
+        expect = user_expectation(opts.min_busbw_gbps)
+    elif data["device"] == "cuda":
+        expect = expected_busbw(ctx.snapshot, p.gpus)
+    if data["device"] != "cuda" and expect is None:
+        findings.append(
+            Finding(
+                BANDWIDTH.code,
+                Status.PASS,
+                "host",
+                f"{where} (CPU/gloo: reported without a hardware verdict)",
+                "",
+                evidence,
+            )
+        )
+        return findings, details
+    if expect is None:
+        findings.append(
+            Finding(
+                BANDWIDTH.code,
+                Status.PASS,
+                "host",
+                f"{where} (no verdict: this machine's link facts are unknown; set --min-busbw)",
+                "",
+                evidence,
+            )
+        )
+        return findings, details
+    ratio = best["busbw_gbps"] / expect.busbw_gbps if expect.busbw_gbps else float("inf")
+    evidence.update(expect.to_json())
+    evidence["ratio"] = round(ratio, 3)
+    evidence["warn_below_ratio"] = opts.busbw_warn_ratio
+    evidence["fail_below_ratio"] = opts.busbw_fail_ratio
+    status = verdict(best["busbw_gbps"], expect, opts.busbw_warn_ratio, opts.busbw_fail_ratio)
+    message = f"{where}; expected {expect.busbw_gbps:.1f} GB/s ({expect.basis}), ratio {ratio:.2f}"
+    findings.append(
+        Finding(BANDWIDTH.code, status, "host", message, "" if status is Status.PASS else BANDWIDTH.fix, evidence)
+    )
+    return findings, details
