@@ -38,6 +38,7 @@ CHECK_MODULES = [
     "nvml",
     "driver_stack",
     "visibility",
+    "launch_port",
     "identity",
     "topology",
     "health",
@@ -45,6 +46,8 @@ CHECK_MODULES = [
     "nccl_env",
     "memory",
     "host_resources",
+    "allreduce",
+    "ddp",
 ]
 
 
