@@ -38,16 +38,19 @@ def _remote_type(value: Any) -> str:
 def nvlinks(reader: DeviceReader) -> list[NvLink] | Missing:
     """Every NVLink the GPU has: links are numbered from 0 until NVML says no more.
 
-    A GPU without NVLink answers NOT_SUPPORTED for link 0, which is recorded as no links
-    ([]); GB200 answers INVALID_ARGUMENT past its last link. Any other failure on link 0
-    (no permission, lost) makes the whole list Missing.
+    A GPU without NVLink answers NOT_SUPPORTED for link 0: the list is then
+    Missing("unsupported"). Past the last link NVML answers NOT_SUPPORTED, or
+    INVALID_ARGUMENT on GB200. A GPU lost midway gives Missing("gpu_lost"): a partial
+    list would read as missing links.
     """
     links: list[NvLink] = []
     for link in range(NVLINK_MAX_LINKS):
         state = reader.call("nvmlDeviceGetNvLinkState", link)
         if isinstance(state, Missing):
-            if state.reason == "unsupported" or link > 0:
-                break  # past the last link (NOT_SUPPORTED, or INVALID_ARGUMENT on GB200)
+            if link > 0 and not reader.lost:
+                break  # past the last link
+            if state.reason == "unsupported":
+                return Missing("unsupported", "this GPU has no NVLink")
             return state
         links.append(
             NvLink(
@@ -60,6 +63,4 @@ def nvlinks(reader: DeviceReader) -> list[NvLink] | Missing:
                 remote_type=reader.read("nvmlDeviceGetNvLinkRemoteDeviceType", _remote_type, link),
             )
         )
-    if reader.lost:
-        return LOST  # a partial list would read as missing links
-    return links
+    return LOST if reader.lost else links
