@@ -1,0 +1,166 @@
+"""`gpudoctor watch -- COMMAND`: a real child, GPU readings from the synthetic (fake) source."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+FAKE = {**os.environ, "GPUDOCTOR_WATCH_FAKE": "healthy:8", "PYTHONUNBUFFERED": "1"}
+
+
+def watch(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "watch", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or FAKE,
+    )
+
+
+def test_follow_returns_the_child_exit_code_and_ends_with_it() -> None:
+    start = time.monotonic()
+    r = watch(
+        "--no-tui",
+        "--interval",
+        "0.2",
+        "--process-interval",
+        "0.5",
+        "--",
+        sys.executable,
+        "-c",
+        "import time, sys; time.sleep(1.5); sys.exit(7)",
+    )
+    took = time.monotonic() - start
+    assert r.returncode == 7, r.stderr
+    assert took < 10  # ended when the child ended, not at some deadline
+    assert "command exit code: 7" in r.stdout and "util%" in r.stdout
+
+
+def test_follow_shows_only_the_gpus_the_job_uses_json() -> None:
+    # the fake source puts the job's PIDs on its first GPU(s): here one process, so GPU 0
+    r = watch(
+        "--no-tui",
+        "--json",
+        "--interval",
+        "0.2",
+        "--process-interval",
+        "0.5",
+        "--",
+        sys.executable,
+        "-c",
+        "import time; time.sleep(2)",
+    )
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert lines[-1]["kind"] == "summary" and lines[-1]["exit_code"] == 0
+    assert [g["index"] for g in lines[-1]["gpus"]] == [0]
+    later = [x for x in lines if x["kind"] == "sample"][-1]
+    assert [g["index"] for g in later["gpus"]] == [0]
+
+
+def test_interrupting_gpudoctor_stops_the_child_and_its_children(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    script = (
+        "import os, subprocess, sys, time\n"
+        f"kid = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(f'{{os.getpid()}} {{kid.pid}}')\n"
+        "time.sleep(300)\n"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpudoctor",
+            "watch",
+            "--no-tui",
+            "--interval",
+            "0.2",
+            "--",
+            sys.executable,
+            "-c",
+            script,
+        ],
+        env=FAKE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 20
+    while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert all(psutil.pid_exists(p) for p in pids)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "stopped the command" in err
+    time.sleep(0.2)
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
+
+
+def test_sigterm_stops_the_child_too() -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpudoctor",
+            "watch",
+            "--no-tui",
+            "--interval",
+            "0.2",
+            "--",
+            sys.executable,
+            "-c",
+            "import time; time.sleep(300)",
+        ],
+        env=FAKE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 20
+    kids: list[psutil.Process] = []
+    while not kids and time.monotonic() < deadline:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        time.sleep(0.1)
+    assert kids
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert not any(k.is_running() and k.status() != psutil.STATUS_ZOMBIE for k in kids)
+
+
+def test_duration_ends_watching() -> None:
+    start = time.monotonic()
+    r = watch("--no-tui", "--interval", "0.2", "--duration", "1")
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - start < 10 and r.stdout.count("util%") >= 3
+
+
+def test_no_driver_is_exit_3_with_one_line_and_no_child_started(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "GPUDOCTOR_WATCH_FAKE"}
+    marker = tmp_path / "ran"
+    r = watch("--no-tui", "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')", env=env)
+    if r.returncode == 0:  # a machine with a GPU: this test is about machines without one
+        return
+    assert r.returncode == 3
+    assert r.stderr.strip().startswith("gpudoctor: no NVIDIA driver") and len(r.stderr.strip().splitlines()) == 1
+    assert not marker.exists()
+
+
+def test_usage_errors() -> None:
+    r = watch("--pid", "1", "--", "true")
+    assert r.returncode == 2 and "either --pid or a command" in r.stderr
+    r = watch("--no-tui", "--", "/nonexistent/command")
+    assert r.returncode == 2 and "command not found" in r.stderr
+    r = watch("--gpus", "a,b")
+    assert r.returncode == 2 and "--gpus" in r.stderr
