@@ -90,6 +90,8 @@ class RankOutcome:
         return {
             "rank": self.rank,
             "gpu": self.gpu,
+            "pid": self.pid,
+            "host": self.host,
             "state": self.state,
             "phase": self.phase,
             "join_s": _round(self.join_s),

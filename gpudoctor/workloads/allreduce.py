@@ -77,9 +77,9 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
                 "bytes": size,
                 "count": count,
                 "iters": reps,
-                "time_us": round(seconds * 1e6, 2),
-                "algbw_gbps": round(algbw, 3),
-                "busbw_gbps": round(algbw * busbw_factor(n), 3),
+                "time_us": round(seconds * 1e6, 3),
+                "algbw_gbps": round(algbw, 6),
+                "busbw_gbps": round(algbw * busbw_factor(n), 6),
                 "wrong": int(wrong_all.item()),
             }
         )

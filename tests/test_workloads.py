@@ -1,0 +1,143 @@
+"""Real rank runs on CPU with gloo: the launcher, the faults, the deadline, no orphans."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+from gpudoctor.launch import Task, launch
+from gpudoctor.workloads.faults import FaultSpecError, parse
+from gpudoctor.workloads.known_errors import classify
+
+pytestmark = pytest.mark.slow
+
+SMALL = [Task("allreduce", {"sizes": [64 << 10, 1 << 20], "warmup": 1, "iters": 2}), Task("ddp", {})]
+
+
+def leftover_children() -> list[psutil.Process]:
+    alive = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "gpudoctor.workloads.rank" in " ".join(child.cmdline()):
+                alive.append(child)
+        except psutil.Error:
+            continue
+    return alive
+
+
+@pytest.fixture(autouse=True)
+def no_orphans():  # type: ignore[no-untyped-def]
+    yield
+    assert leftover_children() == []
+
+
+def test_three_ranks_run_both_workloads_in_one_group() -> None:
+    result = launch(SMALL, device="cpu", ranks=3, timeout_s=60)
+    assert result.ok, [r.to_json() for r in result.ranks]
+    assert [r.state for r in result.ranks] == ["done"] * 3
+    sweep = result.results("allreduce")
+    assert sweep["world_size"] == 3
+    assert [row["bytes"] for row in sweep["rows"]] == [64 << 10, 1 << 20]
+    for row in sweep["rows"]:
+        assert row["wrong"] == 0
+        # nccl-tests' definition: busbw = algbw * 2(n-1)/n
+        assert row["algbw_gbps"] == pytest.approx(row["bytes"] / (row["time_us"] * 1e3), rel=1e-3)
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 4 / 3, rel=1e-3)
+    ddp = result.results("ddp")
+    assert ddp["shards"] == {"dataset": 120, "per_rank": [40, 40, 40], "overlap": 0, "missing": 0}
+    assert ddp["grad_ok"] and ddp["bad_gradient_ranks"] == [] and ddp["params_differ_ranks"] == []
+    assert ddp["loss_last"] < ddp["loss_first"]
+    assert all(r.join_s is not None for r in result.ranks)
+
+
+def test_a_hanging_rank_is_named_within_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUDOCTOR_FAULT", "1:hang")
+    start = time.monotonic()
+    result = launch(SMALL, device="cpu", ranks=2, timeout_s=6)
+    assert time.monotonic() - start < 6 + 10
+    assert result.timed_out == "run"
+    assert [r.rank for r in result.suspects()] == [1]
+    assert {r.state for r in result.ranks} == {"hung"}
+
+
+def test_a_rank_hanging_before_it_joins_is_named_at_the_join_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUDOCTOR_FAULT", "0:hang@start")
+    result = launch(SMALL, device="cpu", ranks=2, timeout_s=8, join_share=0.5)
+    assert result.timed_out == "join"
+    assert [r.rank for r in result.suspects()] == [0]
+    assert result.elapsed_s < 8
+
+
+def test_an_exiting_rank_is_named_and_its_peer_is_a_victim(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUDOCTOR_FAULT", "1:exit")
+    result = launch(SMALL, device="cpu", ranks=2, timeout_s=60)
+    assert not result.ok
+    (suspect,) = result.suspects()
+    assert suspect.rank == 1 and suspect.state == "exited" and suspect.exit_code == 17
+    assert result.elapsed_s < 30  # stopped a few seconds after the failure, not at the deadline
+
+
+def test_a_rank_sending_wrong_values_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUDOCTOR_FAULT", "0:wrongsum,1:corrupt")
+    result = launch(SMALL, device="cpu", ranks=2, timeout_s=60)
+    assert result.ok
+    assert all(row["wrong"] > 0 for row in result.results("allreduce")["rows"])
+    ddp = result.results("ddp")
+    assert not ddp["grad_ok"]
+    assert ddp["bad_gradient_ranks"] == [1]
+    assert ddp["params_differ_ranks"] == []  # every rank applied the same (wrong) average
+
+
+def test_a_busy_master_port_stops_before_spawning_and_names_the_holder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        monkeypatch.setenv("MASTER_PORT", str(port))
+        result = launch(SMALL, device="cpu", ranks=2, timeout_s=30)
+    assert result.ranks == []
+    err = result.setup_error
+    assert err["kind"] == "port_in_use" and err["port"] == port
+    assert err["holder_pid"] == os.getpid()
+
+
+def test_a_free_master_port_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    result = launch([Task("ddp", {})], device="cpu", ranks=2, timeout_s=60)
+    assert result.ok and result.rendezvous == f"master_port:{port}"
+
+
+def test_fault_spec_is_validated() -> None:
+    assert parse("1:hang@start, 0:corrupt")[0].when == "start"
+    with pytest.raises(FaultSpecError):
+        parse("1:explode")
+    with pytest.raises(FaultSpecError):
+        parse("one:hang")
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("RuntimeError: CUDA error: system not yet initialized (802)", "fabric_manager"),
+        ("CUDA error: all CUDA-capable devices are busy or unavailable", "devices_busy"),
+        ("NCCL WARN Call to posix_fallocate failed : No space left on device", "shm"),
+        ("DistNetworkError: failed to bind to [::]:29500 (errno: 98 - Address already in use)", "port_in_use"),
+        ("Read error [127.0.0.1]:1: Connection reset by peer", "peer_lost"),
+        ("DistStoreError: Timed out after 5 seconds waiting for clients", "timeout"),
+        ("ValueError: something else", None),
+    ],
+)
+def test_known_errors_are_classified(text: str, kind: str | None) -> None:
+    assert classify(text) == kind
