@@ -161,7 +161,7 @@ class ReplaySource:
 
     def __init__(self, recording: Recording, speed: float = 1.0) -> None:
         self.recording = recording
-        self.label = recording.path
+        self.label = f"replay {os.path.basename(recording.path)}"  # the basename keeps the header short
         self.speed = speed
         ts = [s.t for s in recording.samples]
         gaps = [b - a for a, b in zip(ts, ts[1:], strict=False) if b > a]

@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Static
 from gpudoctor.watch.analysis import Balance, Verdict
 from gpudoctor.watch.model import LOST, POWER_BITS, STALE, THERMAL_BITS, GpuReading, ProcReading
 
-BLOCKS = " ▁▂▃▄▅▆▇█"
+BLOCKS = "▁▁▂▃▄▅▆▇█"  # zero still draws the baseline, so a flat-lined GPU stays visible
 HISTORY = 120  # samples kept per GPU for the sparkline (2 minutes at 1 s)
 SPARK_WIDTH = 40
 
