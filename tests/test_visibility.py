@@ -1,0 +1,154 @@
+"""CUDA_VISIBLE_DEVICES / CUDA_DEVICE_ORDER resolution, checked against torch's own parser."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpudoctor.snapshot import Snapshot
+from gpudoctor.visibility import FASTEST_FIRST, PCI_BUS_ID, parse, resolve, strtoul
+from tests.clirun import load
+
+H100 = load("h100_sxm_8x")
+UUIDS = [g.uuid for g in H100.gpus]
+
+
+def vis(snapshot: Snapshot, **env: str):  # type: ignore[no-untyped-def]
+    return resolve(replace(snapshot, env=env))
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("3", 3), (" 3", 3), ("+3", 3), ("3gpu", 3), ("-1", -1), ("", -1), ("gpu", -1), ("+", -1), ("07", 7)],
+)
+def test_strtoul_reads_like_c(text: str, value: int) -> None:
+    assert strtoul(text) == value
+
+
+@pytest.mark.parametrize(
+    ("cvd", "nvml"),
+    [
+        (None, (0, 1, 2, 3, 4, 5, 6, 7)),
+        ("", ()),
+        ("3,1", (3, 1)),
+        (" 2 , 4", (2, 4)),
+        ("1,x,2", (1,)),  # parsing stops at the first invalid entry
+        ("5,8,1", (5,)),  # an index past the device count ends the list there
+        ("2,3,2", ()),  # a repeated entry hides every GPU
+        ("-1", ()),
+    ],
+)
+def test_integer_lists(cvd: str | None, nvml: tuple[int, ...]) -> None:
+    env = {} if cvd is None else {"CUDA_VISIBLE_DEVICES": cvd}
+    assert vis(H100, **env).nvml_indices == nvml
+
+
+def test_uuids_and_unique_prefixes_select_gpus() -> None:
+    full = f"{UUIDS[6]},{UUIDS[2][:18]}"
+    v = vis(H100, CUDA_VISIBLE_DEVICES=full)
+    assert v.nvml_indices == (6, 2)
+    assert [d.uuid for d in v.devices] == [UUIDS[6], UUIDS[2]]
+
+
+def test_ambiguous_prefix_and_stray_space_stop_the_list() -> None:
+    ambiguous = vis(H100, CUDA_VISIBLE_DEVICES=f"{UUIDS[1]},GPU-0000")
+    assert ambiguous.nvml_indices == (1,)
+    assert [p.kind for p in ambiguous.problems] == ["ambiguous_uuid"]
+    spaced = vis(H100, CUDA_VISIBLE_DEVICES=f"{UUIDS[1]}, {UUIDS[2]}")
+    assert spaced.nvml_indices == (1,)
+    assert "stray space" in spaced.problems[0].message
+
+
+def test_same_gpu_by_two_prefixes_hides_everything() -> None:
+    v = vis(H100, CUDA_VISIBLE_DEVICES=f"{UUIDS[4]},{UUIDS[4][:20]}")
+    assert v.devices == () and v.problems[0].kind == "duplicate"
+
+
+def test_fastest_first_puts_the_faster_cards_first_and_pci_bus_id_follows_nvidia_smi() -> None:
+    mixed = load("rtx4090_2x_rtx4080_1x")
+    default = vis(mixed)
+    assert default.order == FASTEST_FIRST
+    assert default.nvml_indices == (0, 2, 1)
+    assert vis(mixed, CUDA_VISIBLE_DEVICES="1").nvml_indices == (2,)  # cuda index 1 is the second 4090
+    pci = vis(mixed, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES="1")
+    assert pci.order == PCI_BUS_ID and pci.nvml_indices == (1,)
+    odd = vis(mixed, CUDA_DEVICE_ORDER="pci")
+    assert odd.order == FASTEST_FIRST and odd.problems[0].kind == "unknown_order"
+
+
+def test_mig_a_process_sees_one_instance() -> None:
+    mig = load("a100_mig")
+    default = vis(mig)
+    assert default.count == 1 and default.devices[0].mig is not None
+    first = mig.gpus[2].mig_devices[1].uuid  # type: ignore[union-attr]
+    second = mig.gpus[3].mig_devices[0].uuid  # type: ignore[union-attr]
+    listed = vis(mig, CUDA_VISIBLE_DEVICES=f"{first},{second}")
+    assert [(d.nvml_index, d.uuid) for d in listed.devices] == [(2, first)]
+    assert listed.problems[0].kind == "mig_one_instance" and listed.problems[0].dropped == (second,)
+
+
+def test_visibility_module_does_not_import_torch() -> None:
+    code = "import sys, gpudoctor.visibility, gpudoctor.topology; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------------------------ agreement with torch
+
+torch_cuda = pytest.importorskip("torch.cuda")
+
+ENTRY = st.one_of(
+    st.integers(-3, 12).map(str),
+    st.sampled_from(["GPU-", "MIG-", "gpu", "+", "-", "", "GPU-0000", "MIG-0000", *(u[:14] for u in UUIDS)]),
+    st.sampled_from(UUIDS),
+    st.text(alphabet="0123456789+-abcGPUMI- \t", max_size=5),
+)
+CVD = st.one_of(
+    st.lists(ENTRY, max_size=6).map(",".join),
+    st.lists(st.tuples(st.sampled_from(["", " ", "\t"]), ENTRY), max_size=4).map(
+        lambda parts: ",".join(pad + e for pad, e in parts)
+    ),
+    st.text(alphabet="0123456789,+- GPU-abcdef", max_size=12),
+)
+
+
+def torch_answer(value: str) -> tuple[int, list[int] | None] | None:
+    """torch's device count and ordinals for `value` on the 8-GPU fixture; None where torch raises."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_VISIBLE_DEVICES", value)
+        mp.setattr(torch_cuda, "_raw_device_count_nvml", lambda: len(UUIDS))
+        mp.setattr(torch_cuda, "_raw_device_uuid_nvml", lambda: list(UUIDS))
+        try:
+            parsed = torch_cuda._parse_visible_devices()
+            count = torch_cuda._device_count_nvml()
+        except ValueError:  # torch's _strtoul crashes on a bare sign ("+", "-x"); CUDA reads it as invalid
+            return None
+    if count < 0:  # MIG UUIDs: torch does not count them
+        return count, None
+    if parsed and isinstance(parsed[0], str):
+        ordinals = torch_cuda._transform_uuid_to_ordinals(parsed, list(UUIDS))
+    else:
+        ordinals = list(parsed)[:count]
+    return count, ordinals
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(CVD)
+def test_parser_agrees_with_torch(value: str) -> None:
+    expected = torch_answer(value)
+    if expected is None:
+        assert parse(value).kind == "int"  # we read the entry as invalid instead of crashing
+        return
+    count, ordinals = expected
+    got = vis(H100, CUDA_VISIBLE_DEVICES=value)
+    if ordinals is None:
+        assert value.startswith("MIG-") and got.count == 0  # no MIG on this machine
+        return
+    assert got.count == count, (value, got.problems)
+    # identical GPUs: FASTEST_FIRST is PCI order, so CUDA ordinals are NVML indices
+    assert list(got.nvml_indices) == ordinals
