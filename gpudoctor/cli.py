@@ -259,6 +259,9 @@ def register_subcommands() -> None:
     from gpudoctor.watch.command import register as register_watch  # light: click only, textual is lazy
 
     register_watch(main)
+    from gpudoctor.cli_bench import bench  # light: the ranks import torch, this process does not
+
+    main.add_command(bench)
 
 
 register_subcommands()
