@@ -1,0 +1,201 @@
+"""The live NVML sampler, against a fake NVML library (and the real one where a GPU exists)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gpudoctor.probe.nvml import NVML_ERROR_GPU_IS_LOST, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_TIMEOUT, Nvml
+from gpudoctor.probe.sampler import NvmlSampler
+from gpudoctor.watch.model import GpuReading
+
+
+class NVMLError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+class FakeNvml:
+    """Two H100s: GPU 1 has no PCIe throughput counter; `lose(0)` makes GPU 0 fall off the bus."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.lost: set[int] = set()
+        self.pending_xids = [(1, 79)]
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("nvml"):
+            object.__getattribute__(self, "calls")[name] += 1
+        return object.__getattribute__(self, name)
+
+    def _dev(self, h: int) -> int:
+        if h in self.lost:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        return h
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetIndex(self, h: int) -> int:
+        return h
+
+    def nvmlDeviceGetName(self, h: int) -> bytes:
+        return b"NVIDIA H100 80GB HBM3"
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return f"GPU-{h}"
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: int) -> int:
+        return 700000
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
+        self._dev(h)
+        return SimpleNamespace(used=61000 * 2**20, total=81559 * 2**20)
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> Any:
+        return SimpleNamespace(gpu=[97, 54][self._dev(h)], memory=40)
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        return [612345, 330000][self._dev(h)]
+
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
+        return 65 + self._dev(h)
+
+    def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:
+        return 1980
+
+    def nvmlDeviceGetPcieThroughput(self, h: int, counter: int) -> int:
+        if self._dev(h) == 1:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return 2048000 if counter == 1 else 1024000  # KB/s
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
+        return 0x40 if self._dev(h) == 1 else 0
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
+        return [SimpleNamespace(pid=1000 + self._dev(h), usedGpuMemory=60000 * 2**20)]
+
+    def nvmlEventSetCreate(self) -> str:
+        return "set"
+
+    def nvmlDeviceRegisterEvents(self, h: int, mask: int, s: str) -> None: ...
+    def nvmlEventSetFree(self, s: str) -> None: ...
+
+    def nvmlEventSetWait_v2(self, s: str, timeout_ms: int) -> Any:
+        if not self.pending_xids:
+            raise NVMLError(NVML_ERROR_TIMEOUT)
+        dev, xid = self.pending_xids.pop(0)
+        return SimpleNamespace(device=dev, eventData=xid)
+
+
+def open_sampler() -> tuple[NvmlSampler, FakeNvml]:
+    fake = FakeNvml()
+    sampler = NvmlSampler(Nvml(fake))
+    assert sampler.open().ok
+    return sampler, fake
+
+
+def test_readings_are_converted_to_watch_units() -> None:
+    sampler, _ = open_sampler()
+    g0, g1 = (GpuReading(**r) for r in sampler.read())
+    assert (g0.util, g0.mem_used, g0.mem_total, g0.power, g0.power_limit) == (97, 61000, 81559, 612.3, 700.0)
+    assert (g0.pcie_rx, g0.pcie_tx, g0.temp, g0.sm_clock, g0.throttle) == (2000, 1000, 65, 1980, 0)
+    assert g0.name == "NVIDIA H100 80GB HBM3" and g1.throttle == 0x40
+    assert g1.xids == (79,) and g0.xids == ()
+    assert [(p.gpu, p.pid, p.gpu_mem) for p in sampler.processes()] == [(0, 1000, 60000), (1, 1001, 60000)]
+
+
+def test_unsupported_metric_is_asked_once_then_na() -> None:
+    sampler, fake = open_sampler()
+    for _ in range(5):
+        g1 = GpuReading(**sampler.read()[1])
+        assert g1.pcie_rx is None and g1.pcie_tx is None and g1.util == 54
+    # GPU 0 asks twice (rx, tx) per read; GPU 1 asked once and was remembered as unsupported
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 5 * 2 + 1
+    assert "pcie" in sampler.devices[1].unsupported
+
+
+def test_a_lost_gpu_is_marked_and_the_others_go_on() -> None:
+    sampler, fake = open_sampler()
+    sampler.read()
+    fake.lost.add(0)
+    readings = [GpuReading(**r) for r in sampler.read()]
+    assert readings[0].state == "lost" and readings[1].state == "ok" and readings[1].util == 54
+    before = fake.calls["nvmlDeviceGetUtilizationRates"]
+    readings = [GpuReading(**r) for r in sampler.read()]
+    assert readings[0].state == "lost"
+    assert fake.calls["nvmlDeviceGetUtilizationRates"] == before + 1  # only GPU 1 is still asked
+
+
+def test_gpus_option_limits_the_devices() -> None:
+    sampler = NvmlSampler(Nvml(FakeNvml()), indices=[1])
+    assert sampler.open().ok
+    assert [r["index"] for r in sampler.read()] == [1]
+
+
+def _smi() -> list[tuple[float, float, float]]:
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used,power.draw", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    return [tuple(float(x) for x in line.split(",")) for line in out.strip().splitlines()]  # type: ignore[misc]
+
+
+@pytest.mark.gpu
+def test_real_nvml_matches_nvidia_smi() -> None:
+    sampler = NvmlSampler()
+    assert sampler.open().ok
+    try:
+        readings = [GpuReading(**r) for r in sampler.read()]
+        smi = _smi()
+    finally:
+        sampler.close()
+    assert len(readings) == len(smi)
+    for g, (util, mem, power) in zip(readings, smi, strict=True):
+        assert g.mem_used is not None and abs(g.mem_used - mem) <= 256  # MiB: allocations move between reads
+        assert g.power is not None and abs(g.power - power) <= max(30.0, 0.15 * power)
+        assert g.util is not None and abs(g.util - util) <= 30  # utilization is a 1/6 s..1 s sample window
+
+
+def test_process_resolver_names_live_pids_and_explains_missing_ones() -> None:
+    import os
+
+    from gpudoctor.probe.sampler import GpuProcess
+    from gpudoctor.watch.procinfo import ProcessResolver
+
+    resolver = ProcessResolver()
+    me, ghost = resolver.resolve([GpuProcess(0, os.getpid(), 512), GpuProcess(1, 2**22 + 12345, 100)])
+    assert me.command and me.rss and me.rss > 0 and me.user and not me.note
+    assert ghost.command == "" and ghost.note  # a host PID we cannot see is explained, not dropped
+    again = resolver.resolve([GpuProcess(0, os.getpid(), 512)])[0]
+    assert again.cpu is not None  # measured over the interval since the first reading
+
+
+@pytest.mark.gpu
+def test_watch_headless_on_a_real_gpu() -> None:
+    import json
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "watch", "--no-tui", "--json", "--duration", "3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    samples = [x for x in lines if x["kind"] == "sample"]
+    assert len(samples) >= 2 and lines[-1]["kind"] == "summary"
+    assert all("util" in g or g.get("state") for g in samples[-1]["gpus"])
