@@ -48,6 +48,7 @@ CHECK_MODULES = [
     "host_resources",
     "allreduce",
     "ddp",
+    "link_probes",
 ]
 
 

@@ -13,4 +13,6 @@ from __future__ import annotations
 WORKLOADS: dict[str, str] = {
     "allreduce": "gpudoctor.workloads.allreduce:run",
     "ddp": "gpudoctor.workloads.ddp:run",
+    "link_pcie": "gpudoctor.workloads.link_probes:pcie",
+    "link_p2p": "gpudoctor.workloads.link_probes:p2p",
 }
