@@ -15,6 +15,7 @@ from gpudoctor import snapshot as snap
 from gpudoctor.render.json import report_schema
 
 FIXTURES = Path(__file__).parent / "fixtures"
+REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_NAMES = sorted(p.stem for p in FIXTURES.glob("*.json"))
 MY_CHECKS = "visibility,identity,topology,memory"
 
