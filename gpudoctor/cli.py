@@ -66,6 +66,8 @@ def load_snapshot(path: str | None) -> Any:
               help="Deadline in seconds for all workloads together.")
 @click.option("--min-busbw", type=click.FloatRange(min=0), help="Required all-reduce busbw in GB/s.")
 @click.option("--allow-mig", is_flag=True, help="Do not fail multi-GPU checks on MIG-enabled GPUs.")
+@click.option("--ram-per-gpu", "ram_per_gpu_gb", type=click.FloatRange(min=0), default=16.0, show_default=True,
+              metavar="GB", help="Host RAM wanted per visible GPU (GD501).")
 @click.option("-v", "--verbose", is_flag=True, help="Show passing findings too.")
 def check(
     snapshot_path: str | None,
@@ -81,6 +83,7 @@ def check(
     timeout_s: float,
     min_busbw: float | None,
     allow_mig: bool,
+    ram_per_gpu_gb: float,
     verbose: bool,
 ) -> None:
     """Check that this machine (or a recorded snapshot) is ready for a multi-GPU run."""
@@ -109,6 +112,7 @@ def check(
         timeout_s=timeout_s,
         min_busbw_gbps=min_busbw,
         allow_mig=allow_mig,
+        ram_per_gpu_gb=ram_per_gpu_gb,
     )
     snapshot = load_snapshot(snapshot_path)
     ctx = CheckContext(snapshot, options, progress=_progress_printer(as_json))

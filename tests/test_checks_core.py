@@ -264,3 +264,11 @@ def test_two_against_two_has_no_majority(capsys, tmp_path) -> None:  # type: ign
     f = check_variant(capsys, tmp_path, snap).one("GD304")
     assert (f["status"], f["subject"]) == ("warn", "host")
     assert "GPUs 0,1: 450 W; GPUs 2,3: 300 W" in f["message"]
+
+
+def test_ram_per_gpu_option_sets_the_bar(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["check", "--snapshot", str(fixture("single_gpu")), "--json", "--select", "GD501"]
+    assert run_cli(capsys, *args).exit_code == 0
+    r = run_cli(capsys, *args, "--ram-per-gpu", "128")
+    assert r.exit_code == 1
+    assert r.one("GD501")["evidence"]["expected_per_gpu_gb"] == 128.0
