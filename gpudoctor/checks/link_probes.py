@@ -61,7 +61,7 @@ CODES = [PCIE_UNDER_LOAD, P2P_SLOW, P2P_HANG]
 
 # Usable GB/s per lane after line encoding (8b/10b for Gen1-2, 128b/130b for Gen3+).
 LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
-PCIE_FAIL_RATIO = 0.25  # a quarter of the link's bandwidth or less: x4 on an x16 slot, Gen1 under load
+PCIE_FAIL_RATIO = 0.26  # about a quarter of the bandwidth or less: x4 of x16, Gen3 x8 of Gen4 x16, Gen1
 P2P_FAIL_RATIO = 0.5  # P2P at half the host-staged rate: traffic is being redirected
 P2P_WARN_RATIO = 1.0
 NVLINK_MIN_RATIO = 2.0  # NVLink P2P should beat two PCIe hops through host memory by far
