@@ -251,3 +251,20 @@ def test_processes_are_not_pinned_on_local_pids_inside_a_pid_namespace(tmp_path:
     isolated = collect_machine(Nvml(FakeNvml(source)), {}, root=tmp_path, systemctl=lambda unit: "active")
     assert isolated.host.pid_namespace_isolated is True
     assert isolated.gpu(0).processes[0] == snap.GpuProcess(pid=os.getpid(), used_memory_mib=100)
+
+
+def test_gpu_without_a_handle_carries_the_reason_and_the_rest_go_on(tmp_path: Path) -> None:
+    class DeniedGpu1(FakeNvml):  # /dev/nvidia1 not accessible to this user
+        def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
+            if index == 1:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+            return super().nvmlDeviceGetHandleByIndex(index)
+
+    source = h100_nvswitch_8x()
+    collected = collect_machine(Nvml(DeniedGpu1(source)), {}, root=tmp_path, systemctl=lambda unit: "active")
+    denied = collected.gpu(1)
+    assert (denied.uuid, denied.lost) == ("", False)
+    assert denied.memory_total_mib.reason == "no_permission" and denied.nvlinks.reason == "no_permission"
+    assert collected.pair(0, 1).p2p_read.reason == "no_permission"
+    assert collected.pair(0, 2).p2p_read == "ok"
+    assert comparable_gpu(collected.gpu(2)) == comparable_gpu(source.gpu(2))
