@@ -117,7 +117,7 @@ def test_container_with_32gb_for_8_gpus_fails_host_ram(capsys: pytest.CaptureFix
     assert r.exit_code == 1
     per_gpu = r.one("GD501")
     assert per_gpu["status"] == "fail"
-    assert "32 GB usable RAM (container limit; the machine has 1152 GB)" in per_gpu["message"]
+    assert "32 GB usable RAM (container limit; the machine has 1152 GB) for 8 GPU(s)" in per_gpu["message"]
     assert "4.0 GB per GPU, below 16 GB" in per_gpu["message"]
     assert per_gpu["evidence"]["source"] == "cgroup limit"
     assert per_gpu["evidence"]["per_gpu_gb"] == 4.0 and per_gpu["evidence"]["expected_per_gpu_gb"] == 16.0

@@ -81,7 +81,7 @@ def memory(ctx: CheckContext) -> list[Finding]:
     out = []
     evidence = {**base, "per_gpu_gb": round(per_gpu, 1), "expected_per_gpu_gb": want}
     if per_gpu < want:
-        msg = f"{_gb(ram_gb)} usable RAM{where} for {n} GPUs is {_gb(per_gpu)} per GPU, below {_gb(want)}"
+        msg = f"{_gb(ram_gb)} usable RAM{where} for {n} GPU(s) is {_gb(per_gpu)} per GPU, below {_gb(want)}"
         out.append(Finding(PER_GPU.code, Status.FAIL, "host", msg, PER_GPU.fix, evidence))
     else:
         msg = f"{_gb(ram_gb)} usable RAM{where} for {n} GPU(s): {_gb(per_gpu)} per GPU (want {_gb(want)})"
