@@ -27,8 +27,10 @@ def status_text(status: Status) -> Text:
 def render_table(spec: dict[str, Any]) -> Table:
     """A details table: {"title": str, "columns": [str], "rows": [[str]]}."""
     table = Table(title=spec.get("title"), title_justify="left", box=None, pad_edge=False)
-    for col in spec.get("columns", []):
-        table.add_column(str(col))
+    columns = spec.get("columns", [])
+    for i, col in enumerate(columns):
+        # Only the last column wraps, so long CPU-affinity lists stay whole on one line.
+        table.add_column(str(col), overflow="fold", no_wrap=i < len(columns) - 1)
     for row in spec.get("rows", []):
         table.add_row(*(str(v) for v in row))
     return table
