@@ -1,0 +1,112 @@
+"""The DDP sanity check run for real on CPU with gloo: verdicts and named failing ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import jsonschema
+import psutil
+import pytest
+
+from gpudoctor.checks.ddp import ddp_sanity
+from gpudoctor.findings import Status
+from gpudoctor.registry import CheckContext, CheckOptions
+from gpudoctor.snapshot import Snapshot
+from tests.conftest import REPO
+from tests.test_workloads import leftover_children
+
+pytestmark = pytest.mark.slow
+EMPTY = Snapshot(1, "2026-01-01T00:00:00+00:00", [])
+SCHEMA = json.loads((REPO / "gpudoctor" / "schemas" / "report.schema.json").read_text())
+
+
+@pytest.fixture(autouse=True)
+def no_orphans():  # type: ignore[no-untyped-def]
+    yield
+    assert leftover_children() == []
+
+
+def run_check(ranks: int = 2, timeout_s: float = 60, progress: list[str] | None = None) -> list:  # type: ignore[type-arg]
+    opts = CheckOptions(device="cpu", ranks=ranks, timeout_s=timeout_s)
+    findings, _ = ddp_sanity(CheckContext(EMPTY, opts, progress=(progress if progress is not None else []).append))
+    return findings
+
+
+def test_cli_two_cpu_ranks_pass_and_the_json_validates() -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("MASTER_PORT", None)
+    env.pop("GPUDOCTOR_FAULT", None)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpudoctor",
+            "check",
+            "--device",
+            "cpu",
+            "--ranks",
+            "2",
+            "--select",
+            "allreduce,ddp",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=REPO,
+    )
+    doc = json.loads(out.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    assert out.returncode == 0, out.stdout
+    codes = {f["code"]: f["status"] for c in doc["checks"] for f in c["findings"]}
+    for code in ("GD601", "GD602", "GD701", "GD702", "GD703", "GD704", "GD705", "GD706"):
+        assert codes[code] == "pass", code
+    ddp = next(c for c in doc["checks"] if c["name"] == "ddp")
+    pids = [r["pid"] for r in ddp["details"]["launch"]["ranks"]]
+    assert len(pids) == 2 and not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids)
+
+
+def test_corrupted_gradients_fail_and_name_the_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUDOCTOR_FAULT", "2:corrupt")
+    progress: list[str] = []
+    findings = run_check(ranks=3, progress=progress)
+    assert any(m.startswith("running ddp (") and m.endswith(" s)") for m in progress)  # what runs, how long
+    bad = [f for f in findings if f.code == "GD704"]
+    assert [(f.status, f.subject) for f in bad] == [(Status.FAIL, "rank:2")]
+    assert [f.status for f in findings if f.code == "GD703"] == [Status.PASS]
+
+
+def test_a_hanging_rank_is_reported_as_timeout_within_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    monkeypatch.setenv("GPUDOCTOR_FAULT", "1:hang")
+    start = time.monotonic()
+    findings = run_check(timeout_s=6)
+    assert time.monotonic() - start < 6 + 10
+    timeouts = [f for f in findings if f.code == "GD711"]
+    assert [f.subject for f in timeouts] == ["rank:1"]
+    assert "did not answer within the 6 s deadline" in timeouts[0].message
+
+
+def test_an_exiting_rank_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUDOCTOR_FAULT", "0:exit")
+    findings = run_check()
+    failed = [f for f in findings if f.code == "GD710"]
+    assert [f.subject for f in failed] == ["rank:0"]
+    assert "exited with status 17" in failed[0].message
+
+
+def test_a_busy_master_port_gives_its_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]))
+        findings = run_check()
+    (f,) = findings
+    assert f.code == "GD712" and f.status is Status.FAIL and f"PID {os.getpid()}" in f.message
