@@ -7,7 +7,8 @@ import re
 from gpudoctor.registry import CheckContext
 from gpudoctor.snapshot import Gpu
 
-_VERSION_RE = re.compile(r"\d+(?:\.\d+)+|\d+")
+_DOTTED_RE = re.compile(r"\d+(?:\.\d+)+")
+_NUMBER_RE = re.compile(r"\d+")
 
 
 def target_gpus(ctx: CheckContext) -> list[Gpu]:
@@ -16,8 +17,9 @@ def target_gpus(ctx: CheckContext) -> list[Gpu]:
 
 
 def version_tuple(text: str) -> tuple[int, ...] | None:
-    """'550.54.15' -> (550, 54, 15); the first dotted number in the text, or None."""
-    match = _VERSION_RE.search(text)
+    """'550.54.15' -> (550, 54, 15): the first dotted number in the text (so 'x86_64 Kernel Module
+    550.54.15' reads as the driver), else the first number, else None."""
+    match = _DOTTED_RE.search(text) or _NUMBER_RE.search(text)
     if match is None:
         return None
     return tuple(int(p) for p in match.group(0).split("."))

@@ -1,0 +1,134 @@
+"""Driver and software stack checks (GD102-106): edge cases beyond the fault fixtures."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.checks import driver_stack as ds
+from gpudoctor.findings import Finding, Status
+from gpudoctor.registry import CheckContext
+from gpudoctor.snapshot import FabricInfo, Missing, Snapshot, load
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def snap(name: str) -> Snapshot:
+    return load(FIXTURES / f"{name}.json")
+
+
+def run(s: Snapshot) -> list[Finding]:
+    return ds.driver_stack(CheckContext(s))
+
+
+def codes(findings: list[Finding], code: str) -> list[Finding]:
+    return [f for f in findings if f.code == code]
+
+
+def with_driver(s: Snapshot, version: str, cuda: str | Missing) -> Snapshot:
+    branch = version
+    nvml = f"{cuda}.{branch}" if isinstance(cuda, str) else Missing("unsupported")
+    drv = replace(
+        s.driver, driver_version=version, cuda_driver_version=cuda, nvml_version=nvml, kernel_module_version=version
+    )
+    return replace(s, driver=drv)
+
+
+def with_torch_cuda(s: Snapshot, cuda: str | None) -> Snapshot:
+    return replace(s, software=replace(s.software, torch_cuda=cuda))
+
+
+def test_nvml_version_mismatch_is_left_to_gd101_not_reported_twice() -> None:
+    s = snap("h100_sxm_8x")
+    drv = replace(
+        s.driver,
+        nvml_status="version_mismatch",
+        kernel_module_version="550.54.15",
+        driver_version=Missing("error"),
+        nvml_version=Missing("error"),
+    )
+    assert codes(run(replace(s, driver=drv, gpus=[])), "GD102") == []
+
+
+def test_kernel_module_string_from_proc_is_understood() -> None:
+    s = snap("h100_sxm_8x")
+    text = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024"
+    s = replace(s, driver=replace(s.driver, kernel_module_version=text))
+    (f,) = codes(run(s), "GD102")
+    assert f.status is Status.PASS
+
+
+@pytest.mark.parametrize(
+    ("driver", "driver_cuda", "torch_cuda", "status"),
+    [
+        ("550.54.15", "12.4", "12.4", Status.PASS),
+        ("535.129.03", "12.2", "12.1", Status.PASS),
+        ("535.129.03", "12.2", "12.4", Status.WARN),  # minor-version compatibility
+        ("470.223.02", "11.4", "12.1", Status.FAIL),  # older major
+        ("470.223.02", "11.4", "11.8", Status.WARN),  # 11.x minor compatibility from 450.80.02
+        ("570.86.15", "12.8", "13.0", Status.FAIL),  # CUDA 13 torch needs R580
+        ("580.126.09", "13.0", "12.8", Status.PASS),
+    ],
+)
+def test_driver_against_torch_cuda(driver: str, driver_cuda: str, torch_cuda: str, status: Status) -> None:
+    s = with_torch_cuda(with_driver(snap("a100_sxm_8x"), driver, driver_cuda), torch_cuda)
+    (f,) = codes(run(s), "GD103")
+    assert f.status is status
+    if status is not Status.PASS:
+        assert torch_cuda in f.message and f.hint
+
+
+def test_driver_cuda_is_derived_from_the_table_when_nvml_cannot_say() -> None:
+    s = with_torch_cuda(with_driver(snap("a100_sxm_8x"), "525.147.05", Missing("unsupported")), "12.4")
+    (f,) = codes(run(s), "GD103")
+    assert f.status is Status.WARN  # R525 = CUDA 12.0: 12.4 only through minor-version compatibility
+    assert f.evidence["driver_supports_cuda"] == "12.0" and f.evidence["source"] == "NVIDIA's driver table"
+    assert f.evidence["expected_driver"] == ">= 550.54.14"
+
+
+def test_cpu_only_torch_is_a_skip() -> None:
+    (f,) = codes(run(with_torch_cuda(snap("a100_sxm_8x"), None)), "GD103")
+    assert f.status is Status.SKIP
+
+
+def test_rtx40_with_p2p_disabled_is_a_warn_not_a_fail() -> None:
+    s = with_driver(snap("rtx4090_pcie_4x"), "535.129.03", "12.2")
+    s = replace(s, env={"NCCL_P2P_DISABLE": "1"})
+    (f,) = codes(run(s), "GD104")
+    assert f.status is Status.WARN
+
+
+def test_rtx40_rule_needs_two_cards_of_the_run() -> None:
+    s = with_driver(snap("rtx4090_pcie_4x"), "535.129.03", "12.2")
+    one = replace(s, env={"CUDA_VISIBLE_DEVICES": "2"})
+    assert codes(run(one), "GD104") == []
+    two = replace(s, env={"CUDA_VISIBLE_DEVICES": "0,3"})
+    assert codes(run(two), "GD104")[0].status is Status.FAIL
+
+
+def test_quadro_rtx_4000_is_not_mistaken_for_a_geforce_rtx_40() -> None:
+    s = with_driver(snap("rtx4090_pcie_4x"), "535.129.03", "12.2")
+    s = replace(s, gpus=[replace(g, name="Quadro RTX 4000") for g in s.gpus])
+    assert codes(run(s), "GD104") == []
+
+
+def test_persistence_is_not_judged_for_a_single_gpu_run() -> None:
+    s = snap("single_gpu")  # persistence off, one GPU
+    assert codes(run(s), "GD105") == []
+
+
+def test_fabric_limited_capacity_warns_and_failed_registration_fails() -> None:
+    s = snap("h100_sxm_8x")
+    limited = FabricInfo("completed", "success", "limited_capacity")
+    failed = FabricInfo("completed", "nvml_error_insufficient_resources", Missing("unsupported"))
+    s = replace(
+        s, gpus=[replace(g, fabric=limited if g.index == 1 else failed if g.index == 2 else g.fabric) for g in s.gpus]
+    )
+    got = {(f.subject, f.status) for f in codes(run(s), "GD106")}
+    assert got == {("gpu:1", Status.WARN), ("gpu:2", Status.FAIL)}
+
+
+def test_no_nvswitch_no_fabric_finding() -> None:
+    assert codes(run(snap("rtx4090_pcie_4x")), "GD106") == []
