@@ -371,6 +371,11 @@ def load(path: str | Path) -> Snapshot:
 def write(snapshot: Snapshot, path: str | Path) -> None:
     """Write atomically, so a failed write never leaves half a snapshot behind."""
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(21, "is a directory", str(path))
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(dumps(snapshot), encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(dumps(snapshot), encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
