@@ -1,0 +1,136 @@
+"""GPU health checks (GD801-826): XID table and matching, memory errors, throttling, MIG, processes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpudoctor import xid
+from gpudoctor.checks import gpu_modes, health
+from gpudoctor.findings import Finding, Status
+from gpudoctor.registry import CheckContext, CheckOptions
+from gpudoctor.snapshot import GpuProcess, Missing, Snapshot, XidEvent, load
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def snap(name: str) -> Snapshot:
+    return load(FIXTURES / f"{name}.json")
+
+
+def gpu_change(s: Snapshot, index: int, **values: object) -> Snapshot:
+    return replace(s, gpus=[replace(g, **values) if g.index == index else g for g in s.gpus])
+
+
+def not_ok(findings: list[Finding]) -> list[tuple[str, str, Status]]:
+    return [(f.code, f.subject, f.status) for f in findings if f.status not in (Status.PASS, Status.SKIP)]
+
+
+@pytest.mark.parametrize(
+    ("code", "kind"),
+    [
+        (48, "hardware"),
+        (79, "hardware"),
+        (94, "hardware"),
+        (95, "hardware"),
+        (74, "hardware"),
+        (119, "hardware"),
+        (125, "hardware"),
+        (13, "application"),
+        (31, "application"),
+        (43, "application"),
+        (45, "application"),
+        (61, "other"),
+        (109, "other"),
+        (121, "other"),
+        (8, "other"),
+    ],
+)
+def test_xid_classes_follow_the_hardware_set(code: int, kind: str) -> None:
+    assert xid.classify(code) == kind
+
+
+def test_kernel_log_and_nvml_bus_ids_name_the_same_gpu() -> None:
+    assert xid.bus_key("PCI:0000:3a:00") == xid.bus_key("00000000:3A:00.0") == "0:3a:00"
+    assert xid.bus_key("PCI:0001:3a:00") != xid.bus_key("00000000:3A:00.0")
+    assert xid.bus_key("garbage") is None
+
+
+def test_hardware_xid_on_a_gpu_the_run_does_not_use_only_warns() -> None:
+    s = snap("h100_sxm_8x")
+    s = replace(
+        s,
+        env={"CUDA_VISIBLE_DEVICES": "0,1"},
+        host=replace(s.host, xid_events=[XidEvent("PCI:0000:db:00", 79, "fallen off the bus")]),
+    )
+    (f,) = health.xid_errors(CheckContext(s))
+    assert (f.code, f.subject, f.status) == ("GD810", "gpu:7", Status.WARN)
+    assert "does not use" in f.message
+
+
+def test_xid_for_a_device_nvml_does_not_list_is_still_reported() -> None:
+    s = snap("a100_sxm_8x")
+    s = replace(s, host=replace(s.host, xid_events=[XidEvent("PCI:0000:c1:00", 48, "DBE")]))
+    (f,) = health.xid_errors(CheckContext(s))
+    assert f.subject == "pci:PCI:0000:c1:00" and f.status is Status.WARN
+
+
+def test_unclassified_xid_warns() -> None:
+    s = snap("a100_sxm_8x")
+    s = replace(s, host=replace(s.host, xid_events=[XidEvent("PCI:0000:10:1c", 61, "breakpoint")]))
+    assert not_ok(health.xid_errors(CheckContext(s))) == [("GD812", "gpu:0", Status.WARN)]
+
+
+def test_xid_not_collected_says_nothing() -> None:
+    s = snap("a100_sxm_8x")
+    s = replace(s, host=replace(s.host, xid_events=Missing("not_collected")))
+    assert health.xid_errors(CheckContext(s)) == []
+
+
+def test_retired_pages_pending_fails() -> None:
+    s = gpu_change(snap("a100_sxm_8x"), 4, retired_pages_pending=True)
+    assert not_ok(health.memory_errors(CheckContext(s))) == [("GD803", "gpu:4", Status.FAIL)]
+
+
+def test_idle_and_benign_clock_reasons_are_not_throttling() -> None:
+    s = gpu_change(snap("h100_sxm_8x"), 0, clock_event_reasons=0x1 | 0x2 | 0x10 | 0x100)
+    assert not_ok(health.clocks(CheckContext(s))) == []
+
+
+def test_software_thermal_slowdown_warns_and_reports_temperature() -> None:
+    s = gpu_change(snap("h100_sxm_8x"), 6, clock_event_reasons=0x20, temperature_c=87)
+    (f,) = health.clocks(CheckContext(s))
+    assert (f.subject, f.status) == ("gpu:6", Status.WARN)
+    assert f.evidence["temperature_c"] == 87 and "cooling" in f.hint.lower()
+
+
+def test_mig_fails_unless_allowed() -> None:
+    s = snap("a100_mig")
+    assert not_ok(gpu_modes.gpu_modes(CheckContext(s))) == [("GD820", "host", Status.FAIL)]
+    allowed = gpu_modes.gpu_modes(CheckContext(s, CheckOptions(allow_mig=True)))
+    assert not_ok(allowed) == []
+    assert any(f.code == "GD820" and "--allow-mig" in f.message for f in allowed)
+
+
+def test_processes_name_pid_user_command_and_memory() -> None:
+    proc = GpuProcess(
+        pid=912345, used_memory_mib=20480, local_pid=4711, user="bob", command="/opt/conda/bin/python train.py"
+    )
+    s = gpu_change(snap("container_32gb_8gpu"), 2, processes=[proc], memory_used_mib=20480 + 300)
+    (f,) = gpu_modes.gpu_processes(CheckContext(s))
+    assert (f.code, f.subject, f.status) == ("GD825", "gpu:2", Status.WARN)
+    assert "pid 912345 python (bob) 20480 MiB" in f.message
+    assert f.evidence["processes"][0]["local_pid"] == 4711 and "kill 4711" in f.hint
+
+
+def test_small_unaccounted_memory_is_driver_overhead_not_a_ghost() -> None:
+    s = gpu_change(snap("h100_sxm_8x"), 1, memory_used_mib=600, processes=[])
+    assert not_ok(gpu_modes.gpu_processes(CheckContext(s))) == []
+
+
+def test_ghost_memory_cannot_be_judged_when_a_process_has_no_memory_figure() -> None:
+    proc = GpuProcess(pid=1, used_memory_mib=None)
+    s = gpu_change(snap("h100_sxm_8x"), 1, memory_used_mib=40000, processes=[proc])
+    assert [c for c, _, _ in not_ok(gpu_modes.gpu_processes(CheckContext(s)))] == ["GD825"]
