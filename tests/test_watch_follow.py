@@ -164,3 +164,46 @@ def test_usage_errors() -> None:
     assert r.returncode == 2 and "command not found" in r.stderr
     r = watch("--gpus", "a,b")
     assert r.returncode == 2 and "--gpus" in r.stderr
+
+
+class StallingSource:
+    """Two readings, then NVML 'hangs' for 3 s, then one more reading and the end."""
+
+    label = "stalling"
+    interval = 0.1
+
+    def __init__(self) -> None:
+        from gpudoctor.watch.synthetic import synthetic_run
+
+        self.samples = synthetic_run("healthy", 3)
+        self.i = 0
+
+    def open(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def next(self, stop):  # type: ignore[no-untyped-def]
+        if self.i >= len(self.samples):
+            return None
+        if self.i == 2:
+            stop.wait(3.0)
+        self.i += 1
+        return self.samples[self.i - 1]
+
+
+def test_a_stalled_reading_is_reported_as_stale_and_watching_goes_on() -> None:
+    import io
+
+    from gpudoctor.watch.headless import run_headless
+    from gpudoctor.watch.session import Session
+
+    session = Session(StallingSource())  # type: ignore[arg-type]
+    out = io.StringIO()
+    session.start()
+    try:
+        assert run_headless(session, out) == "source"
+    finally:
+        session.close()
+    lines = out.getvalue().splitlines()
+    assert [("stale" in x) for x in lines] == [False, False, True, False]
+    assert "no reading for 2 s" in lines[2] or "no reading for 3 s" in lines[2]
