@@ -22,8 +22,7 @@ NVML_UNAVAILABLE = Code(
 _EXPLAIN = {
     "no_library": (
         "no NVIDIA driver: the NVML library (libnvidia-ml.so.1) was not found",
-        "Install the NVIDIA driver; in a container use the NVIDIA container runtime "
-        "(`--gpus all`).",
+        "Install the NVIDIA driver; in a container use the NVIDIA container runtime (`--gpus all`).",
     ),
     "no_driver": (
         "no NVIDIA driver: the NVIDIA kernel module is not loaded",
