@@ -348,3 +348,34 @@ def test_fabric_manager_asked_only_with_nvswitch() -> None:
 def test_systemctl_absent_is_unsupported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(driver.shutil, "which", lambda name: None)
     assert driver.systemctl_is_active("nvidia-fabricmanager").reason == "unsupported"
+
+
+def test_every_variable_a_check_reads_is_allowed_into_the_snapshot() -> None:
+    """A check that reads a variable the probe drops could never fire on a live machine."""
+    import ast
+
+    from gpudoctor.probe.environment import allowed
+
+    read: set[str] = set()
+    for path in (Path(__file__).resolve().parent.parent / "gpudoctor" / "checks").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                name = node.value
+                env_like = name.isupper() and "_" in name and name.replace("_", "").isalnum()
+                if env_like and name.split("_")[0] in {
+                    "CUDA",
+                    "NCCL",
+                    "SLURM",
+                    "LOCAL",
+                    "WORLD",
+                    "GROUP",
+                    "MASTER",
+                    "NSIGHT",
+                    "COMPUTE",
+                    "OPENCL",
+                    "NNODES",
+                    "TORCH",
+                }:
+                    read.add(name)
+    assert read, "the scan found no variable names: the test itself is broken"
+    assert sorted(n for n in read if not allowed(n)) == []

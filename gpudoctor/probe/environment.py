@@ -18,7 +18,14 @@ ALLOWED_NAMES = frozenset(
         "LOCAL_RANK",
         "LOCAL_WORLD_SIZE",
         "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "NNODES",
         "OMP_NUM_THREADS",
+        # Debugger/profiler switches that slow or break a run (DCGM's list; CUDA_* ones
+        # are covered by the prefix).
+        "NSIGHT_CUDA_DEBUGGER",
+        "COMPUTE_PROFILE",
+        "OPENCL_PROFILE",
         # Slurm job geometry: how many tasks and GPUs, and where this task sits.
         "SLURM_NTASKS",
         "SLURM_NTASKS_PER_NODE",
