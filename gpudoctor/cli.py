@@ -59,15 +59,33 @@ def load_snapshot(path: str | None) -> Any:
 @click.option("--ignore", multiple=True, metavar="CODES", help="Leave out these codes, prefixes or check names.")
 @click.option("--expect-gpus", type=click.IntRange(min=1), help="Fail when fewer GPUs are visible.")
 @click.option("--fail-on", type=click.Choice(["warn", "fail"]), default="fail", show_default=True)
-@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
-              help="Where workloads run: cpu uses N processes with gloo.")
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cuda", "cpu"]),
+    default="auto",
+    show_default=True,
+    help="Where workloads run: cpu uses N processes with gloo.",
+)
 @click.option("--ranks", type=click.IntRange(min=1, max=64), help="Ranks for --device cpu (default 2).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=120.0, show_default=True,
-              help="Deadline in seconds for all workloads together.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    default=120.0,
+    show_default=True,
+    help="Deadline in seconds for all workloads together.",
+)
 @click.option("--min-busbw", type=click.FloatRange(min=0), help="Required all-reduce busbw in GB/s.")
 @click.option("--allow-mig", is_flag=True, help="Do not fail multi-GPU checks on MIG-enabled GPUs.")
-@click.option("--ram-per-gpu", "ram_per_gpu_gb", type=click.FloatRange(min=0), default=16.0, show_default=True,
-              metavar="GB", help="Host RAM wanted per visible GPU (GD501).")
+@click.option(
+    "--ram-per-gpu",
+    "ram_per_gpu_gb",
+    type=click.FloatRange(min=0),
+    default=16.0,
+    show_default=True,
+    metavar="GB",
+    help="Host RAM wanted per visible GPU (GD501).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Show passing findings too.")
 def check(
     snapshot_path: str | None,
@@ -133,7 +151,9 @@ def check(
         try:
             write_junit(report, junit_path)
         except OSError as exc:
-            raise UserError(f"cannot write JUnit file {junit_path}: {exc.strerror}", EXIT_UNAVAILABLE, "unavailable") from None
+            raise UserError(
+                f"cannot write JUnit file {junit_path}: {exc.strerror}", EXIT_UNAVAILABLE, "unavailable"
+            ) from None
     if as_json:
         from gpudoctor.render.json import dumps, report_document
 
@@ -246,7 +266,12 @@ def run(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001  (never a traceback; GPUDOCTOR_DEBUG=1 shows it)
         if os.environ.get("GPUDOCTOR_DEBUG"):
             raise
-        _fail(argv, "internal", f"internal error: {type(exc).__name__}: {exc} (GPUDOCTOR_DEBUG=1 shows the traceback)", EXIT_UNAVAILABLE)
+        _fail(
+            argv,
+            "internal",
+            f"internal error: {type(exc).__name__}: {exc} (GPUDOCTOR_DEBUG=1 shows the traceback)",
+            EXIT_UNAVAILABLE,
+        )
     else:
         sys.exit(0)
 

@@ -11,12 +11,22 @@ from gpudoctor.findings import Report, Status
 def junit_tree(report: Report) -> ET.ElementTree:
     suites = ET.Element("testsuites", name="gpudoctor", tests=str(len(report.findings)))
     for result in report.checks:
-        failures = sum(1 for f in result.findings if f.status in (Status.FAIL, Status.WARN) and f.status.rank >= report.fail_on.rank)
+        failures = sum(
+            1
+            for f in result.findings
+            if f.status in (Status.FAIL, Status.WARN) and f.status.rank >= report.fail_on.rank
+        )
         errors = sum(1 for f in result.findings if f.status == Status.ERROR)
         skipped = sum(1 for f in result.findings if f.status == Status.SKIP)
         suite = ET.SubElement(
-            suites, "testsuite", name=result.name, tests=str(len(result.findings)),
-            failures=str(failures), errors=str(errors), skipped=str(skipped), time=f"{result.duration_s:.3f}",
+            suites,
+            "testsuite",
+            name=result.name,
+            tests=str(len(result.findings)),
+            failures=str(failures),
+            errors=str(errors),
+            skipped=str(skipped),
+            time=f"{result.duration_s:.3f}",
         )
         for f in result.findings:
             case = ET.SubElement(suite, "testcase", classname=f"gpudoctor.{result.name}", name=f"{f.code} {f.subject}")
