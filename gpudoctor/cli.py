@@ -168,7 +168,8 @@ def check(
 def _console() -> Any:
     from rich.console import Console
 
-    return Console(highlight=False, no_color="NO_COLOR" in os.environ)
+    # Piped output is not wrapped at 80 columns: a log or CI artifact keeps one finding per line.
+    return Console(highlight=False, no_color="NO_COLOR" in os.environ, soft_wrap=not sys.stdout.isatty())
 
 
 def _progress_printer(as_json: bool) -> Any:

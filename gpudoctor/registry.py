@@ -73,6 +73,10 @@ class Check:
     codes: tuple[Code, ...]
     func: Callable[[CheckContext], Any]
     active: bool = False  # runs a workload: skipped by --quick
+    # What the check needs before it can say anything: "" (nothing), "gpus" (a working
+    # driver and at least one GPU), "visible" (and at least one GPU the run will see).
+    # Without it the registry gives one `skip` finding instead of running the check.
+    needs: str = ""
 
     @property
     def code_ids(self) -> tuple[str, ...]:
@@ -99,10 +103,15 @@ CODES[CHECK_CRASHED.code] = CHECK_CRASHED
 CODE_OWNER[CHECK_CRASHED.code] = "check"
 
 
+NEEDS = ("", "gpus", "visible")
+
+
 def check(
-    name: str, title: str, codes: Iterable[Code], *, active: bool = False
+    name: str, title: str, codes: Iterable[Code], *, active: bool = False, needs: str = ""
 ) -> Callable[[Callable[[CheckContext], Any]], Callable[[CheckContext], Any]]:
     codes = tuple(codes)
+    if needs not in NEEDS:
+        raise ValueError(f"check {name!r}: needs must be one of {NEEDS}")
 
     def register(func: Callable[[CheckContext], Any]) -> Callable[[CheckContext], Any]:
         if name in CHECKS:
@@ -112,7 +121,7 @@ def check(
                 raise ValueError(f"finding code {c.code} registered twice")
             CODES[c.code] = c
             CODE_OWNER[c.code] = name
-        CHECKS[name] = Check(name, title, codes, func, active)
+        CHECKS[name] = Check(name, title, codes, func, active, needs)
         return func
 
     return register
@@ -214,11 +223,30 @@ def crashed(chk: Check, exc: BaseException) -> Finding:
     )
 
 
+def unmet_need(chk: Check, ctx: CheckContext) -> Finding | None:
+    """One `skip` finding when the check has nothing to look at (no driver, no GPU, none visible)."""
+    if not chk.needs:
+        return None
+    snap = ctx.snapshot
+    code = chk.codes[0].code
+    if snap.driver.nvml_status != "ok" or not snap.gpus:
+        return Finding(
+            code, Status.SKIP, "host", "no GPUs to check: see GD101", evidence={"nvml_status": snap.driver.nvml_status}
+        )
+    if chk.needs == "visible" and not ctx.visible.gpus:
+        raw = snap.env.get("CUDA_VISIBLE_DEVICES")
+        return Finding(
+            code, Status.SKIP, "host", "no visible GPUs to check: see GD201", evidence={"CUDA_VISIBLE_DEVICES": raw}
+        )
+    return None
+
+
 def run_one(chk: Check, ctx: CheckContext, selection: Selection) -> CheckResult:
     start = time.perf_counter()
     details: dict[str, Any] = {}
     try:
-        out = chk.func(ctx)
+        skipped = unmet_need(chk, ctx)
+        out = [skipped] if skipped else chk.func(ctx)
         if isinstance(out, tuple):
             findings, details = out
         else:

@@ -112,3 +112,23 @@ def test_junit_marks_failures_errors_and_skips() -> None:
     suite = junit_tree(report).getroot().find("testsuite")
     assert suite is not None and suite.get("failures") == "2"
     ET.tostring(junit_tree(report).getroot())  # serialises
+
+
+def test_a_check_that_needs_gpus_skips_once_without_a_driver() -> None:
+    called = []
+
+    def body(ctx: CheckContext) -> list[Finding]:
+        called.append(True)
+        return [Finding("GD099", Status.PASS, "host", "looked at the GPUs")]
+
+    no_driver = Snapshot(schema_version=1, created="x", gpus=[])
+    no_driver = type(no_driver)(**{**no_driver.__dict__, "driver": type(no_driver.driver)(nvml_status="no_driver")})
+    chk = Check("needy", "Needy", (CODE,), body, needs="gpus")
+    result = run_one(chk, CheckContext(no_driver), Selection())
+    assert called == []
+    assert [(f.code, f.status, f.message) for f in result.findings] == [
+        ("GD099", Status.SKIP, "no GPUs to check: see GD101")
+    ]
+    # A check that needs nothing runs anyway.
+    plain = Check("plain", "Plain", (CODE,), body)
+    assert run_one(plain, CheckContext(no_driver), Selection()).findings[0].status is Status.PASS

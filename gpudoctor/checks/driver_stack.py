@@ -429,7 +429,7 @@ def fabric(ctx: CheckContext) -> list[Finding]:
     return [Finding(FABRIC_NOT_READY.code, Status.PASS, "host", "nvidia-fabricmanager is active", "", evidence)]
 
 
-@check("driver_stack", "Driver and CUDA stack", codes=CODES)
+@check("driver_stack", "Driver and CUDA stack", codes=CODES, needs="gpus")
 def driver_stack(ctx: CheckContext) -> list[Finding]:
     return [
         *kernel_mismatch(ctx),

@@ -144,7 +144,7 @@ def _compute_mode(gpus: list[Gpu]) -> list[Finding]:
     return out
 
 
-@check("gpu_modes", "MIG and compute mode", codes=MODE_CODES)
+@check("gpu_modes", "MIG and compute mode", codes=MODE_CODES, needs="visible")
 def gpu_modes(ctx: CheckContext) -> list[Finding]:
     gpus = target_gpus(ctx)
     return [*_mig(ctx, gpus), *_compute_mode(gpus)]
@@ -217,7 +217,7 @@ def _processes(gpu: Gpu, isolated: bool) -> list[Finding]:
     return out
 
 
-@check("gpu_processes", "GPU memory already in use", codes=PROCESS_CODES)
+@check("gpu_processes", "GPU memory already in use", codes=PROCESS_CODES, needs="visible")
 def gpu_processes(ctx: CheckContext) -> list[Finding]:
     gpus = target_gpus(ctx)
     isolated = ctx.snapshot.host.pid_namespace_isolated is True

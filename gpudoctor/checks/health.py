@@ -196,7 +196,7 @@ def _gpu_memory_errors(gpu: Gpu) -> list[Finding]:
     return out
 
 
-@check("memory_errors", "GPU memory errors (ECC, retired pages, row remapping)", codes=CODES)
+@check("memory_errors", "GPU memory errors (ECC, retired pages, row remapping)", codes=CODES, needs="visible")
 def memory_errors(ctx: CheckContext) -> list[Finding]:
     gpus = target_gpus(ctx)
     findings = [f for g in gpus for f in _gpu_memory_errors(g)]
@@ -225,7 +225,7 @@ def _status_for(xid_class: str) -> tuple[Code, Status]:
     return XID_OTHER, Status.WARN
 
 
-@check("xid", "XID errors in the kernel log", codes=XID_CODES)
+@check("xid", "XID errors in the kernel log", codes=XID_CODES, needs="gpus")
 def xid_errors(ctx: CheckContext) -> list[Finding]:
     events = ctx.snapshot.host.xid_events
     if not known(events):
@@ -321,7 +321,7 @@ def _throttle_finding(gpu: Gpu) -> Finding | None:
     )
 
 
-@check("clocks", "GPU clocks not throttled", codes=[THROTTLED])
+@check("clocks", "GPU clocks not throttled", codes=[THROTTLED], needs="visible")
 def clocks(ctx: CheckContext) -> list[Finding]:
     gpus = target_gpus(ctx)
     findings = [f for f in (_throttle_finding(g) for g in gpus) if f is not None]

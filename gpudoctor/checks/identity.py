@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpudoctor.checks.visibility import skip_without_gpus
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Missing
@@ -229,11 +228,8 @@ def compare(gpus: list[Gpu], trait: Trait) -> list[Finding]:
     return out
 
 
-@check("identity", "GPU models and settings alike", codes=CODES)
+@check("identity", "GPU models and settings alike", codes=CODES, needs="visible")
 def identity(ctx: CheckContext) -> list[Finding]:
-    skipped = skip_without_gpus(ctx, MODEL.code)
-    if skipped is not None:
-        return skipped
     gpus = list(ctx.visible.gpus)
     if len(gpus) < 2:
         g = gpus[0]

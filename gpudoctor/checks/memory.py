@@ -7,7 +7,6 @@ GB here are binary (2**30 bytes), as `docker --memory 32g` and nvidia-smi's MiB 
 
 from __future__ import annotations
 
-from gpudoctor.checks.visibility import skip_without_gpus
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Host
@@ -55,11 +54,8 @@ def _gb(n: float) -> str:
     return f"{n:.0f} GB" if n >= 10 else f"{n:.1f} GB"
 
 
-@check("memory", "Host RAM for the GPUs", codes=CODES)
+@check("memory", "Host RAM for the GPUs", codes=CODES, needs="visible")
 def memory(ctx: CheckContext) -> list[Finding]:
-    skipped = skip_without_gpus(ctx, PER_GPU.code)
-    if skipped is not None:
-        return skipped
     host = ctx.snapshot.host
     usable = usable_ram(host)
     if usable is None:

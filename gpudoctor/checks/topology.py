@@ -11,7 +11,6 @@ from itertools import combinations
 from typing import Any
 
 from gpudoctor import topology as topo
-from gpudoctor.checks.visibility import skip_without_gpus
 from gpudoctor.findings import Finding, Status, gpu_subject, pair_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Snapshot
@@ -91,11 +90,8 @@ P2P = Code(
 CODES = [MATRIX, FEWER_LINKS, NO_NVLINK_PAIRS, PCIE_WIDTH, PCIE_GEN, P2P]
 
 
-@check("topology", "NVLink, PCIe and P2P topology", codes=CODES)
+@check("topology", "NVLink, PCIe and P2P topology", codes=CODES, needs="visible")
 def topology(ctx: CheckContext) -> Any:
-    skipped = skip_without_gpus(ctx, MATRIX.code)
-    if skipped is not None:
-        return skipped
     snap = ctx.snapshot
     indices = sorted(set(ctx.visible.nvml_indices))  # nvidia-smi order, like topo -m
     gpus = [snap.gpu(i) for i in indices]

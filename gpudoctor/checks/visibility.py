@@ -83,26 +83,6 @@ MIG_ONE = Code(
 )
 CODES = [VISIBLE, EXPECTED, GEOMETRY, DROPPED, ORDER, MIG_ONE]
 
-GD101_SKIP = "no GPUs to check: see GD101"
-
-
-def skip_without_gpus(ctx: CheckContext, code: str) -> list[Finding] | None:
-    """One `skip` finding when there is nothing to check (no driver, no GPU, none visible)."""
-    snap = ctx.snapshot
-    if snap.driver.nvml_status != "ok" or not snap.gpus:
-        return [Finding(code, Status.SKIP, "host", GD101_SKIP, evidence={"nvml_status": snap.driver.nvml_status})]
-    if not ctx.visible.devices:
-        return [
-            Finding(
-                code,
-                Status.SKIP,
-                "host",
-                "no visible GPUs to check: see GD201",
-                evidence={"CUDA_VISIBLE_DEVICES": ctx.visible.raw},
-            )
-        ]
-    return None
-
 
 def device_list(vis: Visibility) -> str:
     n = vis.count
@@ -135,13 +115,8 @@ def expected_local_ranks(env: Mapping[str, str]) -> tuple[int, str] | None:
     return None
 
 
-@check("visibility", "Visible GPUs and launch geometry", codes=CODES)
+@check("visibility", "Visible GPUs and launch geometry", codes=CODES, needs="gpus")
 def visibility(ctx: CheckContext) -> list[Finding]:
-    snap = ctx.snapshot
-    if snap.driver.nvml_status != "ok" or not snap.gpus:
-        return [
-            Finding(VISIBLE.code, Status.SKIP, "host", GD101_SKIP, evidence={"nvml_status": snap.driver.nvml_status})
-        ]
     vis = ctx.visible
     env = ctx.snapshot.env
     evidence_base = {"CUDA_VISIBLE_DEVICES": vis.raw, "CUDA_DEVICE_ORDER": vis.order_raw}
