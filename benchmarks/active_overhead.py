@@ -4,6 +4,9 @@ Measures, alternating, in one run (median of --repeat runs each):
   minimal: a script that spawns 2 ranks (plain subprocesses, no torch in the parent), joins a
            gloo group, all-reduces once and exits (the fastest form of it);
   mp.spawn: the same with torch.multiprocessing.spawn, as PyTorch's tutorials write it;
+  minimal DDP: the minimal script plus wrapping a one-layer model in DistributedDataParallel
+           and one training step: the least any DDP job pays (DDP's constructor imports
+           torch._dynamo, about 1.6 s of CPU per rank with torch 2.13);
   gpudoctor: `gpudoctor check --device cpu --ranks 2 --select allreduce,ddp --json` (the DDP
            sanity run plus the all-reduce sweep, probe and report included).
 Target: gpudoctor <= 1.3 x minimal.   Usage: python benchmarks/active_overhead.py [--repeat 5]
@@ -26,6 +29,17 @@ dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], ra
 t = torch.ones(1024)
 dist.all_reduce(t)
 assert t[0].item() == 2
+dist.destroy_process_group()
+"""
+
+
+RANK_DDP = """
+import os, sys, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=int(sys.argv[1]), world_size=2)
+t = torch.ones(1024)
+dist.all_reduce(t)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+model(torch.ones(4, 8)).sum().backward()
 dist.destroy_process_group()
 """
 
@@ -62,10 +76,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def minimal() -> float:
+def minimal(script: str = RANK) -> float:
     start = time.perf_counter()
     port = str(free_port())
-    procs = [subprocess.Popen([sys.executable, "-c", RANK, str(r), port]) for r in range(2)]
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r), port]) for r in range(2)]
     codes = [p.wait(timeout=120) for p in procs]
     if any(codes):
         raise SystemExit(f"minimal script failed: {codes}")
@@ -106,16 +120,19 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.pop("MASTER_PORT", None)
     minimal()  # warm the page cache for torch's files so neither side pays the cold start
-    mins, spawns, docs = [], [], []
+    mins, spawns, ddps, docs = [], [], [], []
     for _ in range(args.repeat):
         mins.append(minimal())
         spawns.append(spawn_script())
+        ddps.append(minimal(RANK_DDP))
         docs.append(gpudoctor())
     m, s, g = statistics.median(mins), statistics.median(spawns), statistics.median(docs)
+    d = statistics.median(ddps)
     print(f"minimal 2-rank gloo all-reduce : median {m:.2f} s  ({', '.join(f'{x:.2f}' for x in mins)})")
     print(f"same with mp.spawn             : median {s:.2f} s  ({', '.join(f'{x:.2f}' for x in spawns)})")
+    print(f"minimal script + one DDP step  : median {d:.2f} s  ({', '.join(f'{x:.2f}' for x in ddps)})")
     print(f"gpudoctor allreduce + ddp      : median {g:.2f} s  ({', '.join(f'{x:.2f}' for x in docs)})")
-    print(f"ratio vs minimal {g / m:.2f}, vs mp.spawn {g / s:.2f} (target <= 1.30)")
+    print(f"ratio vs minimal {g / m:.2f}, vs mp.spawn {g / s:.2f} (target <= 1.30), vs minimal DDP {g / d:.2f}")
 
 
 if __name__ == "__main__":
