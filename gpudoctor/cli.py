@@ -154,6 +154,12 @@ def check(
             raise UserError(
                 f"cannot write JUnit file {junit_path}: {exc.strerror}", EXIT_UNAVAILABLE, "unavailable"
             ) from None
+    quiet = _quiet_rank(os.environ)
+    if quiet:
+        # torchrun merges its local ranks' stdout: one report per node keeps --json parseable.
+        counts = ", ".join(f"{n} {s}" for s, n in report.counts().items() if n)
+        click.echo(f"gpudoctor: {quiet}: {counts}; local rank 0 prints the report", err=True)
+        sys.exit(report.exit_code)
     if as_json:
         from gpudoctor.render.json import dumps, report_document
 
@@ -163,6 +169,14 @@ def check(
 
         render_report(report, _console(), verbose=verbose)
     sys.exit(report.exit_code)
+
+
+def _quiet_rank(environ: Any) -> str | None:
+    """Under torchrun/srun, every local rank but 0 leaves the report to local rank 0."""
+    launched = all(k in environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
+    if launched and environ.get("LOCAL_RANK", "0").strip() not in ("", "0"):
+        return f"rank {environ['RANK']} (local rank {environ['LOCAL_RANK']})"
+    return None
 
 
 def _console() -> Any:

@@ -70,6 +70,10 @@ def render_check(console: Console, result: CheckResult, verbose: bool) -> None:
         console.print(render_table(spec))
 
 
+def _ids(values: Any) -> str:
+    return ",".join(str(v) for v in values) if values else "-"
+
+
 def summary_line(report: Report) -> Text:
     counts = report.counts()
     text = Text()
@@ -87,6 +91,18 @@ def render_report(report: Report, console: Console, verbose: bool = False) -> No
     console.print(Text(f"gpudoctor {report.gpudoctor_version} check on {report.source}", style="bold"))
     for result in report.checks:
         render_check(console, result, verbose)
-    for node in report.nodes:
-        console.print(Text(f"  node {node.get('hostname', '?')}: {node}", style="dim"))
+    if report.nodes:
+        rows = [
+            [
+                n.get("node_rank", "?"),
+                n.get("hostname", "?"),
+                _ids(n.get("ranks")),
+                _ids(n.get("gpus")),
+                n.get("status", "?"),
+            ]
+            for n in report.nodes
+        ]
+        console.print(
+            render_table({"title": "nodes", "columns": ["node", "host", "ranks", "gpus", "status"], "rows": rows})
+        )
     console.print(summary_line(report))
