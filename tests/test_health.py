@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor import xid
+from gpudoctor import clock_reasons, xid
 from gpudoctor.checks import gpu_modes, health
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, CheckOptions
@@ -104,6 +104,25 @@ def test_software_thermal_slowdown_warns_and_reports_temperature() -> None:
     (f,) = health.clocks(CheckContext(s))
     assert (f.subject, f.status) == ("gpu:6", Status.WARN)
     assert f.evidence["temperature_c"] == 87 and "cooling" in f.hint.lower()
+
+
+def test_clock_reason_table_uses_nvml_bits_and_one_meaning_per_bit() -> None:
+    # nvml.h nvmlClocksEventReason* values, written out here rather than read from the code.
+    raw = {0x1: "benign", 0x2: "benign", 0x4: "power", 0x8: "hardware", 0x10: "benign", 0x20: "thermal"}
+    raw |= {0x40: "thermal", 0x80: "power", 0x100: "benign"}
+    assert {r.bit: r.kind for r in clock_reasons.REASONS} == raw
+    assert clock_reasons.kinds(0x8 | 0x1) == {"hardware"}
+
+
+@pytest.mark.parametrize(
+    ("mask", "status", "hint_word"),
+    [(0x4, Status.WARN, "power limit"), (0x8, Status.FAIL, "power supplies"), (0x40, Status.FAIL, "cooling")],
+)
+def test_clock_reason_status_and_hint(mask: int, status: Status, hint_word: str) -> None:
+    s = gpu_change(snap("h100_sxm_8x"), 2, clock_event_reasons=mask)
+    (f,) = health.clocks(CheckContext(s))
+    assert (f.subject, f.status) == ("gpu:2", status)
+    assert hint_word in f.hint
 
 
 def test_mig_fails_unless_allowed() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from gpudoctor import clock_reasons
 from gpudoctor.checks.targets import gpu_list, target_gpus
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.registry import CheckContext, Code, check
@@ -113,16 +114,6 @@ THROTTLED = Code(
 )
 CODES = [ECC_VOLATILE, ECC_AGGREGATE, RETIRED_PENDING, REMAP_PENDING, REMAP_FAILED]
 XID_CODES = [XID_HARDWARE, XID_APPLICATION, XID_OTHER]
-
-# nvmlClocksEventReasons bits that mean the GPU is slowed down: (name, status).
-CLOCK_REASONS: dict[int, tuple[str, Status]] = {
-    0x4: ("software power cap", Status.WARN),
-    0x8: ("hardware slowdown", Status.FAIL),
-    0x20: ("software thermal slowdown", Status.WARN),
-    0x40: ("hardware thermal slowdown", Status.FAIL),
-    0x80: ("hardware power brake slowdown", Status.FAIL),
-}
-BENIGN_CLOCK_REASONS = {0x1: "gpu idle", 0x2: "applications clocks setting", 0x10: "sync boost", 0x100: "display clock"}
 
 
 def _gpu_memory_errors(gpu: Gpu) -> list[Finding]:
@@ -298,11 +289,12 @@ def _throttle_finding(gpu: Gpu) -> Finding | None:
     mask = gpu.clock_event_reasons
     if not known(mask):
         return None
-    active = [(bit, name, status) for bit, (name, status) in CLOCK_REASONS.items() if mask & bit]
+    active = clock_reasons.slowdowns(mask)
     if not active:
         return None
-    status = Status.FAIL if any(s is Status.FAIL for _, _, s in active) else Status.WARN
-    names = [name for _, name, _ in active]
+    status = Status.FAIL if any(r.severe for r in active) else Status.WARN
+    names = [r.label for r in active]
+    kinds = {r.kind for r in active}
     evidence: dict[str, Any] = {"clock_event_reasons": f"0x{mask:x}", "active": names, "expected": "none"}
     if known(gpu.temperature_c):
         evidence["temperature_c"] = gpu.temperature_c
@@ -310,9 +302,9 @@ def _throttle_finding(gpu: Gpu) -> Finding | None:
         evidence["power_draw_w"] = gpu.power_draw_w
     if known(gpu.power_limit_w):
         evidence["power_limit_w"] = gpu.power_limit_w
-    if any("thermal" in n for n in names):
+    if clock_reasons.THERMAL in kinds:
         hint = "Check cooling: fans, airflow, inlet temperature (`nvidia-smi -q -d TEMPERATURE`)."
-    elif any("hardware" in n for n in names):
+    elif clock_reasons.HARDWARE in kinds or any(r.severe for r in active):
         hint = "Check the power supplies and cabling and `nvidia-smi -q -d PERFORMANCE`; reboot; then the vendor."
     else:
         hint = "Check the power limit (`nvidia-smi -q -d POWER`); raise it with `sudo nvidia-smi -pl <watts>`."
