@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from gpudoctor.probe.nvml import NVML_ERROR_GPU_IS_LOST, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_TIMEOUT, Nvml
+from gpudoctor.probe.host import PROC_PID_INIT_INO
+from gpudoctor.probe.nvml import (
+    NVML_ERROR_FUNCTION_NOT_FOUND,
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_TIMEOUT,
+    Nvml,
+)
 from gpudoctor.probe.sampler import NvmlSampler
 from gpudoctor.watch.model import GpuReading
+from gpudoctor.watch.sources import NOT_VISIBLE, NOT_VISIBLE_ISOLATED, proc_readings
 
 
 class NVMLError(Exception):
@@ -112,7 +122,11 @@ def test_readings_are_converted_to_watch_units() -> None:
     assert (g0.pcie_rx, g0.pcie_tx, g0.temp, g0.sm_clock, g0.throttle) == (2000, 1000, 65, 1980, 0)
     assert g0.name == "NVIDIA H100 80GB HBM3" and g1.throttle == 0x40
     assert g1.xids == (79,) and g0.xids == ()
-    assert [(p.gpu, p.pid, p.gpu_mem) for p in sampler.processes()] == [(0, 1000, 60000), (1, 1001, 60000)]
+    procs = sampler.processes()
+    assert [(gpu, p.pid, p.used_memory_mib) for gpu, ps in procs.items() for p in ps] == [
+        (0, 1000, 60000),
+        (1, 1001, 60000),
+    ]
 
 
 def test_unsupported_metric_is_asked_once_then_na() -> None:
@@ -169,18 +183,88 @@ def test_real_nvml_matches_nvidia_smi() -> None:
         assert g.util is not None and abs(g.util - util) <= 30  # utilization is a 1/6 s..1 s sample window
 
 
-def test_process_resolver_names_live_pids_and_explains_missing_ones() -> None:
-    import os
+class ProcsOf(FakeNvml):
+    """GPU 0 runs `pids[0]`, GPU 1 runs `pids[1]` (host PIDs, as NVML reports them)."""
 
-    from gpudoctor.probe.sampler import GpuProcess
-    from gpudoctor.watch.procinfo import ProcessResolver
+    def __init__(self, *pids: int) -> None:
+        super().__init__()
+        self.pids = pids
 
-    resolver = ProcessResolver()
-    me, ghost = resolver.resolve([GpuProcess(0, os.getpid(), 512), GpuProcess(1, 2**22 + 12345, 100)])
-    assert me.command and me.rss and me.rss > 0 and me.user and not me.note
-    assert ghost.command == "" and ghost.note  # a host PID we cannot see is explained, not dropped
-    again = resolver.resolve([GpuProcess(0, os.getpid(), 512)])[0]
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
+        return [SimpleNamespace(pid=self.pids[h], usedGpuMemory=512 * 2**20)]
+
+
+def fake_proc_root(tmp_path: Path, ns_inode: int, pid: int) -> Path:
+    """A /proc with our PID namespace link and one process: `pid`, a python with a known command line."""
+    ns = tmp_path / "proc/self/ns"
+    ns.mkdir(parents=True)
+    (ns / "pid").symlink_to(f"pid:[{ns_inode}]")
+    me = tmp_path / "proc" / str(pid)
+    me.mkdir()
+    (me / "status").write_text(f"Name:\tpython\nUid:\t{os.getuid()}\t0\t0\t0\n")
+    (me / "cmdline").write_bytes(b"python\0train.py\0--rank\x000\0")
+    return tmp_path
+
+
+def test_processes_are_named_through_the_probe_with_cpu_and_rss(tmp_path: Path) -> None:
+    ghost = 2**22 + 12345  # a host PID that no process here has
+    root = fake_proc_root(tmp_path, PROC_PID_INIT_INO, os.getpid())  # the host's own PID namespace
+    sampler = NvmlSampler(Nvml(ProcsOf(os.getpid(), ghost)), root=root)
+    assert sampler.open().ok and sampler.isolated is False
+    found = sampler.processes()
+    me, gone = proc_readings(found, sampler.usage([os.getpid()]), sampler.isolated)
+    assert (me.pid, me.gpu, me.gpu_mem, me.command) == (os.getpid(), 0, 512, "python train.py --rank 0")
+    assert me.user and me.rss and me.rss > 0 and not me.note
+    assert (gone.pid, gone.gpu, gone.command, gone.note) == (ghost, 1, "", NOT_VISIBLE)  # explained, not dropped
+    again = proc_readings(sampler.processes(), sampler.usage([os.getpid()]), sampler.isolated)[0]
     assert again.cpu is not None  # measured over the interval since the first reading
+
+
+def test_host_pids_are_not_pinned_on_local_processes_in_a_pid_namespace(tmp_path: Path) -> None:
+    # A container without --pid=host and without /.dockerenv or a `container` variable: NVML's
+    # host PID happens to be the number of a local process (this one); it must not be shown as it.
+    root = fake_proc_root(tmp_path, 4026532481, os.getpid())
+    sampler = NvmlSampler(Nvml(ProcsOf(os.getpid(), 4242)), root=root)
+    assert sampler.open().ok and sampler.isolated is True
+    found = sampler.processes()
+    assert all(p.local_pid is None and p.command is None and p.user is None for ps in found.values() for p in ps)
+    rows = proc_readings(found, sampler.usage([]), sampler.isolated)
+    assert [(r.pid, r.gpu, r.gpu_mem) for r in rows] == [(os.getpid(), 0, 512), (4242, 1, 512)]
+    assert all(r.command == "" and r.user == "" and r.rss is None and r.note == NOT_VISIBLE_ISOLATED for r in rows)
+
+
+class OldDriver(FakeNvml):
+    """A new nvidia-ml-py on a driver before 535: the new name of the call is not in the driver."""
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: int) -> int:
+        return 0x40 if self._dev(h) == 1 else 0
+
+
+def test_throttle_reasons_fall_back_to_the_old_call_on_drivers_before_535() -> None:
+    fake = OldDriver()
+    sampler = NvmlSampler(Nvml(fake))
+    assert sampler.open().ok
+    for _ in range(4):
+        g0, g1 = (GpuReading(**r) for r in sampler.read())
+        assert (g0.throttle, g1.throttle) == (0, 0x40)  # thermal slowdown on GPU 1 is seen, every time
+    assert fake.calls["nvmlDeviceGetCurrentClocksEventReasons"] == 2  # once per GPU, then only the old name
+    assert fake.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 4 * 2
+
+
+def test_throttle_reasons_unsupported_under_both_names_are_asked_once() -> None:
+    class NoReasons(OldDriver):
+        def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: int) -> int:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+    fake = NoReasons()
+    sampler = NvmlSampler(Nvml(fake))
+    assert sampler.open().ok
+    for _ in range(3):
+        assert [r["throttle"] for r in sampler.read()] == [None, None]
+    assert fake.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 2
 
 
 @pytest.mark.gpu

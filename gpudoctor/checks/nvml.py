@@ -41,6 +41,11 @@ _EXPLAIN = {
 }
 
 
+def explain_init_failure(status: str, detail: str = "") -> tuple[str, str]:
+    """(message, hint) for a failed NVML init status; `gpudoctor watch` says the same words."""
+    return _EXPLAIN.get(status, (f"NVML failed to initialise: {detail or status}", NVML_UNAVAILABLE.fix))
+
+
 @check("nvml", "NVIDIA driver and NVML", codes=[NVML_UNAVAILABLE])
 def nvml_available(ctx: CheckContext) -> list[Finding]:
     driver = ctx.snapshot.driver
@@ -48,10 +53,7 @@ def nvml_available(ctx: CheckContext) -> list[Finding]:
     if driver.nvml_detail:
         evidence["detail"] = driver.nvml_detail
     if driver.nvml_status != "ok":
-        message, hint = _EXPLAIN.get(
-            driver.nvml_status,
-            (f"NVML failed to initialise: {driver.nvml_detail or driver.nvml_status}", NVML_UNAVAILABLE.fix),
-        )
+        message, hint = explain_init_failure(driver.nvml_status, driver.nvml_detail)
         return [Finding("GD101", Status.FAIL, "host", message, hint, evidence)]
     count = len(ctx.snapshot.gpus)
     evidence["gpus"] = count

@@ -87,12 +87,30 @@ def mig_devices(reader: DeviceReader, mode: Any) -> list[MigDevice] | Missing:
     return devices
 
 
+# The same call (same bits) under its new and its old name: drivers before 535 only know the
+# old one, and a new nvidia-ml-py on such a driver answers FUNCTION_NOT_FOUND for the new one.
+CLOCK_EVENT_CALLS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+
+
+def read_clock_event_reasons(
+    reader: DeviceReader, calls: tuple[str, ...] = CLOCK_EVENT_CALLS
+) -> tuple[int | Missing, str | None]:
+    """The reasons bitmask and the call name that answered (None while every name is unsupported).
+
+    A name that is `unsupported` (missing from nvidia-ml-py, or FUNCTION_NOT_FOUND in the
+    driver) passes to the next; any other answer, error or not, is the answer. A caller that
+    asks repeatedly (the watch sampler) passes `(name,)` once a name has answered.
+    """
+    value: int | Missing = Missing("unsupported", "no clock event reasons call")
+    for name in calls:
+        value = reader.read(name, int)
+        if not (isinstance(value, Missing) and value.reason == "unsupported"):
+            return value, name
+    return value, None
+
+
 def clock_event_reasons(reader: DeviceReader) -> int | Missing:
-    value = reader.read("nvmlDeviceGetCurrentClocksEventReasons", int)
-    if isinstance(value, Missing) and value.reason == "unsupported":
-        # Drivers before 535 only know the older name of the same call.
-        return reader.read("nvmlDeviceGetCurrentClocksThrottleReasons", int)
-    return value
+    return read_clock_event_reasons(reader)[0]
 
 
 def unreachable_gpu(index: int, why: Missing) -> Gpu:
@@ -115,10 +133,11 @@ def read_gpu(nvml: Nvml, index: int, root: Path, isolated: bool | Missing) -> tu
     memory = r.call("nvmlDeviceGetMemoryInfo")
     mig_mode = r.call("nvmlDeviceGetMigMode")
     ecc_mode = r.call("nvmlDeviceGetEccMode")
+    compute_capability = r.read("nvmlDeviceGetCudaComputeCapability", lambda v: f"{int(v[0])}.{int(v[1])}")
     facts: dict[str, Any] = dict(
         memory_total_mib=convert_value(memory, lambda m: int(m.total) // MIB, "nvmlDeviceGetMemoryInfo"),
         memory_used_mib=convert_value(memory, lambda m: int(m.used) // MIB, "nvmlDeviceGetMemoryInfo"),
-        compute_capability=r.read("nvmlDeviceGetCudaComputeCapability", lambda v: f"{int(v[0])}.{int(v[1])}"),
+        compute_capability=compute_capability,
         vbios=r.read("nvmlDeviceGetVbiosVersion", text),
         power_limit_w=r.read("nvmlDeviceGetEnforcedPowerLimit", lambda mw: int(mw) / 1000.0),
         persistence_mode=r.read("nvmlDeviceGetPersistenceMode", _bool),
@@ -129,7 +148,7 @@ def read_gpu(nvml: Nvml, index: int, root: Path, isolated: bool | Missing) -> tu
         ecc_mode_current=_pair_field(ecc_mode, 0, _bool, "nvmlDeviceGetEccMode"),
         ecc_mode_pending=_pair_field(ecc_mode, 1, _bool, "nvmlDeviceGetEccMode"),
         **pcie(r),
-        nvlinks=nvlinks(r),
+        nvlinks=nvlinks(r, compute_capability),
         numa_node=r.read("nvmlDeviceGetNumaNodeId", _numa),
         cpu_affinity=r.read("nvmlDeviceGetCpuAffinity", decode_cpu_mask, cpu_set_words()),
         ecc_uncorrected_volatile=r.read(

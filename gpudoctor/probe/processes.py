@@ -49,7 +49,11 @@ def resolve(pid: int, root: Path, isolated: bool | Missing) -> tuple[int | None,
     return pid, user, command
 
 
-def _processes(raw: Any, root: Path, isolated: bool | Missing) -> list[GpuProcess]:
+def from_nvml(raw: Any, root: Path, isolated: bool | Missing) -> list[GpuProcess]:
+    """NVML's process structs (nvmlDeviceGetComputeRunningProcesses) as resolved GpuProcesses.
+
+    Also what the watch sampler uses, so both see the same owner and command, or none.
+    """
     out = []
     for p in raw:
         pid = int(p.pid)
@@ -69,4 +73,4 @@ def _processes(raw: Any, root: Path, isolated: bool | Missing) -> list[GpuProces
 
 def processes(reader: DeviceReader, root: Path, isolated: bool | Missing) -> list[GpuProcess] | Missing:
     raw = reader.call("nvmlDeviceGetComputeRunningProcesses")
-    return convert_value(raw, lambda r: _processes(r, root, isolated), "nvmlDeviceGetComputeRunningProcesses")
+    return convert_value(raw, lambda r: from_nvml(r, root, isolated), "nvmlDeviceGetComputeRunningProcesses")

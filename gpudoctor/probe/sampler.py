@@ -3,15 +3,29 @@
 Per GPU, a metric that answers NOT_SUPPORTED is remembered and never asked again (shown as
 n/a); a GPU that answers GPU_IS_LOST is marked lost and skipped from then on, while the
 other GPUs go on being read.
+
+Processes are resolved the way the snapshot probe resolves them (`probe.processes`): NVML
+reports host PIDs, and inside an isolated PID namespace they are left unresolved rather
+than pinned on whatever local process has the same number. CPU% and RSS of the processes
+we can see, and the host's CPU use, come from psutil here too, so `watch` itself reads
+neither /proc nor the environment.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import psutil
+
+from gpudoctor.probe.device import DeviceReader
+from gpudoctor.probe.gpus import CLOCK_EVENT_CALLS, read_clock_event_reasons
+from gpudoctor.probe.host import guarded, pid_namespace_isolated
 from gpudoctor.probe.nvml import InitResult, Nvml
-from gpudoctor.snapshot import Missing
+from gpudoctor.probe.processes import from_nvml
+from gpudoctor.snapshot import NOT_COLLECTED, GpuProcess, Missing
 
 # NVML enum values (nvml.h), kept here so a fake library need not define them.
 NVML_TEMPERATURE_GPU = 0
@@ -20,9 +34,6 @@ NVML_PCIE_UTIL_TX_BYTES = 0
 NVML_PCIE_UTIL_RX_BYTES = 1
 NVML_EVENT_TYPE_XID = 0x8
 MIB = 1024 * 1024
-
-# Newer drivers renamed "throttle reasons" to "clocks event reasons"; same bits.
-THROTTLE_CALLS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
 
 
 @dataclass
@@ -35,24 +46,29 @@ class DeviceState:
     power_limit: float | None = None
     lost: bool = False
     unsupported: set[str] = field(default_factory=set)  # metrics that answered NOT_SUPPORTED
+    # Clock event reasons: the call names still to try; narrowed to the one that answered.
+    throttle_calls: tuple[str, ...] = CLOCK_EVENT_CALLS
 
 
 @dataclass(frozen=True)
-class GpuProcess:
-    gpu: int
-    pid: int
-    gpu_mem: int | None  # MiB
+class ProcessUsage:
+    """What psutil says about a process we can see (by its PID in our namespace)."""
+
+    cpu: float | None  # % of one core since the previous reading; None on the first
+    rss_mib: int | None
 
 
 class NvmlSampler:
     """Reads utilization, memory, power, temperature, clocks, PCIe, throttle reasons and XIDs."""
 
-    def __init__(self, nvml: Nvml | None = None, indices: list[int] | None = None) -> None:
+    def __init__(self, nvml: Nvml | None = None, indices: list[int] | None = None, root: Path | str = "/") -> None:
         self.nvml = nvml or Nvml()
         self.indices = indices
+        self.root = Path(root)  # relocates the /proc reads, for tests
         self.devices: list[DeviceState] = []
+        self.isolated: bool | Missing = NOT_COLLECTED
         self._event_set: Any = None
-        self._throttle_call: str | None = None
+        self._usage: dict[int, psutil.Process] = {}  # kept between calls: CPU% is measured over the interval
 
     def open(self) -> InitResult:
         result = self.nvml.init()
@@ -78,6 +94,8 @@ class NvmlSampler:
             dev.power_limit = None if isinstance(limit, Missing) else round(limit / 1000, 1)
             self.devices.append(dev)
         self._register_xid_events()
+        self.isolated = guarded(pid_namespace_isolated, self.root)
+        psutil.cpu_percent(None)  # starts the host CPU measurement
         return result
 
     def close(self) -> None:
@@ -100,12 +118,21 @@ class NvmlSampler:
         return value
 
     def _throttle(self, dev: DeviceState) -> int | None:
-        if self._throttle_call is None:
-            self._throttle_call = next((fn for fn in THROTTLE_CALLS if hasattr(self.nvml.lib, fn)), "")
-        if not self._throttle_call:
+        if dev.lost or "throttle" in dev.unsupported:
             return None
-        value = self._ask(dev, "throttle", self._throttle_call)
-        return None if value is None else int(value)
+        # The probe's fallback from the new call name to the old one (drivers before 535);
+        # the name that answered is the only one asked from then on.
+        reader = DeviceReader(self.nvml, dev.handle)
+        value, name = read_clock_event_reasons(reader, dev.throttle_calls)
+        if name is not None:
+            dev.throttle_calls = (name,)
+        if isinstance(value, Missing):
+            if value.reason == "unsupported":
+                dev.unsupported.add("throttle")
+            elif value.reason == "gpu_lost":
+                dev.lost = True
+            return None
+        return value
 
     def read(self) -> list[dict[str, Any]]:
         """One reading per device, as GpuReading keyword arguments (index, state, metrics)."""
@@ -141,14 +168,47 @@ class NvmlSampler:
             out.append(r)
         return out
 
-    def processes(self) -> list[GpuProcess]:
-        out = []
+    def processes(self) -> dict[int, list[GpuProcess]]:
+        """Compute processes per GPU index, resolved as the snapshot probe resolves them."""
+        out: dict[int, list[GpuProcess]] = {}
         for dev in self.devices:
-            procs = self._ask(dev, "procs", "nvmlDeviceGetComputeRunningProcesses")
-            for p in procs or ():
-                used = getattr(p, "usedGpuMemory", None)
-                out.append(GpuProcess(dev.index, int(p.pid), None if used is None else int(used // MIB)))
+            raw = self._ask(dev, "procs", "nvmlDeviceGetComputeRunningProcesses")
+            if raw is not None:
+                out[dev.index] = from_nvml(raw, self.root, self.isolated)
         return out
+
+    def usage(self, pids: Iterable[int]) -> dict[int, ProcessUsage]:
+        """CPU% and RSS of local PIDs (GpuProcess.local_pid); a PID psutil cannot see is left out."""
+        out: dict[int, ProcessUsage] = {}
+        wanted = set(pids)
+        for pid in wanted:
+            proc = self._usage.get(pid)
+            try:
+                if proc is None:
+                    proc = psutil.Process(pid)
+                    proc.cpu_percent(None)  # the first call only starts the measurement
+                    self._usage[pid] = proc
+                    cpu = None
+                else:
+                    cpu = round(proc.cpu_percent(None), 1)
+            except psutil.NoSuchProcess:
+                continue
+            except psutil.AccessDenied:
+                cpu = None
+            try:
+                rss: int | None = proc.memory_info().rss // MIB
+            except psutil.Error:
+                rss = None
+            out[pid] = ProcessUsage(cpu, rss)
+        for pid in list(self._usage):
+            if pid not in out:
+                del self._usage[pid]
+        return out
+
+    @staticmethod
+    def host_cpu() -> float:
+        """Host CPU busy, % of all cores, since the previous call (or open())."""
+        return round(psutil.cpu_percent(None), 1)
 
     # -- XID events: live only, NVML keeps no history ------------------------------------------
     def _register_xid_events(self) -> None:

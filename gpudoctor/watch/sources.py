@@ -11,22 +11,18 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
-from gpudoctor.watch.model import GpuReading, Sample
+from gpudoctor.watch.model import GpuReading, ProcReading, Sample
 from gpudoctor.watch.recording import Recording
+
+if TYPE_CHECKING:
+    from gpudoctor.probe.sampler import NvmlSampler, ProcessUsage
+    from gpudoctor.snapshot import GpuProcess, Missing
 
 # Test-only: GPUDOCTOR_WATCH_FAKE=scenario[:gpus] makes `watch` read synthetic GPUs instead of NVML.
 FAKE_ENV = "GPUDOCTOR_WATCH_FAKE"
-
-# Wording shared with GD101 (`gpudoctor check`).
-NO_DRIVER = {
-    "no_library": "no NVIDIA driver: the NVML library (libnvidia-ml.so.1) was not found",
-    "no_driver": "no NVIDIA driver: the NVIDIA kernel module is not loaded",
-    "version_mismatch": "NVIDIA driver/library version mismatch: the kernel module and libnvidia-ml differ (reboot)",
-    "no_permission": "no permission to use the NVIDIA driver (/dev/nvidia* not accessible)",
-}
 
 
 class Source(Protocol):
@@ -65,24 +61,52 @@ class _Paced:
         return False
 
 
+# Why a process NVML reports has no user, CPU% or command in the process table.
+NOT_VISIBLE_ISOLATED = "PID not visible here: NVML reports host PIDs; run the container with --pid=host"
+NOT_VISIBLE = "process not visible here (exited, or hidden from this user)"
+
+
+def proc_readings(
+    procs: dict[int, list[GpuProcess]], usage: dict[int, ProcessUsage], isolated: bool | Missing
+) -> tuple[ProcReading, ...]:
+    """The sampler's resolved processes (probe.processes) as process-table rows."""
+    out = []
+    for gpu, plist in sorted(procs.items()):
+        for p in plist:
+            if p.local_pid is None:
+                note = NOT_VISIBLE_ISOLATED if isolated is True else NOT_VISIBLE
+                out.append(ProcReading(p.pid, gpu, p.used_memory_mib, note=note))
+                continue
+            u = usage.get(p.local_pid)
+            out.append(
+                ProcReading(
+                    p.pid,
+                    gpu,
+                    p.used_memory_mib,
+                    user=p.user or "",
+                    cpu=None if u is None else u.cpu,
+                    rss=None if u is None else u.rss_mib,
+                    command=p.command or "",
+                )
+            )
+    return tuple(out)
+
+
 class NvmlSource(_Paced):
     def __init__(self, interval: float = 1.0, process_interval: float = 5.0, gpus: list[int] | None = None) -> None:
         super().__init__(interval, process_interval)
         self.label = "live"
         self._gpus = gpus
-        self._sampler = None
-        self._resolver = None
+        self._sampler: NvmlSampler | None = None
 
     def open(self) -> None:
-        import psutil
-
+        from gpudoctor.checks.nvml import explain_init_failure
         from gpudoctor.probe.sampler import NvmlSampler
-        from gpudoctor.watch.procinfo import ProcessResolver
 
         sampler = NvmlSampler(indices=self._gpus)
         result = sampler.open()
         if not result.ok:
-            message = NO_DRIVER.get(result.status, f"NVML failed to initialise: {result.detail or result.status}")
+            message, _ = explain_init_failure(result.status, result.detail)
             raise UserError(
                 f"{message} (see `gpudoctor explain GD101`; --replay FILE works without a GPU)",
                 EXIT_UNAVAILABLE,
@@ -92,17 +116,18 @@ class NvmlSource(_Paced):
             sampler.close()
             raise UserError("the NVIDIA driver reports no GPUs to watch", EXIT_UNAVAILABLE, "unavailable")
         self._sampler = sampler
-        self._resolver = ProcessResolver()
-        psutil.cpu_percent(None)  # starts the host CPU measurement
 
     def next(self, stop: threading.Event) -> Sample | None:
-        import psutil
-
-        if not self.wait(stop) or self._sampler is None or self._resolver is None:
+        sampler = self._sampler
+        if not self.wait(stop) or sampler is None:
             return None
-        gpus = tuple(GpuReading(**r) for r in self._sampler.read())
-        procs = self._resolver.resolve(self._sampler.processes()) if self.procs_due() else None
-        return Sample(round(time.time(), 3), gpus, round(psutil.cpu_percent(None), 1), procs)
+        gpus = tuple(GpuReading(**r) for r in sampler.read())
+        procs = None
+        if self.procs_due():
+            found = sampler.processes()
+            local = [p.local_pid for plist in found.values() for p in plist if p.local_pid is not None]
+            procs = proc_readings(found, sampler.usage(local), sampler.isolated)
+        return Sample(round(time.time(), 3), gpus, sampler.host_cpu(), procs)
 
     def close(self) -> None:
         if self._sampler is not None:
