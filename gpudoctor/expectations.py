@@ -5,6 +5,14 @@ The link rate is NVLink generation x active links when every pair of the visible
 by NVLink (directly or through NVSwitch), otherwise the slowest GPU's PCIe generation x width,
 halved when a pair crosses the CPU interconnect (SYS). Figures and sources: domain.md §2, §4.
 The verdict is for large messages (>= 1 GiB); NVLink SHARP (NVLS) may exceed the line rate.
+
+The NVLink generation comes from the GPUs' architecture (compute capability 8.0 -> NVLink 3,
+9.0 -> 4, 10.x -> 5; topology.ARCH_NVLINK_GENERATION), not from nvmlDeviceGetNvLinkVersion:
+drivers answer that call in different styles (the plain generation, nvml.h's enum, or 7 for an
+H100), and reading one style as another put a healthy H100 at NVLink 5's 50 GB/s per link
+(702 GB/s expected, a false warning). The NVML answer is a cross-check: the basis says so when
+it fits the architecture in no driver style. Only a GPU of unknown architecture falls back to
+the recorded link version, read the cautious way (the lower of the styles' generations).
 """
 
 from __future__ import annotations
@@ -55,16 +63,20 @@ def expected_busbw(snapshot: Snapshot, indices: list[int]) -> Expectation | None
         return None
     pairs = list(combinations(indices, 2))
     nv = [topology.nvlink_count(snapshot, a, b) for a, b in pairs]
-    gen = topology.nvlink_generation(snapshot)
+    gen = topology.nvlink_generation(snapshot, indices)
     if all(nv) and gen in NVLINK_GBPS_PER_LINK:
         links = min(nv)
         rate = links * NVLINK_GBPS_PER_LINK[gen]
-        return Expectation(
-            rate * NVLINK_EFFICIENCY,
-            f"NVLink {gen} x {links} links = {rate:g} GB/s x {NVLINK_EFFICIENCY:g}",
-            NVLINK_SOURCE,
-            "nvlink",
-        )
+        basis = f"NVLink {gen} x {links} links = {rate:g} GB/s x {NVLINK_EFFICIENCY:g}"
+        odd = topology.nvml_nvlink_disagreements(snapshot, indices)
+        if odd:
+            raws = ", ".join(map(str, sorted({r for values in odd.values() for r in values})))
+            gpus = ", ".join(map(str, sorted(odd)))
+            basis += (
+                f" (generation from the GPU architecture; NVML's NvLinkVersion answer {raws} "
+                f"on GPU {gpus} does not match it and is ignored)"
+            )
+        return Expectation(rate * NVLINK_EFFICIENCY, basis, NVLINK_SOURCE, "nvlink")
     rates = []
     for i in indices:
         gpu = snapshot.gpu(i)

@@ -57,6 +57,9 @@ class NvLink:
     version: int | Missing = NOT_COLLECTED
     remote_bus_id: str | Missing = NOT_COLLECTED
     remote_type: str | Missing = NOT_COLLECTED  # "gpu", "switch", "ibmnpu"
+    # What nvmlDeviceGetNvLinkVersion answered, undecoded: drivers differ (plain generation, or
+    # nvml.h's nvmlNvlinkVersion_t enum), so a recording keeps what this driver said.
+    version_raw: int | Missing = NOT_COLLECTED
 
 
 @dataclass(frozen=True)

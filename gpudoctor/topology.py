@@ -5,7 +5,10 @@ Pure functions over a `Snapshot`; GPUs are named by NVML index (nvidia-smi's num
     active_links(gpu)              -> int   active NVLink links of one GPU (0 without NVLink)
     nvlink_count(snap, a, b)       -> int   links joining GPUs a and b (the # of "NV#")
     has_nvswitch(snap)             -> bool  some active link ends at an NVSwitch
-    nvlink_generation(snap)        -> int | None  highest NVLink version seen (3: A100, 4: H100)
+    nvlink_generation(snap, idx)   -> int | None  NVLink generation of the GPUs (3: A100, 4: H100), slowest
+    arch_nvlink_generation(cc)     -> int | None  NVLink generation of an architecture ("9.0" -> 4)
+    decode_nvml_nvlink_version(raw, cc) -> int | None  a raw nvmlDeviceGetNvLinkVersion answer, decoded
+    nvml_nvlink_version_agrees(raw, gen) -> bool  the raw answer fits the generation in some driver style
     pcie_level(snap, a, b)         -> str   PIX/PXB/PHB/NODE/SYS, or "?" when not recorded
     link_label(snap, a, b)         -> str   what topo -m prints: "X", "NV18", "SYS", ...
     matrix(snap, indices)          -> list[list[str]]  labels for every ordered pair
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.snapshot import Gpu, NvLink, Snapshot
+from gpudoctor.snapshot import Gpu, Missing, NvLink, Snapshot
 
 # nvidia-smi's PCIe path levels, nearest first.
 PCIE_LEVELS = ("SAME", "PIX", "PXB", "PHB", "NODE", "SYS")
@@ -73,9 +76,96 @@ def has_nvswitch(snapshot: Snapshot) -> bool:
     return any(switch_links(g) for g in snapshot.gpus)
 
 
-def nvlink_generation(snapshot: Snapshot) -> int | None:
-    versions = [link.version for g in snapshot.gpus for link in _links(g) if isinstance(link.version, int)]
-    return max(versions) if versions else None
+# The NVLink generation of each architecture, by CUDA compute capability. This, not NVML's
+# nvmlDeviceGetNvLinkVersion, decides the generation: drivers answer that call differently
+# (older ones the plain generation, A100 -> 3, H100 -> 4; newer ones nvml.h's
+# nvmlNvlinkVersion_t enum, A100 -> 4 or 5, H100 -> 6; some report H100 as 7, the enum's 5.0).
+# 8.6 (A40, RTX 3090: NVLink 3 bridges at a lower rate per link) is left out on purpose.
+ARCH_NVLINK_GENERATION = {"6.0": 1, "7.0": 2, "8.0": 3, "9.0": 4}
+ARCH_NVLINK_GENERATION_BY_MAJOR = {10: 5}  # Blackwell datacentre: 10.0 B200, 10.3 B300
+
+# nvml.h nvmlNvlinkVersion_t: NVML_NVLINK_VERSION_1_0 = 1, 2_0 = 2, 2_2 = 3, 3_0 = 4, 3_1 = 5,
+# 4_0 = 6, 5_0 = 7 -> the generation (major version) each stands for.
+NVML_NVLINK_ENUM_GENERATION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5}
+NVLINK_GENERATIONS = range(1, 6)  # generations a driver may answer in the plain style
+
+
+def arch_nvlink_generation(compute_capability: str | Missing) -> int | None:
+    """The NVLink generation of a GPU architecture; None when unknown (or not NVLink-capable)."""
+    if not isinstance(compute_capability, str):
+        return None
+    cc = compute_capability.strip()
+    if cc in ARCH_NVLINK_GENERATION:
+        return ARCH_NVLINK_GENERATION[cc]
+    try:
+        major = int(cc.split(".")[0])
+    except ValueError:
+        return None
+    return ARCH_NVLINK_GENERATION_BY_MAJOR.get(major)
+
+
+def _nvml_readings(raw: int) -> set[int]:
+    """The generations a raw nvmlDeviceGetNvLinkVersion answer can mean, across driver styles."""
+    out = set()
+    if raw in NVML_NVLINK_ENUM_GENERATION:
+        out.add(NVML_NVLINK_ENUM_GENERATION[raw])
+    if raw in NVLINK_GENERATIONS:
+        out.add(raw)
+    return out
+
+
+def nvml_nvlink_version_agrees(raw: int, generation: int) -> bool:
+    """Whether a raw NVML answer fits `generation` as some driver writes it (plain or enum).
+
+    The H100-answers-7 quirk does not fit either style: it reads as a disagreement, which is
+    why the architecture and not this answer decides the generation.
+    """
+    return generation in _nvml_readings(raw)
+
+
+def decode_nvml_nvlink_version(raw: int, compute_capability: str | Missing = "") -> int | None:
+    """The NVLink generation for one link: the architecture's when known, else the raw answer
+    read the cautious way (the lower generation where the two driver styles differ)."""
+    arch = arch_nvlink_generation(compute_capability)
+    if arch is not None:
+        return arch
+    readings = _nvml_readings(raw)
+    return min(readings) if readings else None
+
+
+def gpu_nvlink_generation(gpu: Gpu) -> int | None:
+    """One GPU's NVLink generation: from its architecture, else its links' recorded versions."""
+    if not _links(gpu):
+        return None
+    arch = arch_nvlink_generation(gpu.compute_capability)
+    if arch is not None:
+        return arch
+    versions = [link.version for link in _links(gpu) if isinstance(link.version, int)]
+    return min(versions) if versions else None
+
+
+def nvlink_generation(snapshot: Snapshot, indices: list[int] | None = None) -> int | None:
+    """The NVLink generation of the GPUs `indices` (all by default) that have active links:
+    the slowest one's, since a pair runs at the lower generation. None without NVLink."""
+    gpus = snapshot.gpus if indices is None else [snapshot.gpu(i) for i in indices]
+    gens = [g for g in (gpu_nvlink_generation(gpu) for gpu in gpus) if g is not None]
+    return min(gens) if gens else None
+
+
+def nvml_nvlink_disagreements(snapshot: Snapshot, indices: list[int] | None = None) -> dict[int, list[int]]:
+    """GPU index -> the raw NVML NVLink versions that do not fit its architecture's generation
+    in any driver style (the cross-check; empty when all agree or nothing was recorded)."""
+    gpus = snapshot.gpus if indices is None else [snapshot.gpu(i) for i in indices]
+    out: dict[int, list[int]] = {}
+    for gpu in gpus:
+        arch = arch_nvlink_generation(gpu.compute_capability)
+        if arch is None:
+            continue
+        raws = {link.version_raw for link in _links(gpu) if isinstance(link.version_raw, int)}
+        bad = sorted(r for r in raws if not nvml_nvlink_version_agrees(r, arch))
+        if bad:
+            out[gpu.index] = bad
+    return out
 
 
 def pcie_level(snapshot: Snapshot, a: int, b: int) -> str:

@@ -6,13 +6,16 @@ from typing import Any
 
 from gpudoctor.probe.device import LOST, DeviceReader, bus_id, convert_value
 from gpudoctor.snapshot import Missing, NvLink
+from gpudoctor.topology import decode_nvml_nvlink_version
 
 NVLINK_MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS in nvml.h (13.x)
 
-# nvmlDeviceGetNvLinkVersion answers an nvmlNvlinkVersion_t enum, not the generation:
-# an A100 answers 5 (NVLink 3.1). The snapshot records the generation (major version).
-NVLINK_ENUM_TO_GENERATION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
-GENERATION_TO_NVLINK_ENUM = {1: 1, 2: 2, 3: 4, 4: 6, 5: 7, 6: 8}  # for fakes and tests
+# nvmlDeviceGetNvLinkVersion's answer depends on the driver: older ones answer the plain
+# generation (A100 -> 3, H100 -> 4), newer ones nvml.h's nvmlNvlinkVersion_t enum (A100 -> 4 or
+# 5, H100 -> 6), and some answer 7 (the enum's 5.0) for H100. The snapshot keeps the raw answer
+# (NvLink.version_raw) and records as `version` the generation of the GPU's architecture, read
+# from its compute capability; the raw answer decides only when the architecture is unknown.
+# See gpudoctor/topology.py (the tables) and gpudoctor/expectations.py (what uses them).
 
 REMOTE_TYPES = {0: "gpu", 1: "ibmnpu", 2: "switch"}
 
@@ -27,21 +30,28 @@ def pcie(reader: DeviceReader) -> dict[str, int | Missing]:
     }
 
 
-def _generation(value: Any) -> int:
-    return NVLINK_ENUM_TO_GENERATION[int(value)]
+def generation(raw: int | Missing, compute_capability: str | Missing) -> int | Missing:
+    """The generation recorded as NvLink.version for a raw NVML answer on this architecture."""
+    if isinstance(raw, Missing):
+        return raw
+    gen = decode_nvml_nvlink_version(raw, compute_capability)
+    return gen if gen is not None else Missing("error", f"nvmlDeviceGetNvLinkVersion: unknown version {raw}")
 
 
 def _remote_type(value: Any) -> str:
     return REMOTE_TYPES.get(int(value), "unknown")
 
 
-def nvlinks(reader: DeviceReader) -> list[NvLink] | Missing:
+def nvlinks(reader: DeviceReader, compute_capability: str | Missing = "") -> list[NvLink] | Missing:
     """Every NVLink the GPU has: links are numbered from 0 until NVML says no more.
 
     A GPU without NVLink answers NOT_SUPPORTED for link 0: the list is then
     Missing("unsupported"). Past the last link NVML answers NOT_SUPPORTED, or
     INVALID_ARGUMENT on GB200. A GPU lost midway gives Missing("gpu_lost"): a partial
     list would read as missing links.
+
+    The generation of each link comes from `compute_capability` (see the note above);
+    the raw nvmlDeviceGetNvLinkVersion answer is kept beside it.
     """
     links: list[NvLink] = []
     for link in range(NVLINK_MAX_LINKS):
@@ -52,15 +62,17 @@ def nvlinks(reader: DeviceReader) -> list[NvLink] | Missing:
             if state.reason == "unsupported":
                 return Missing("unsupported", "this GPU has no NVLink")
             return state
+        raw = reader.read("nvmlDeviceGetNvLinkVersion", int, link)
         links.append(
             NvLink(
                 link=link,
                 active=bool(state),
-                version=reader.read("nvmlDeviceGetNvLinkVersion", _generation, link),
+                version=generation(raw, compute_capability),
                 remote_bus_id=convert_value(
                     reader.call("nvmlDeviceGetNvLinkRemotePciInfo", link), bus_id, "nvmlDeviceGetNvLinkRemotePciInfo"
                 ),
                 remote_type=reader.read("nvmlDeviceGetNvLinkRemoteDeviceType", _remote_type, link),
+                version_raw=raw,
             )
         )
     return LOST if reader.lost else links

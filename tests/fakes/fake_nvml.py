@@ -9,7 +9,10 @@ A `Missing` field is raised as the real `pynvml.NVMLError` its reason stands for
 (unsupported -> NOT_SUPPORTED, no_permission -> NO_PERMISSION, gpu_lost -> GPU_IS_LOST,
 error -> UNKNOWN). Knobs: `init_failure` ("no_driver", "no_library", "version_mismatch",
 "no_permission"), `lose_after` (GPU index -> device calls answered before it falls off
-the bus), `missing_functions` (names that raise FUNCTION_NOT_FOUND, like an old driver).
+the bus), `missing_functions` (names that raise FUNCTION_NOT_FOUND, like an old driver),
+`nvlink_version_style` ("enum": nvml.h's nvmlNvlinkVersion_t, as newer drivers answer;
+"generation": the plain generation, as older ones do). NVML constants are nvml.h's raw
+values written out here, never imported from the probe.
 
 To extend it (e.g. live readings for `watch`), add a method named like the pynvml
 function; `self._device(handle)` does the bookkeeping and returns the Gpu to answer from.
@@ -22,9 +25,7 @@ from typing import Any
 
 import pynvml
 
-from gpudoctor.probe.links import GENERATION_TO_NVLINK_ENUM
 from gpudoctor.probe.nvml import NVML_RETURN_NAMES
-from gpudoctor.probe.pairs import P2P_STATUS, TOPOLOGY_LEVELS
 from gpudoctor.snapshot import Gpu, MigDevice, Missing, Snapshot
 
 MIB = 1 << 20
@@ -54,8 +55,24 @@ FABRIC_HEALTH_MASKS = {
     "limited_capacity": (1 << 0) | (2 << 4),
     "unhealthy": (2 << 0) | (1 << 4),
 }
-LEVEL_CODES = {name: code for code, name in TOPOLOGY_LEVELS.items()}
-P2P_CODES = {name: code for code, name in P2P_STATUS.items()}
+# The raw values of nvml.h, written out here so the fake does not echo the probe's own tables.
+# nvmlGpuTopologyLevel_t: NVML_TOPOLOGY_INTERNAL 0, SINGLE 10, MULTIPLE 20, HOSTBRIDGE 30,
+# NODE 40, SYSTEM 50 (named as `nvidia-smi topo -m` prints them).
+LEVEL_CODES = {"SAME": 0, "PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
+# nvmlGpuP2PStatus_t: OK 0, CHIPSET_NOT_SUPPORED 1, GPU_NOT_SUPPORTED 2, IOH_TOPOLOGY_NOT_SUPPORTED 3,
+# DISABLED_BY_REGKEY 4, NOT_SUPPORTED 5, UNKNOWN 6.
+P2P_CODES = {
+    "ok": 0,
+    "chipset_not_supported": 1,
+    "gpu_not_supported": 2,
+    "topology_not_supported": 3,
+    "disabled_by_regkey": 4,
+    "not_supported": 5,
+    "unknown": 6,
+}
+# nvmlNvlinkVersion_t for each generation, as a newer driver answers nvmlDeviceGetNvLinkVersion:
+# NVML_NVLINK_VERSION_1_0 1, 2_0 2, 3_0 4, 4_0 6, 5_0 7 (2_2 = 3 and 3_1 = 5 exist too).
+NVLINK_ENUM_OF_GENERATION = {1: 1, 2: 2, 3: 4, 4: 6, 5: 7}
 RETURN_CODES = {name: code for code, name in NVML_RETURN_NAMES.items()}
 IDENTITY_CALLS = {"nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetPciInfo"}
 
@@ -107,12 +124,14 @@ class FakeNvml:
         lose_after: dict[int, int] | None = None,
         missing_functions: set[str] | frozenset[str] = frozenset(),
         past_last_link: int = pynvml.NVML_ERROR_NOT_SUPPORTED,
+        nvlink_version_style: str = "enum",
     ) -> None:
         self.snapshot = snapshot
         self.init_failure = init_failure
         self.lose_after = dict(lose_after or {})
         self.missing_functions = set(missing_functions)
         self.past_last_link = past_last_link
+        self.nvlink_version_style = nvlink_version_style  # "enum" (newer drivers) or "generation" (older)
         self.devices = [FakeDevice(gpu) for gpu in sorted(snapshot.gpus, key=lambda g: g.index)]
         self.initialized = 0
         self.calls: list[str] = []  # every function called, in order
@@ -285,9 +304,15 @@ class FakeNvml:
         return int(self._link(handle, link).active)
 
     def nvmlDeviceGetNvLinkVersion(self, handle: Any, link: int) -> int:
-        version = self._link(handle, link).version
-        raise_if_missing(version)
-        return GENERATION_TO_NVLINK_ENUM[version]
+        """A recorded raw answer (NvLink.version_raw) as it was; else the generation, written in
+        the driver style `nvlink_version_style`."""
+        nvlink = self._link(handle, link)
+        if isinstance(nvlink.version_raw, int):
+            return nvlink.version_raw
+        raise_if_missing(nvlink.version)
+        if self.nvlink_version_style == "generation":
+            return nvlink.version
+        return NVLINK_ENUM_OF_GENERATION[nvlink.version]
 
     def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Any, link: int) -> Any:
         remote = self._link(handle, link).remote_bus_id
