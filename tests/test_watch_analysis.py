@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
+from gpudoctor.clock_reasons import GPU_IDLE, HW_POWER_BRAKE_SLOWDOWN, HW_SLOWDOWN, HW_THERMAL_SLOWDOWN, SW_POWER_CAP
 from gpudoctor.watch import analysis
-from gpudoctor.watch.model import (
-    THROTTLE_HW_POWER_BRAKE,
-    THROTTLE_HW_THERMAL,
-    THROTTLE_IDLE,
-    THROTTLE_SW_POWER,
-    GpuReading,
-    Sample,
-)
+from gpudoctor.watch.model import GpuReading, Sample
 from gpudoctor.watch.summary import render_text, summarize
 from gpudoctor.watch.synthetic import synthetic_run
 
@@ -111,16 +105,16 @@ def test_hung_collective_with_every_gpu_spinning() -> None:
 
 
 def test_thermal_and_power_throttle() -> None:
-    samples = run(10, lambda i, g: gpu(g, throttle=THROTTLE_HW_THERMAL, temp=89) if g == 2 else gpu(g, throttle=0))
+    samples = run(10, lambda i, g: gpu(g, throttle=HW_THERMAL_SLOWDOWN, temp=89) if g == 2 else gpu(g, throttle=0))
     assert codes(samples) == {"GD905": (2,)}
-    braked = run(10, lambda i, g: gpu(g, throttle=THROTTLE_HW_POWER_BRAKE) if g == 6 else gpu(g))
+    braked = run(10, lambda i, g: gpu(g, throttle=HW_POWER_BRAKE_SLOWDOWN) if g == 6 else gpu(g))
     v = analysis.throttling(braked)
     assert [(x.code, x.gpus) for x in v] == [("GD906", (6,))] and "power brake" in v[0].message
 
 
 def test_idle_reason_or_brief_throttle_is_not_throttling() -> None:
-    assert codes(run(10, lambda i, g: gpu(g, throttle=THROTTLE_IDLE))) == {}
-    brief = run(10, lambda i, g: gpu(g, throttle=THROTTLE_SW_POWER if (g == 1 and i < 3) else 0))
+    assert codes(run(10, lambda i, g: gpu(g, throttle=GPU_IDLE))) == {}
+    brief = run(10, lambda i, g: gpu(g, throttle=SW_POWER_CAP if (g == 1 and i < 3) else 0))
     assert codes(brief) == {}
 
 
@@ -131,6 +125,43 @@ def test_xid_event_and_its_severity() -> None:
     app = analysis.xid_events(run(10, lambda i, g: gpu(g, xids=(13,) if g == 1 and i == 2 else ())))
     assert app[0].severity == "warn"
     assert analysis.xid_events(synthetic_run("healthy", 10)) == []
+
+
+def test_xid_classes_are_those_of_gpudoctor_check() -> None:
+    from gpudoctor.xid import classify
+
+    def verdict(xids: tuple[int, ...]) -> analysis.Verdict:
+        (v,) = analysis.xid_events(run(10, lambda i, g: gpu(g, xids=xids if (g == 4 and i == 3) else ())))
+        return v
+
+    for xid in (13, 31, 43, 45, 48, 61, 63, 74, 79, 94, 109, 119, 120, 999):
+        v = verdict((xid,))
+        assert v.severity == ("fail" if classify(xid) == "hardware" else "warn"), xid
+        assert classify(xid) in v.message and f"XID {xid}" in v.message
+    # 61 and 109 are not hardware XIDs for `check`, so not for watch either: no drain hint
+    unknown = verdict((109,))
+    assert "catalogue" in unknown.hint and "drain" not in unknown.hint
+    assert "CUDA_LAUNCH_BLOCKING" in verdict((13,)).hint
+    mixed = verdict((13, 79))  # an application fault next to a hardware one: the hardware decides
+    assert mixed.severity == "fail" and "drain" in mixed.hint
+
+
+def test_clock_reason_bits_mean_what_they_mean_for_gpudoctor_check() -> None:
+    from gpudoctor import clock_reasons
+
+    for reason in clock_reasons.REASONS:
+        found = codes(run(10, lambda i, g, r=reason: gpu(g, throttle=r.bit if g == 2 else 0)))
+        if reason.kind == clock_reasons.BENIGN:
+            assert found == {}, reason.label
+        else:
+            expected = "GD906" if reason.kind == clock_reasons.POWER else "GD905"
+            assert found == {expected: (2,)}, reason.label
+            (v,) = analysis.throttling(run(10, lambda i, g, r=reason: gpu(g, throttle=r.bit if g == 2 else 0)))
+            assert reason.label in v.message
+    slowed = analysis.throttling(run(10, lambda i, g: gpu(g, throttle=HW_SLOWDOWN, temp=71)))
+    assert [(v.code, v.message) for v in slowed] == [
+        ("GD905", "hardware slowdown: " + ", ".join(f"GPU {g} 71 C" for g in range(8)))
+    ]
 
 
 def test_lost_gpu_is_reported_and_others_still_analysed() -> None:

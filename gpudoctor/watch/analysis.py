@@ -10,11 +10,23 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpudoctor import clock_reasons
+from gpudoctor.checks.targets import gpu_list
 from gpudoctor.watch import codes
-from gpudoctor.watch.model import LOST, POWER_BITS, THERMAL_BITS, THROTTLE_HW_POWER_BRAKE, Sample
+from gpudoctor.watch.model import LOST, Sample
+from gpudoctor.xid import classify, describe
 
-# XIDs that are application faults rather than hardware trouble.
-APP_XIDS = frozenset({13, 31, 43, 45})
+# GD905 holds the hot GPU (thermal slowdown) and HW_SLOWDOWN, which the hardware engages for
+# heat among other causes; GD906 the power cap and the power brake (clock_reasons' classes).
+THERMAL_THROTTLE_BITS = clock_reasons.THERMAL_BITS | clock_reasons.HARDWARE_BITS
+POWER_THROTTLE_BITS = clock_reasons.POWER_BITS
+
+# What GD907 says per XID class (gpudoctor.xid.classify, the same classes as `gpudoctor check`).
+XID_HINTS = {
+    "hardware": "Hardware XID: drain the node and run `gpudoctor check`.",
+    "application": "Application fault: rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel.",
+    "other": "Look the XID up in NVIDIA's XID catalogue (docs.nvidia.com/deploy/xid-errors).",
+}
 
 
 @dataclass(frozen=True)
@@ -81,10 +93,6 @@ def _alive_utils(s: Sample) -> dict[int, int]:
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
-
-
-def _gpu_list(gpus: Sequence[int]) -> str:
-    return ", ".join(str(g) for g in gpus)
 
 
 def stragglers(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Verdict]:
@@ -212,10 +220,10 @@ def hung_collective(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Ver
     lasted = last.t - min(s.t for s in win if all(_spinning_in(s, i, th) for i in spinning))
     if suspects:
         message = (
-            f"GPU(s) {_gpu_list(spinning)} spin at 100% utilization on idle power for {lasted:.0f} s: "
-            f"waiting in a collective for GPU(s) {_gpu_list(suspects)}"
+            f"GPU(s) {gpu_list(spinning)} spin at 100% utilization on idle power for {lasted:.0f} s: "
+            f"waiting in a collective for GPU(s) {gpu_list(list(suspects))}"
         )
-        hint = f"Suspect GPU(s) {_gpu_list(suspects)}: look at that rank's stack (py-spy dump) and logs."
+        hint = f"Suspect GPU(s) {gpu_list(list(suspects))}: look at that rank's stack (py-spy dump) and logs."
     else:
         message = (
             f"every GPU spins at 100% utilization on idle power for {lasted:.0f} s: "
@@ -234,46 +242,54 @@ def _spinning_in(s: Sample, index: int, th: Thresholds) -> bool:
     return r is not None and _spinning(r.util, r.power, r.power_limit, th)
 
 
+def _labels(masks: Sequence[int], kind_bits: int) -> str:
+    """The clock_reasons labels of `kind_bits` set in any of `masks`, in bit order."""
+    seen = 0
+    for m in masks:
+        seen |= m & kind_bits
+    return ", ".join(r.label for r in clock_reasons.active(seen))
+
+
 def throttling(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Verdict]:
     if len(win) < th.min_samples:
         return []
     thermal: dict[int, int] = {}
     power: dict[int, int] = {}
-    brake: set[int] = set()
+    masks: dict[int, list[int]] = {}
     for s in win:
         for g in s.gpus:
             if g.throttle is None:
                 continue
-            if g.throttle & THERMAL_BITS:
+            masks.setdefault(g.index, []).append(g.throttle)
+            if g.throttle & THERMAL_THROTTLE_BITS:
                 thermal[g.index] = thermal.get(g.index, 0) + 1
-            if g.throttle & POWER_BITS:
+            if g.throttle & POWER_THROTTLE_BITS:
                 power[g.index] = power.get(g.index, 0) + 1
-            if g.throttle & THROTTLE_HW_POWER_BRAKE:
-                brake.add(g.index)
     need = th.throttle_share * len(win)
     out = []
     hot = tuple(sorted(k for k, v in thermal.items() if v >= need))
     if hot:
         temps = {g.index: g.temp for g in win[-1].gpus if g.index in hot and g.temp is not None}
-        shown = ", ".join(f"GPU {k} {v} C" for k, v in temps.items()) or f"GPU(s) {_gpu_list(hot)}"
+        shown = ", ".join(f"GPU {k} {v} C" for k, v in temps.items()) or f"GPU(s) {gpu_list(list(hot))}"
+        why = _labels([m for k in hot for m in masks[k]], THERMAL_THROTTLE_BITS)
         out.append(
             Verdict(
                 codes.THERMAL_THROTTLE.code,
                 codes.THERMAL_THROTTLE.name,
                 hot,
-                f"thermal slowdown: {shown}",
+                f"{why}: {shown}",
                 "Check cooling and airflow around these GPUs.",
             )
         )
     capped = tuple(sorted(k for k, v in power.items() if v >= need))
     if capped:
-        kind = "power brake" if brake & set(capped) else "power cap"
+        why = _labels([m for k in capped for m in masks[k]], POWER_THROTTLE_BITS)
         out.append(
             Verdict(
                 codes.POWER_THROTTLE.code,
                 codes.POWER_THROTTLE.name,
                 capped,
-                f"{kind} slows GPU(s) {_gpu_list(capped)}",
+                f"{why} slows GPU(s) {gpu_list(list(capped))}",
                 "Compare power limits across GPUs (nvidia-smi -q -d POWER).",
             )
         )
@@ -289,17 +305,17 @@ def xid_events(win: Sequence[Sample]) -> list[Verdict]:
     out = []
     for idx in sorted(seen):
         xids = sorted(seen[idx])
-        hardware = any(x not in APP_XIDS for x in xids)
+        classes = {classify(x) for x in xids}
+        # The worst class decides: hardware first, then an application fault, then the unknown.
+        worst = next(c for c in ("hardware", "application", "other") if c in classes)
         out.append(
             Verdict(
                 codes.XID_EVENT.code,
                 codes.XID_EVENT.name,
                 (idx,),
-                f"GPU {idx} reported XID {', '.join(map(str, xids))}",
-                "Hardware XID: drain the node and run `gpudoctor check`."
-                if hardware
-                else "Application fault: rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel.",
-                "fail" if hardware else "warn",
+                f"GPU {idx} reported {', '.join(f'{classify(x)} {describe(x)}' for x in xids)}",
+                XID_HINTS[worst],
+                "fail" if worst == "hardware" else "warn",
             )
         )
     return out
@@ -316,7 +332,7 @@ def lost_gpus(win: Sequence[Sample]) -> list[Verdict]:
             codes.GPU_LOST.code,
             codes.GPU_LOST.name,
             lost,
-            f"GPU(s) {_gpu_list(lost)} lost (NVML: GPU is lost)",
+            f"GPU(s) {gpu_list(list(lost))} lost (NVML: GPU is lost)",
             "Check dmesg for XID 79; reset the GPU or reboot before restarting.",
             "fail",
         )

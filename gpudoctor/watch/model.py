@@ -9,16 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-# NVML clock event (throttle) reasons, nvmlClocksEventReason* bits.
-THROTTLE_IDLE = 0x1
-THROTTLE_SW_POWER = 0x4
-THROTTLE_HW_SLOWDOWN = 0x8
-THROTTLE_SW_THERMAL = 0x20
-THROTTLE_HW_THERMAL = 0x40
-THROTTLE_HW_POWER_BRAKE = 0x80
-THERMAL_BITS = THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL | THROTTLE_HW_SLOWDOWN
-POWER_BITS = THROTTLE_SW_POWER | THROTTLE_HW_POWER_BRAKE
-
 OK = "ok"
 STALE = "stale"  # no fresh reading arrived in time (NVML stalled)
 LOST = "lost"  # NVML says GPU_IS_LOST; not asked again
@@ -40,7 +30,7 @@ class GpuReading:
     sm_clock: int | None = None  # MHz
     pcie_rx: int | None = None  # MB/s
     pcie_tx: int | None = None  # MB/s
-    throttle: int | None = None  # clock event reasons bitmask
+    throttle: int | None = None  # NVML clock event reasons bitmask (bits: gpudoctor.clock_reasons)
     xids: tuple[int, ...] = ()  # XID events since the previous sample
 
     @property

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import random
 
-from gpudoctor.watch.model import THROTTLE_HW_THERMAL, THROTTLE_SW_POWER, GpuReading, ProcReading, Sample
+from gpudoctor.clock_reasons import HW_THERMAL_SLOWDOWN, SW_POWER_CAP
+from gpudoctor.watch.model import GpuReading, ProcReading, Sample
 
 SCENARIOS = ("healthy", "straggler", "hung", "starved", "throttle", "memory", "idle")
 NAME = "NVIDIA H100 80GB HBM3"
@@ -60,7 +61,7 @@ def gpu_values(scenario: str, i: int, index: int, rng: random.Random, n_gpus: in
     elif scenario == "starved" and i % 5 in (1, 2, 3):
         v.update(util=rng.randint(8, 30), power=round(rng.uniform(150, 220), 1), mem_util=rng.randint(2, 8))
     elif scenario == "throttle" and index == THROTTLED_GPU:
-        v.update(temp=rng.randint(87, 90), sm_clock=1410, throttle=THROTTLE_HW_THERMAL | THROTTLE_SW_POWER)
+        v.update(temp=rng.randint(87, 90), sm_clock=1410, throttle=HW_THERMAL_SLOWDOWN | SW_POWER_CAP)
     elif scenario == "memory" and index == 0:
         v.update(mem_used=78200 + rng.randint(-100, 100))
     return v

@@ -9,8 +9,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
-from gpudoctor.watch.analysis import Balance, Verdict
-from gpudoctor.watch.model import LOST, POWER_BITS, STALE, THERMAL_BITS, GpuReading, ProcReading
+from gpudoctor.watch.analysis import POWER_THROTTLE_BITS, THERMAL_THROTTLE_BITS, Balance, Verdict
+from gpudoctor.watch.model import LOST, STALE, GpuReading, ProcReading
 
 BLOCKS = "▁▁▂▃▄▅▆▇█"  # zero still draws the baseline, so a flat-lined GPU stays visible
 HISTORY = 120  # samples kept per GPU for the sparkline (2 minutes at 1 s)
@@ -42,14 +42,14 @@ def _power(g: GpuReading) -> Text:
     if g.power is None:
         return Text("n/a")
     limit = f"/{g.power_limit:.0f}" if g.power_limit else ""
-    style = "bold red" if g.throttle and g.throttle & POWER_BITS else ""
+    style = "bold red" if g.throttle and g.throttle & POWER_THROTTLE_BITS else ""
     return Text(f"{g.power:4.0f}{limit} W", style=style)
 
 
 def _temp(g: GpuReading) -> Text:
     if g.temp is None:
         return Text("n/a")
-    hot = g.throttle is not None and g.throttle & THERMAL_BITS
+    hot = g.throttle is not None and g.throttle & THERMAL_THROTTLE_BITS
     return Text(f"{g.temp} C", style="bold red" if hot else "")
 
 
