@@ -48,6 +48,9 @@ def value_or(value: T | Missing, default: T) -> T:
 
 
 NOT_COLLECTED = Missing("not_collected")
+# Field metadata key: a field added after schema_version 1 that is left out of the JSON while
+# it is not collected (readers default it), so older recordings round-trip byte for byte.
+OMIT_NOT_COLLECTED = "omit_when_not_collected"
 
 
 @dataclass(frozen=True)
@@ -58,8 +61,9 @@ class NvLink:
     remote_bus_id: str | Missing = NOT_COLLECTED
     remote_type: str | Missing = NOT_COLLECTED  # "gpu", "switch", "ibmnpu"
     # What nvmlDeviceGetNvLinkVersion answered, undecoded: drivers differ (plain generation, or
-    # nvml.h's nvmlNvlinkVersion_t enum), so a recording keeps what this driver said.
-    version_raw: int | Missing = NOT_COLLECTED
+    # nvml.h's nvmlNvlinkVersion_t enum), so a recording keeps what this driver said. Left out
+    # of the JSON when not collected, so snapshots written before it read and write unchanged.
+    version_raw: int | Missing = dataclasses.field(default=NOT_COLLECTED, metadata={OMIT_NOT_COLLECTED: True})
 
 
 @dataclass(frozen=True)
@@ -245,6 +249,10 @@ class SnapshotError(Exception):
     """A snapshot file that cannot be used; the message is one line for the user."""
 
 
+def _not_collected(value: Any) -> bool:
+    return isinstance(value, Missing) and value.reason == "not_collected"
+
+
 def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, Missing):
         out = {"missing": obj.reason}
@@ -252,7 +260,11 @@ def to_jsonable(obj: Any) -> Any:
             out["detail"] = obj.detail
         return out
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {
+            f.name: to_jsonable(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if not (f.metadata.get(OMIT_NOT_COLLECTED) and _not_collected(getattr(obj, f.name)))
+        }
     if isinstance(obj, list | tuple):
         return [to_jsonable(v) for v in obj]
     if isinstance(obj, dict):

@@ -14,6 +14,8 @@ Pure functions over a `Snapshot`; GPUs are named by NVML index (nvidia-smi's num
     matrix(snap, indices)          -> list[list[str]]  labels for every ordered pair
     topo_table(snap, indices)      -> dict  a details table (render/text.py draws it)
     cpu_list(cpus)                 -> str   [0, 1, 2, 5] -> "0-2,5"
+    normalize_bus_id(id)           -> key   the one way to compare PCI bus ids (NVML, lspci, kernel log)
+    nvml_bus_id(id)                -> str   the same id written as NVML writes it
 
 How NV# is counted (as nvidia-smi does): an active link counts toward a peer when its remote
 PCI bus id is the peer's. On NVSwitch systems the remote of every link is a switch, and every
@@ -32,13 +34,28 @@ PCIE_LEVELS = ("SAME", "PIX", "PXB", "PHB", "NODE", "SYS")
 
 
 def normalize_bus_id(bus_id: str) -> tuple[int, int, int, int] | str:
-    """'00000000:18:00.0' and '0000:18:00.0' compare equal; unparseable ids compare as text."""
+    """The one PCI bus id comparison key: NVML's '00000000:18:00.0', lspci's '0000:18:00.0' and
+    the kernel log's 'PCI:0000:18:00' (no function: a GPU is function 0) compare equal.
+    Unparseable ids compare as text."""
+    text = bus_id.strip()
+    if text[:4].upper() == "PCI:":
+        text = text[4:]
     try:
-        domain, bus, rest = bus_id.strip().split(":")
-        dev, fn = rest.split(".")
-        return int(domain, 16), int(bus, 16), int(dev, 16), int(fn, 16)
+        domain, bus, rest = text.split(":")
+        dev, _, fn = rest.partition(".")
+        return int(domain, 16), int(bus, 16), int(dev, 16), int(fn or "0", 16)
     except ValueError:
         return bus_id.strip().upper()
+
+
+def nvml_bus_id(bus_id: str) -> str:
+    """Any form normalize_bus_id reads -> NVML's '00000000:18:00.0' (what snapshots store).
+    Raises ValueError for an id it cannot parse."""
+    key = normalize_bus_id(bus_id)
+    if isinstance(key, str):
+        raise ValueError(f"not a PCI bus id: {bus_id!r}")
+    domain, bus, dev, fn = key
+    return f"{domain:08X}:{bus:02X}:{dev:02X}.{fn:x}"
 
 
 def _links(gpu: Gpu) -> list[NvLink]:

@@ -7,7 +7,6 @@ by applications (a bad kernel, an illegal address, a killed process) and do not 
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 XidClass = Literal["hardware", "application", "other"]
@@ -59,19 +58,3 @@ def classify(xid: int) -> XidClass:
 def describe(xid: int) -> str:
     name = XID_NAMES.get(xid)
     return f"XID {xid} ({name})" if name else f"XID {xid}"
-
-
-_BUS_RE = re.compile(r"(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-7])?\s*$")
-
-
-def bus_key(pci_bus_id: str) -> str | None:
-    """'00000000:18:00.0' (NVML) and 'PCI:0000:18:00' (kernel log) -> '0:18:00'.
-
-    Domain (any width), bus and device; the kernel log leaves out the function, and a GPU is
-    one device, so bus:device names it.
-    """
-    match = _BUS_RE.search(pci_bus_id.strip())
-    if match is None:
-        return None
-    domain = int(match.group(1), 16) if match.group(1) else 0
-    return f"{domain:x}:{match.group(2)}:{match.group(3)}".lower()

@@ -12,6 +12,7 @@ from gpudoctor.checks import gpu_modes, health
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, CheckOptions
 from gpudoctor.snapshot import GpuProcess, Missing, Snapshot, XidEvent, load
+from gpudoctor.topology import normalize_bus_id, nvml_bus_id
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -53,9 +54,11 @@ def test_xid_classes_follow_the_hardware_set(code: int, kind: str) -> None:
 
 
 def test_kernel_log_and_nvml_bus_ids_name_the_same_gpu() -> None:
-    assert xid.bus_key("PCI:0000:3a:00") == xid.bus_key("00000000:3A:00.0") == "0:3a:00"
-    assert xid.bus_key("PCI:0001:3a:00") != xid.bus_key("00000000:3A:00.0")
-    assert xid.bus_key("garbage") is None
+    key = normalize_bus_id("00000000:3A:00.0")
+    assert normalize_bus_id("PCI:0000:3a:00") == normalize_bus_id("0000:3a:00.0") == key == (0, 0x3A, 0, 0)
+    assert normalize_bus_id("PCI:0001:3a:00") != key
+    assert normalize_bus_id("garbage") != key
+    assert nvml_bus_id("PCI:0000:3a:00") == nvml_bus_id("0000:3A:00") == "00000000:3A:00.0"
 
 
 def test_hardware_xid_on_a_gpu_the_run_does_not_use_only_warns() -> None:

@@ -10,7 +10,8 @@ from gpudoctor.checks.targets import gpu_list, target_gpus
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, known
-from gpudoctor.xid import bus_key, classify, describe
+from gpudoctor.topology import normalize_bus_id
+from gpudoctor.xid import classify, describe
 
 _RMA = "If it comes back after a reset, the GPU is failing: drain the node and contact the vendor (RMA)."
 
@@ -236,13 +237,13 @@ def xid_errors(ctx: CheckContext) -> list[Finding]:
                 {"reason": events.reason},
             )
         ]
-    by_bus = {bus_key(g.pci_bus_id): g for g in ctx.snapshot.gpus}
+    by_bus = {normalize_bus_id(g.pci_bus_id): g for g in ctx.snapshot.gpus}
     targets = {g.index for g in target_gpus(ctx)}
     # (subject, class) -> events, so each GPU gets one finding per kind of XID.
     grouped: dict[tuple[str, str], list[Any]] = defaultdict(list)
     gpu_of: dict[str, Gpu | None] = {}
     for event in events:
-        gpu = by_bus.get(bus_key(event.pci_bus_id))
+        gpu = by_bus.get(normalize_bus_id(event.pci_bus_id))
         subject = gpu_subject(gpu.index) if gpu else f"pci:{event.pci_bus_id}"
         gpu_of[subject] = gpu
         grouped[(subject, classify(event.xid))].append(event)

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 from gpudoctor.snapshot import Missing, XidEvent
+from gpudoctor.topology import nvml_bus_id  # '0000:18:00' -> '00000000:18:00.0', as Gpu.pci_bus_id
 
 # "NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus."
 # Old drivers omit "PCI:"; some lines carry the function ("0000:18:00.0").
@@ -21,13 +22,6 @@ _BUS = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?(" + _BUS + r")\): (\d+),?\s*(.*)")
 DMESG_TIMEOUT_S = 1.0
 KMSG_MAX_RECORDS = 200_000  # the ring buffer holds far fewer; a guard against a stream that never ends
-
-
-def nvml_bus_id(printed: str) -> str:
-    """The kernel's '0000:18:00' -> NVML's '00000000:18:00.0', so events match Gpu.pci_bus_id."""
-    address, _, function = printed.partition(".")
-    domain, bus, device = address.split(":")
-    return f"{int(domain, 16):08X}:{bus.upper()}:{device.upper()}.{function or '0'}"
 
 
 def parse_line(message: str, timestamp: str = "") -> XidEvent | None:
