@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
 
 import jsonschema
+import psutil
 import pytest
 
 from gpudoctor.errors import UserError
+from gpudoctor.watch.follow import Job
 from gpudoctor.watch.headless import run_headless
 from gpudoctor.watch.recording import RecordWriter, read_recording
 from gpudoctor.watch.session import Session
-from gpudoctor.watch.sources import ReplaySource
+from gpudoctor.watch.sources import ReplaySource, SyntheticSource
 from gpudoctor.watch.synthetic import synthetic_run
 
 RECORDINGS = Path(__file__).parent / "fixtures" / "recordings"
@@ -108,3 +112,66 @@ def test_replay_headless_json_lines_end_with_a_summary() -> None:
 def test_explain_watch_codes() -> None:
     r = gpudoctor("explain", "GD904")
     assert r.returncode == 0 and "hung-collective" in r.stdout and "gpudoctor watch" in r.stdout
+
+
+FAKE = {**os.environ, "GPUDOCTOR_WATCH_FAKE": "healthy:8", "PYTHONUNBUFFERED": "1"}
+
+
+def _file_size_limit(limit: int):  # type: ignore[no-untyped-def]
+    def apply() -> None:  # in the child: writes past `limit` bytes fail with EFBIG (Python ignores SIGXFSZ)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_disk_full_stops_the_recording_not_the_watch(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    r = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "watch", "--no-tui", "--json", "--interval", "0.1", "--record", str(path)]
+        + ["--", sys.executable, "-c", "import time; time.sleep(2.5); raise SystemExit(7)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=FAKE,
+        preexec_fn=_file_size_limit(6000),  # noqa: PLW1509  (a few samples fit, then the "disk" is full)
+    )
+    # The followed command ran to its end and its exit code came back: the failed write ended nothing.
+    assert r.returncode == 7, r.stderr
+    assert "Traceback" not in r.stderr
+    said = [line for line in r.stderr.splitlines() if "recording" in line]
+    assert len(said) == 1 and "stopped after" in said[0] and "File too large" in said[0], r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    summary = lines[-1]
+    assert summary["kind"] == "summary" and summary["exit_code"] == 7
+    assert "File too large" in summary["damage"]
+    jsonschema.validate(summary, SCHEMA)
+    rec = read_recording(str(path))  # every line written before the failure is still there
+    assert 0 < len(rec.samples) < summary["samples"]
+    assert f"stopped after {len(rec.samples)} samples" in summary["damage"]
+
+
+def test_a_recording_that_cannot_be_started_is_exit_3(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="cannot write recording /dev/full: No space left on device"):
+        RecordWriter("/dev/full", {})
+    r = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "watch", "--no-tui", "--duration", "1", "--record", "/dev/full"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=FAKE,
+    )
+    assert r.returncode == 3 and r.stderr.strip().count("\n") == 0 and "No space left" in r.stderr
+
+
+def test_closing_a_session_always_stops_its_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken_close(self: RecordWriter) -> None:
+        raise RuntimeError("cannot close")
+
+    monkeypatch.setattr(RecordWriter, "close", broken_close)
+    job = Job.start([sys.executable, "-c", "import time; time.sleep(60)"])
+    session = Session(SyntheticSource(interval=0.1), record_path=str(tmp_path / "r.jsonl"), job=job)
+    session.start()
+    with pytest.raises(RuntimeError, match="cannot close"):
+        session.close()
+    assert job.poll() is not None  # stopped, not orphaned
+    assert not psutil.pid_exists(job.root.pid) or psutil.Process(job.root.pid).status() == psutil.STATUS_ZOMBIE

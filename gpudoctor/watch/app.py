@@ -10,6 +10,7 @@ import queue
 import time
 from typing import Any
 
+from rich.markup import escape
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -184,6 +185,8 @@ class WatchApp(App[str]):
             parts.append("[b yellow]PAUSED[/]")
         if self.ended:
             parts.append(f"[b]{self.ended}[/]")
+        if self.session.record_error:
+            parts.append(f"[b red]{escape(self.session.record_error)}[/]")
         parts.append(f"processes by {self.sort}")
         self.query_one("#status", Static).update("  |  ".join(parts))
 

@@ -6,6 +6,7 @@ and says where, so a truncated recording replays up to the damage.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Iterator
@@ -29,31 +30,66 @@ class Recording:
 
 
 class RecordWriter:
-    """Appends samples to a JSON-lines file; each line is flushed as soon as it is written."""
+    """Appends samples to a JSON-lines file; each line is flushed as soon as it is written.
+
+    A file that cannot be opened, or whose header line cannot be written, is a UserError
+    (exit 3). A write that fails later (disk full, quota, file size limit) does not end the
+    watch: recording stops, `error` says why in the user's words, and the file keeps every
+    line written before (the damaged last line reads back as damage).
+    """
 
     def __init__(self, path: str, header: dict[str, Any]) -> None:
         self.path = path
+        self.samples = 0  # written in full
+        self.error: str | None = None  # why recording stopped early
         try:
             self._file: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed in close())
         except OSError as exc:
             raise UserError(f"cannot write recording {path}: {exc.strerror}", EXIT_UNAVAILABLE, "unavailable") from None
-        self._write({"format": FORMAT, "version": FORMAT_VERSION, **header})
+        if not self._write({"format": FORMAT, "version": FORMAT_VERSION, **header}):
+            raise UserError(f"cannot write recording {path}: {self._reason}", EXIT_UNAVAILABLE, "unavailable")
 
-    def _write(self, doc: dict[str, Any]) -> None:
-        self._file.write(json.dumps(doc, separators=(",", ":")) + "\n")
-        self._file.flush()
+    def _write(self, doc: dict[str, Any]) -> bool:
+        if self.error is not None:
+            return False
+        try:
+            self._file.write(json.dumps(doc, separators=(",", ":")) + "\n")
+            self._file.flush()
+        except OSError as exc:
+            self._fail(exc)
+            return False
+        return True
+
+    def _fail(self, exc: OSError) -> None:
+        self._reason = exc.strerror or str(exc)
+        self.error = f"recording {self.path} stopped after {self.samples} samples: {self._reason}"
+        try:
+            self._file.close()  # flushes what is left over, which fails the same way
+        except OSError:
+            pass
 
     def write(self, sample: Sample) -> None:
-        self._write(sample.to_json())
+        """Append one sample; after a failure this does nothing (see `error`)."""
+        if self._write(sample.to_json()):
+            self.samples += 1
 
     def close(self) -> None:
-        if not self._file.closed:
+        if self._file.closed:
+            return
+        try:
             self._file.flush()
             try:
                 os.fsync(self._file.fileno())
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.EROFS):  # e.g. a pipe: nothing more to secure
+                    raise
+        except OSError as exc:
+            self._fail(exc)
+        finally:
+            try:
+                self._file.close()
             except OSError:
-                pass  # e.g. a pipe: nothing more to secure
-            self._file.close()
+                pass
 
 
 def _lines(path: str) -> Iterator[tuple[int, str, bool]]:

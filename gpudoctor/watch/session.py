@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import queue
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from gpudoctor import __version__
 from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict
@@ -50,6 +51,8 @@ class Session:
     job_gpus: set[int] = field(default_factory=set)
     last_arrival: float = 0.0
     opened: bool = False  # the caller already opened the source (to fail before starting a job)
+    err: IO[str] | None = None  # where a recording failure is said (None: sys.stderr)
+    record_error: str | None = None  # why --record stopped early (disk full...); watching went on
 
     def __post_init__(self) -> None:
         self.builder = SummaryBuilder(self.source.label, self.thresholds)
@@ -98,12 +101,25 @@ class Session:
         self.last_arrival = time.monotonic()
         if self._writer is not None:
             self._writer.write(raw)  # the raw sample: a recording keeps every GPU
+            if self._writer.error is not None:
+                self._recording_failed(self._writer.error)
         if self.job is not None and raw.procs is not None:
             tree = self.job.refresh()
             self.job_gpus.update(p.gpu for p in raw.procs if p.pid in tree)
         sample = self.filter(raw)
         verdicts = self.builder.add(sample)
         return Update(sample, verdicts, self.builder)
+
+    def _recording_failed(self, error: str) -> None:
+        """Stop recording, say so once, and keep watching: the job matters more than its record."""
+        self.record_error = error
+        self._writer = None
+        err = self.err if self.err is not None else sys.stderr
+        try:
+            err.write(f"gpudoctor: {error}; watching goes on without recording\n")
+            err.flush()
+        except (OSError, ValueError):
+            pass  # nowhere left to say it: the summary still does
 
     def filter(self, raw: Sample) -> Sample:
         wanted: set[int] | None = set(self.gpus) if self.gpus is not None else None
@@ -117,15 +133,26 @@ class Session:
 
     def summary(self) -> Summary:
         exit_code = self.job.poll() if self.job is not None and self.job.owned else None
-        result = self.builder.summary(damage=self.damage, exit_code=exit_code)
+        damage = "; ".join(d for d in (self.damage, self.record_error) if d) or None
+        result = self.builder.summary(damage=damage, exit_code=exit_code)
         if self.job_gpus:  # GPUs seen before the job's processes appeared are not the job's
             result.gpus = {k: v for k, v in result.gpus.items() if k in self.job_gpus}
         return result
 
     def close(self) -> None:
-        """Stop sampling, close the recording, and end a job we started if it still runs."""
-        self._poller.close()
-        if self._writer is not None:
-            self._writer.close()
-        if self.job is not None and self.job.owned:
-            self.job.stop()
+        """Stop sampling, close the recording, and end a job we started if it still runs.
+
+        Each step runs whatever the one before raised: a job gpudoctor started is always stopped.
+        """
+        try:
+            self._poller.close()
+        finally:
+            try:
+                writer, self._writer = self._writer, None
+                if writer is not None:
+                    writer.close()
+                    if writer.error is not None and self.record_error is None:
+                        self._recording_failed(writer.error)
+            finally:
+                if self.job is not None and self.job.owned:
+                    self.job.stop()
