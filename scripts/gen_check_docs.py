@@ -1,7 +1,13 @@
-"""Write docs/checks/GDxxx.md for every registered finding code (and an index)."""
+"""Write docs/checks/GDxxx.md for every registered finding code (and an index).
+
+python scripts/gen_check_docs.py           write the pages, remove pages of codes that are gone
+python scripts/gen_check_docs.py --check   write nothing; exit 1 and list the pages that are stale
+"""
 
 from __future__ import annotations
 
+import argparse
+import sys
 from pathlib import Path
 
 from gpudoctor.explain import explain_text
@@ -21,16 +27,48 @@ def pages() -> dict[str, str]:
     return out
 
 
-def main() -> None:
-    DOCS.mkdir(parents=True, exist_ok=True)
-    wanted = pages()
-    for stale in DOCS.glob("GD*.md"):
+def stale_pages(docs: Path = DOCS, wanted: dict[str, str] | None = None) -> list[str]:
+    """Page names that differ from what would be written, are missing, or should be removed."""
+    wanted = pages() if wanted is None else wanted
+    out = []
+    for name, text in wanted.items():
+        page = docs / name
+        if not page.is_file() or page.read_text(encoding="utf-8") != text:
+            out.append(name)
+    out += [p.name for p in docs.glob("GD*.md") if p.name not in wanted] if docs.is_dir() else []
+    return sorted(out)
+
+
+def write(docs: Path = DOCS, wanted: dict[str, str] | None = None) -> int:
+    wanted = pages() if wanted is None else wanted
+    docs.mkdir(parents=True, exist_ok=True)
+    for stale in docs.glob("GD*.md"):
         if stale.name not in wanted:
             stale.unlink()
     for name, text in wanted.items():
-        (DOCS / name).write_text(text, encoding="utf-8")
-    print(f"wrote {len(wanted)} pages to {DOCS}")
+        (docs / name).write_text(text, encoding="utf-8")
+    return len(wanted)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 and list the stale pages (for CI and tests)"
+    )
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = stale_pages()
+        if stale:
+            print(f"{len(stale)} stale page(s) in {DOCS} (run python scripts/gen_check_docs.py):")
+            for name in stale:
+                print(f"  {name}")
+            return 1
+        print(f"docs/checks is up to date ({len(pages())} pages)")
+        return 0
+    count = write()
+    print(f"wrote {count} pages to {DOCS}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -73,6 +73,32 @@ def test_hardware_xid_on_a_gpu_the_run_does_not_use_only_warns() -> None:
     assert "does not use" in f.message
 
 
+@pytest.mark.parametrize("code", [63, 94])
+def test_contained_hardware_xid_warns_and_says_a_reset_may_have_cleared_it(code: int) -> None:
+    s = snap("h100_sxm_8x")
+    s = replace(s, host=replace(s.host, xid_events=[XidEvent("00000000:18:00.0", code, "event")]))
+    (f,) = health.xid_errors(CheckContext(s))
+    assert (f.code, f.subject, f.status) == ("GD810", "gpu:0", Status.WARN)
+    assert "since boot" in f.message and "reset" in f.hint and "ROW_REMAPPER" in f.hint
+    assert f.evidence["contained"] is True
+
+
+def test_a_contained_xid_beside_a_fatal_one_still_fails_the_gpu() -> None:
+    s = snap("h100_sxm_8x")
+    events = [XidEvent("00000000:18:00.0", 63, "remap"), XidEvent("00000000:18:00.0", 95, "uncontained")]
+    s = replace(s, host=replace(s.host, xid_events=events))
+    got = sorted((f.status, tuple(f.evidence["xids"])) for f in health.xid_errors(CheckContext(s)))
+    assert got == sorted([(Status.WARN, (63,)), (Status.FAIL, (95,))])
+
+
+def test_fatal_hardware_xid_fails_and_notes_the_log_spans_since_boot() -> None:
+    s = snap("h100_sxm_8x")
+    s = replace(s, host=replace(s.host, xid_events=[XidEvent("00000000:18:00.0", 64, "remap failure")]))
+    (f,) = health.xid_errors(CheckContext(s))
+    assert (f.status, f.evidence["contained"]) == (Status.FAIL, False)
+    assert "since boot" in f.message and "before the last GPU reset" in f.hint
+
+
 def test_xid_for_a_device_nvml_does_not_list_is_still_reported() -> None:
     s = snap("a100_sxm_8x")
     s = replace(s, host=replace(s.host, xid_events=[XidEvent("PCI:0000:c1:00", 48, "DBE")]))

@@ -11,7 +11,7 @@ from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, known
 from gpudoctor.topology import normalize_bus_id
-from gpudoctor.xid import classify, describe
+from gpudoctor.xid import classify, contained, describe
 
 _RMA = "If it comes back after a reset, the GPU is failing: drain the node and contact the vendor (RMA)."
 
@@ -69,13 +69,18 @@ XID_HARDWARE = Code(
     "No hardware XID errors in the kernel log",
     what="Reads NVIDIA XID errors ('NVRM: Xid (PCI:...): N') from the kernel log, where it is "
     "readable, and names the GPU by its PCI address. Hardware XIDs (Imbue's set: 48, 56-58, 62-64, "
-    "68-77, 79-86, 88-89, 92, 94-105, 110-120, 122-125), e.g. 48 double-bit ECC, 74 NVLink, 79 "
-    "fallen off the bus, 94/95 ECC, 119/120 GSP, fail the GPU.",
+    "68-77, 79-86, 88-89, 92, 94-105, 110-120, 122-125), e.g. 48 double-bit ECC, 64 row remap failure, "
+    "74 NVLink, 79 fallen off the bus, 95 uncontained ECC, 119/120 GSP, fail the GPU. Two warn "
+    "instead: 63 (a row remap or page retirement was recorded) and 94 (a contained ECC error), "
+    "faults the driver has already handled. The kernel log covers the time since boot, so an event "
+    "may predate a GPU reset that cleared it.",
     why="A GPU that logged a hardware XID since boot is likely to hang or crash the next job; in a "
     "multi-GPU run that shows up as an NCCL watchdog timeout on every rank, far from the cause.",
     fix="Look at `sudo dmesg -T | grep -i xid` and NVIDIA's XID catalogue for the code. Reset the GPU "
-    "or reboot; if hardware XIDs return, drain the node and contact the vendor. When the log cannot "
-    "be read (dmesg_restrict, containers without CAP_SYSLOG), run gpudoctor on the host as root.",
+    "or reboot; if hardware XIDs return, drain the node and contact the vendor. For 63/94, check "
+    "`nvidia-smi -q -d ROW_REMAPPER`: a pending remap needs a reset (GD804), a completed one needs "
+    "nothing. When the log cannot be read (dmesg_restrict, containers without CAP_SYSLOG), run "
+    "gpudoctor on the host as root.",
 )
 XID_APPLICATION = Code(
     "GD811",
@@ -217,6 +222,18 @@ def _status_for(xid_class: str) -> tuple[Code, Status]:
     return XID_OTHER, Status.WARN
 
 
+_SINCE_BOOT = "the kernel log covers the time since boot: an event before the last GPU reset may already be cleared"
+_HINTS = {
+    "hardware": "Reset the GPU or reboot; if hardware XIDs return, drain the node and contact the vendor.",
+    "contained": "The driver handled it (row remapped or page retired; a contained ECC error stops only the "
+    "context that hit it): check `nvidia-smi -q -d ROW_REMAPPER`, reset the GPU if a remap is pending (GD804); "
+    "if these keep coming, the memory is wearing: plan an RMA.",
+    "application": "Match the times to crashed jobs and fix the program; "
+    "if no program is at fault, treat it as hardware.",
+    "other": "Look the XID up in NVIDIA's XID catalogue (docs.nvidia.com/deploy/xid-errors).",
+}
+
+
 @check("xid", "XID errors in the kernel log", codes=XID_CODES, needs="gpus")
 def xid_errors(ctx: CheckContext) -> list[Finding]:
     events = ctx.snapshot.host.xid_events
@@ -246,10 +263,16 @@ def xid_errors(ctx: CheckContext) -> list[Finding]:
         gpu = by_bus.get(normalize_bus_id(event.pci_bus_id))
         subject = gpu_subject(gpu.index) if gpu else f"pci:{event.pci_bus_id}"
         gpu_of[subject] = gpu
-        grouped[(subject, classify(event.xid))].append(event)
+        xid_class = classify(event.xid)
+        # Contained hardware XIDs (63, 94) get a finding of their own: they warn, the rest fail.
+        kind = "contained" if xid_class == "hardware" and contained(event.xid) else xid_class
+        grouped[(subject, kind)].append(event)
     findings = []
-    for (subject, xid_class), evs in grouped.items():
+    for (subject, kind), evs in grouped.items():
+        xid_class = "hardware" if kind == "contained" else kind
         code, status = _status_for(xid_class)
+        if kind == "contained":
+            status = Status.WARN
         gpu = gpu_of[subject]
         used = gpu is not None and gpu.index in targets
         if not used and status is Status.FAIL:
@@ -258,15 +281,13 @@ def xid_errors(ctx: CheckContext) -> list[Finding]:
         where = f"GPU {gpu.index} ({gpu.pci_bus_id})" if gpu else f"PCI {evs[0].pci_bus_id} (not a GPU NVML lists)"
         kinds = ", ".join(describe(x) for x in xids)
         note = "" if used or gpu is None else " (a GPU this run does not use)"
-        hint = {
-            "hardware": "Reset the GPU or reboot; if hardware XIDs return, drain the node and contact the vendor.",
-            "application": "Match the times to crashed jobs and fix the program; if no program is at fault, "
-            "treat it as hardware.",
-        }.get(xid_class, "Look the XID up in NVIDIA's XID catalogue (docs.nvidia.com/deploy/xid-errors).")
+        label = "contained hardware" if kind == "contained" else xid_class
+        hint = f"{_HINTS[kind]} Note: {_SINCE_BOOT}."
         evidence = {
             "xids": xids,
             "count": len(evs),
             "class": xid_class,
+            "contained": kind == "contained",
             "first": evs[0].timestamp,
             "last": evs[-1].timestamp,
             "last_text": evs[-1].text[:200],
@@ -276,7 +297,7 @@ def xid_errors(ctx: CheckContext) -> list[Finding]:
                 code.code,
                 status,
                 subject,
-                f"{xid_class} {kinds} on {where}{note}, {len(evs)} time(s) in the kernel log",
+                f"{label} {kinds} on {where}{note}, {len(evs)} time(s) in the kernel log since boot",
                 hint,
                 evidence,
             )
