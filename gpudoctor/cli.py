@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import socket
@@ -13,6 +12,7 @@ import click
 
 from gpudoctor import __version__
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
+from gpudoctor.snapshot import now_iso
 
 EXIT_CODES_HELP = """\b
 Exit codes:
@@ -30,10 +30,6 @@ def main() -> None:
 
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(t.strip() for v in values for t in v.split(",") if t.strip())
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
 def load_snapshot(path: str | None) -> Any:
@@ -140,7 +136,8 @@ def check(
         source=snapshot_path or "live",
         created=now_iso(),
         gpudoctor_version=__version__,
-        hostname=snapshot.host.hostname or socket.gethostname(),
+        # A replayed snapshot names the machine it recorded, never this one.
+        hostname=snapshot.host.hostname or ("" if snapshot_path else socket.gethostname()),
         checks=results,
         fail_on=Status(fail_on),
         nodes=ctx.options.extra.get("nodes", []),

@@ -11,6 +11,7 @@ JSON encoding: dataclasses become objects, a `Missing` becomes
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import types
 import typing
@@ -243,6 +244,12 @@ class Snapshot:
 
 # ---------------------------------------------------------------------------------------
 # JSON round-trip
+
+
+def now_iso() -> str:
+    """The local time now, with its UTC offset, to the second: what `created` holds in
+    snapshots and reports (one definition; torch- and NVML-free to import)."""
+    return dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
 class SnapshotError(Exception):

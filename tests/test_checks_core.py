@@ -272,3 +272,13 @@ def test_ram_per_gpu_option_sets_the_bar(capsys: pytest.CaptureFixture[str]) -> 
     r = run_cli(capsys, *args, "--ram-per-gpu", "128")
     assert r.exit_code == 1
     assert r.one("GD501")["evidence"]["expected_per_gpu_gb"] == 128.0
+
+
+def test_replayed_snapshot_keeps_its_own_hostname(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import socket
+
+    s = load("h100_sxm_8x")
+    named = check_variant(capsys, tmp_path, replace(s, host=replace(s.host, hostname="gpu-node-17")))
+    assert named.doc["hostname"] == "gpu-node-17"
+    unnamed = check_variant(capsys, tmp_path, replace(s, host=replace(s.host, hostname="")))
+    assert unnamed.doc["hostname"] == "" != socket.gethostname()  # never this machine's name

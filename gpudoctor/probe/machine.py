@@ -7,7 +7,6 @@ why, the GPU list is empty, and everything on the host side is still collected.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,11 +25,7 @@ from gpudoctor.probe.host import guarded, pid_namespace_isolated, read_host
 from gpudoctor.probe.nvml import Nvml
 from gpudoctor.probe.pairs import read_pairs
 from gpudoctor.probe.software import read_software
-from gpudoctor.snapshot import SCHEMA_VERSION, Driver, Gpu, GpuPair, Missing, Snapshot
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds")
+from gpudoctor.snapshot import SCHEMA_VERSION, Driver, Gpu, GpuPair, Missing, Snapshot, now_iso
 
 
 def read_gpus(nvml: Nvml, root: Path, isolated: bool | Missing) -> tuple[Driver, list[Gpu], list[GpuPair]]:
