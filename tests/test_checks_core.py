@@ -64,7 +64,7 @@ def test_mixed_desktop_names_the_odd_card_and_the_cuda_order(capsys: pytest.Capt
     )
     memory = r.one("GD302")
     assert (memory["status"], memory["subject"]) == ("fail", "gpu:1")
-    assert memory["evidence"] == {"memory": "16 GB", "expected": "24 GB", "others": [0, 2]}
+    assert memory["evidence"] == {"memory": "16 GiB", "expected": "24 GiB", "others": [0, 2]}
     order = r.one("GD205")
     assert order["status"] == "warn"
     assert "cuda:1 is nvidia-smi's GPU 2" in order["message"]
@@ -117,8 +117,8 @@ def test_container_with_32gb_for_8_gpus_fails_host_ram(capsys: pytest.CaptureFix
     assert r.exit_code == 1
     per_gpu = r.one("GD501")
     assert per_gpu["status"] == "fail"
-    assert "32 GB usable RAM (container limit; the machine has 1152 GB) for 8 GPU(s)" in per_gpu["message"]
-    assert "4.0 GB per GPU, below 16 GB" in per_gpu["message"]
+    assert "32 GiB usable RAM (container limit; the machine has 1152 GiB) for 8 GPU(s)" in per_gpu["message"]
+    assert "4 GiB per GPU, below 16 GiB" in per_gpu["message"]
     assert per_gpu["evidence"]["source"] == "cgroup limit"
     assert per_gpu["evidence"]["per_gpu_gb"] == 4.0 and per_gpu["evidence"]["expected_per_gpu_gb"] == 16.0
     total = r.one("GD502")
@@ -282,3 +282,22 @@ def test_replayed_snapshot_keeps_its_own_hostname(capsys, tmp_path) -> None:  # 
     assert named.doc["hostname"] == "gpu-node-17"
     unnamed = check_variant(capsys, tmp_path, replace(s, host=replace(s.host, hostname="")))
     assert unnamed.doc["hostname"] == "" != socket.gethostname()  # never this machine's name
+
+
+@pytest.mark.parametrize(
+    ("n_bytes", "text"),
+    [
+        (81559 * 2**20, "80 GiB"),  # H100 80GB: 81559 MiB
+        (16376 * 2**20, "16 GiB"),  # RTX 4080: binary, never a decimal "17 GB"
+        (1152 * 2**30, "1152 GiB"),
+        (2**30, "1 GiB"),
+        (int(7.5 * 2**30), "7.5 GiB"),
+        (64 * 2**20, "64 MiB"),
+        (64 * 1024, "64 KiB"),
+    ],
+)
+def test_one_size_convention_binary_units_labelled_gib_mib(n_bytes: int, text: str) -> None:
+    from gpudoctor import units
+
+    assert units.size(n_bytes) == text
+    assert units.size_mib(n_bytes / 2**20) == text

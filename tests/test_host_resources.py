@@ -82,7 +82,7 @@ def test_numa_falls_back_to_nvml_gpu_affinity() -> None:
 def test_container_finding_says_what_changes() -> None:
     (f,) = find(snap("container_32gb_8gpu"), "GD520")
     assert f.status is Status.PASS
-    assert "host PIDs" in f.message and "--pid=host" in f.message and "32.0 GiB" in f.message
+    assert "host PIDs" in f.message and "--pid=host" in f.message and "32 GiB" in f.message
 
 
 def test_bare_metal_has_no_container_finding() -> None:

@@ -8,9 +8,7 @@ from gpudoctor.checks.targets import gpu_list, target_gpus, version_tuple
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Snapshot, known
-
-MIB = 1024 * 1024
-GIB = 1024 * MIB
+from gpudoctor.units import MIB, size
 
 SHM_SMALL = Code(
     "GD510",
@@ -98,10 +96,6 @@ CORES_FAIL = 1.0
 _RDMA_PREFIXES = ("ib", "rdma", "roce", "efa", "mlx")
 
 
-def _size(n: int) -> str:
-    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n // MIB} MiB"
-
-
 def _nccl_avoids_shm(snapshot: Snapshot) -> bool:
     """NCCL >= 2.24 keeps intra-node buffers in cuMem host memory (driver CUDA >= 12.6, runtime >= 12.2);
     in a container that needs NUMA support (SYS_NICE), which Docker withholds, so NCCL falls back."""
@@ -130,7 +124,7 @@ def shm(ctx: CheckContext, gpus: list[Gpu]) -> list[Finding]:
         "nccl_uses_cumem_host": relieved,
     }
     if total >= want:
-        return [Finding(SHM_SMALL.code, Status.PASS, "host", f"/dev/shm is {_size(total)}", "", evidence)]
+        return [Finding(SHM_SMALL.code, Status.PASS, "host", f"/dev/shm is {size(total)}", "", evidence)]
     status = Status.FAIL if n >= 2 and total < SHM_FAIL and not relieved else Status.WARN
     who = "NCCL and DataLoader workers"
     if relieved:
@@ -140,7 +134,7 @@ def shm(ctx: CheckContext, gpus: list[Gpu]) -> list[Finding]:
             SHM_SMALL.code,
             status,
             "host",
-            f"/dev/shm is only {_size(total)} for {n} GPU(s) (want {_size(want)}): {who} run out of shared memory",
+            f"/dev/shm is only {size(total)} for {n} GPU(s) (want {size(want)}): {who} run out of shared memory",
             "docker run --shm-size=1g (or --ipc=host); Kubernetes: a memory emptyDir at /dev/shm; bare metal: "
             "sudo mount -o remount,size=8G /dev/shm",
             evidence,
@@ -167,7 +161,7 @@ def memlock(ctx: CheckContext) -> list[Finding]:
             MEMLOCK.code,
             Status.WARN,
             "host",
-            f"memlock is limited to {_size(limit) if limit >= MIB else f'{limit // 1024} KiB'} on a host with "
+            f"memlock is limited to {size(limit)} on a host with "
             f"RDMA interfaces ({', '.join(rdma[:3])}): NCCL cannot register its buffers",
             "ulimit -l unlimited (limits.conf, LimitMEMLOCK=infinity, or docker --ulimit memlock=-1)",
             evidence,
@@ -297,7 +291,7 @@ def container(ctx: CheckContext) -> list[Finding]:
     if host.pid_namespace_isolated is True:
         changes.append("processes outside the container are not visible by name (run with --pid=host to see them)")
     if known(host.cgroup_memory_limit_bytes) and host.cgroup_memory_limit_bytes:
-        changes.append(f"memory is limited to {_size(host.cgroup_memory_limit_bytes)} by the cgroup")
+        changes.append(f"memory is limited to {size(host.cgroup_memory_limit_bytes)} by the cgroup")
     if known(host.cpu_quota) and host.cpu_quota:
         changes.append(f"CPU is limited to {host.cpu_quota:g} cores by the cgroup")
     changes.append("host services (fabric manager, persistence daemon) are not visible")

@@ -16,6 +16,7 @@ from typing import Any
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Missing
+from gpudoctor.units import size_mib
 
 MODEL = Code(
     "GD301",
@@ -31,7 +32,8 @@ MEMORY = Code(
     "GD302",
     "gpu-memory-mismatch",
     "The visible GPUs have the same memory size",
-    what="Compares total framebuffer memory (nvmlDeviceGetMemoryInfo) of the visible GPUs, in GB.",
+    what="Compares total framebuffer memory (nvmlDeviceGetMemoryInfo) of the visible GPUs, in GiB "
+    "(sizes that round to the same whole GiB count as equal).",
     why="Each rank holds the same model and batch, so the smallest card decides the largest batch "
     "or model that fits; the memory of the larger cards goes unused, or the small one runs out of memory.",
     fix="Use GPUs with the same memory size, or size batch and model for the smallest card "
@@ -90,10 +92,6 @@ def _on_off(value: Any) -> str:
     return "on" if value else "off"
 
 
-def _gb(mib: Any) -> str:
-    return f"{mib / 1024:.0f} GB"
-
-
 def _pcie(gpu: Gpu) -> Any:
     gen, width = gpu.pcie_gen_max, gpu.pcie_width_max
     if isinstance(gen, Missing) or isinstance(width, Missing):
@@ -125,7 +123,7 @@ TRAITS = [
         MEMORY,
         "memory",
         lambda g: g.memory_total_mib,
-        _gb,
+        size_mib,
         Status.FAIL,
         "the smallest card caps the batch and model size of every rank",
         key=lambda mib: round(mib / 1024),

@@ -2,7 +2,8 @@
 
 Usable RAM is the machine's RAM, or the cgroup (container) memory limit where that is lower:
 a container killed by the OOM killer at its limit never sees the host's free memory.
-GB here are binary (2**30 bytes), as `docker --memory 32g` and nvidia-smi's MiB count.
+Sizes are binary and written as GiB (gpudoctor/units.py), as `docker --memory 32g` and
+nvidia-smi's MiB count; the evidence keys keep their `_gb` names and hold GiB.
 """
 
 from __future__ import annotations
@@ -10,17 +11,17 @@ from __future__ import annotations
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Host
-
-GB = 1024**3
+from gpudoctor.units import GIB
+from gpudoctor.units import size_gib as gib
 
 PER_GPU = Code(
     "GD501",
     "host-ram-per-gpu",
     "Enough host RAM per visible GPU",
     what="Divides usable host RAM (the cgroup memory limit where it is lower than the machine's RAM) by "
-    "the number of visible GPUs and compares it with --ram-per-gpu (default 16 GB).",
+    "the number of visible GPUs and compares it with --ram-per-gpu (default 16 GiB).",
     why="Every rank runs its own Python process with the model, optimizer state on the CPU side, "
-    "pinned buffers and DataLoader workers; below ~16 GB per GPU, host OOM kills end runs (often "
+    "pinned buffers and DataLoader workers; below ~16 GiB per GPU, host OOM kills end runs (often "
     "silently: one rank disappears and the others hang in NCCL).",
     fix="Give the job more memory (`docker run --memory`, the Kubernetes memory limit, Slurm "
     "`--mem`/`--mem-per-gpu`), or use fewer DataLoader workers and GPUs per node.",
@@ -32,7 +33,7 @@ VS_GPU_MEMORY = Code(
     what="Compares usable host RAM with the summed memory of the visible GPUs.",
     why="Loading or saving a checkpoint passes through host memory; a node with less RAM than its GPUs "
     "hold cannot stage a full checkpoint (ml-engineering: at least as much CPU memory as GPU memory, "
-    "e.g. >= 640 GB for 8x 80 GB).",
+    "e.g. >= 640 GiB for 8x 80 GiB).",
     fix="Raise the memory limit or use a node with more RAM; load checkpoints shard by shard "
     "(`torch.load(..., mmap=True)`, torch.distributed.checkpoint) so no rank holds all of it at once.",
 )
@@ -50,10 +51,6 @@ def usable_ram(host: Host) -> tuple[int, str] | None:
     return None
 
 
-def _gb(n: float) -> str:
-    return f"{n:.0f} GB" if n >= 10 else f"{n:.1f} GB"
-
-
 @check("memory", "Host RAM for the GPUs", codes=CODES, needs="visible")
 def memory(ctx: CheckContext) -> list[Finding]:
     host = ctx.snapshot.host
@@ -63,37 +60,37 @@ def memory(ctx: CheckContext) -> list[Finding]:
     ram, source = usable
     gpus = ctx.visible.gpus
     n = len(gpus)
-    ram_gb = ram / GB
+    ram_gb = ram / GIB
     per_gpu = ram_gb / n
     want = ctx.options.ram_per_gpu_gb
     base = {"usable_ram_gb": round(ram_gb, 1), "source": source, "gpus": n}
     if isinstance(host.ram_total_bytes, int):
-        base["machine_ram_gb"] = round(host.ram_total_bytes / GB, 1)
+        base["machine_ram_gb"] = round(host.ram_total_bytes / GIB, 1)
     where = (
-        f" (container limit; the machine has {_gb(host.ram_total_bytes / GB)})"
+        f" (container limit; the machine has {gib(host.ram_total_bytes / GIB)})"
         if source == "cgroup limit" and isinstance(host.ram_total_bytes, int)
         else ""
     )
     out = []
     evidence = {**base, "per_gpu_gb": round(per_gpu, 1), "expected_per_gpu_gb": want}
     if per_gpu < want:
-        msg = f"{_gb(ram_gb)} usable RAM{where} for {n} GPU(s) is {_gb(per_gpu)} per GPU, below {_gb(want)}"
+        msg = f"{gib(ram_gb)} usable RAM{where} for {n} GPU(s) is {gib(per_gpu)} per GPU, below {gib(want)}"
         out.append(Finding(PER_GPU.code, Status.FAIL, "host", msg, PER_GPU.fix, evidence))
     else:
-        msg = f"{_gb(ram_gb)} usable RAM{where} for {n} GPU(s): {_gb(per_gpu)} per GPU (want {_gb(want)})"
+        msg = f"{gib(ram_gb)} usable RAM{where} for {n} GPU(s): {gib(per_gpu)} per GPU (want {gib(want)})"
         out.append(Finding(PER_GPU.code, Status.PASS, "host", msg, "", evidence))
 
     sizes = [g.memory_total_mib for g in gpus]
     if all(isinstance(s, int) for s in sizes):
-        gpu_gb = sum(sizes) / 1024  # type: ignore[arg-type]
+        gpu_gb = sum(sizes) / 1024  # type: ignore[arg-type]  # MiB -> GiB
         evidence = {**base, "gpu_memory_gb": round(gpu_gb, 1), "expected_min_ram_gb": round(gpu_gb, 1)}
         if ram_gb < gpu_gb:
             msg = (
-                f"{_gb(ram_gb)} usable RAM{where} is less than the {_gb(gpu_gb)} the {n} GPU(s) hold: "
+                f"{gib(ram_gb)} usable RAM{where} is less than the {gib(gpu_gb)} the {n} GPU(s) hold: "
                 "a full checkpoint cannot be staged in host memory"
             )
             out.append(Finding(VS_GPU_MEMORY.code, Status.WARN, "host", msg, VS_GPU_MEMORY.fix, evidence))
         else:
-            msg = f"{_gb(ram_gb)} usable RAM covers the {_gb(gpu_gb)} of GPU memory"
+            msg = f"{gib(ram_gb)} usable RAM covers the {gib(gpu_gb)} of GPU memory"
             out.append(Finding(VS_GPU_MEMORY.code, Status.PASS, "host", msg, "", evidence))
     return out
