@@ -181,3 +181,27 @@ def test_summary_spans_and_balance_score() -> None:
     healthy = summarize(synthetic_run("healthy", 60), "healthy")
     assert healthy.balance_score is not None and healthy.balance_score >= 97 and not healthy.spans
     assert "verdicts: none" in render_text(healthy)
+
+
+def test_a_flapping_verdict_is_one_span_and_spans_are_capped() -> None:
+    from gpudoctor.watch.summary import MAX_SPANS_PER_VERDICT
+
+    def xids_every(gap: int, count: int) -> list[Sample]:
+        # An XID verdict holds while its event is in the 30 s window, then clears until the next one.
+        return [
+            Sample(1000.0 + i, tuple(gpu(g, xids=(13,) if (g == 1 and i % gap == 0) else ()) for g in range(3)), 30.0)
+            for i in range(gap * count)
+        ]
+
+    # Back within a window of clearing: the same trouble, one span (not one per flap).
+    merged = summarize(xids_every(40, 5), "flap")
+    assert [(sp.verdict.code, sp.verdict.gpus, sp.more) for sp in merged.spans] == [("GD907", (1,), 0)]
+    assert (merged.spans[0].start, merged.spans[0].end) == (1000.0, 1000.0 + 40 * 4 + 30)  # first XID to last + window
+    # Clear for longer than a window: separate spans, at most MAX_SPANS_PER_VERDICT of them.
+    flapping = summarize(xids_every(62, MAX_SPANS_PER_VERDICT + 15), "flap")
+    assert len(flapping.spans) == MAX_SPANS_PER_VERDICT
+    last = flapping.spans[-1]
+    assert last.more == 15 and last.end == 1000.0 + 62 * (MAX_SPANS_PER_VERDICT + 14) + 30
+    doc = flapping.to_json()
+    assert doc["verdicts"][-1]["more_spans"] == 15 and "more_spans" not in doc["verdicts"][0]
+    assert "+15 more times" in render_text(flapping)

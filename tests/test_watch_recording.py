@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import jsonschema
@@ -19,6 +21,7 @@ from gpudoctor.watch.headless import run_headless
 from gpudoctor.watch.recording import RecordWriter, read_recording
 from gpudoctor.watch.session import Session
 from gpudoctor.watch.sources import ReplaySource, SyntheticSource
+from gpudoctor.watch.summary import summarize_recording
 from gpudoctor.watch.synthetic import synthetic_run
 
 RECORDINGS = Path(__file__).parent / "fixtures" / "recordings"
@@ -175,3 +178,26 @@ def test_closing_a_session_always_stops_its_job(tmp_path: Path, monkeypatch: pyt
         session.close()
     assert job.poll() is not None  # stopped, not orphaned
     assert not psutil.pid_exists(job.root.pid) or psutil.Process(job.root.pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_report_reads_a_recording_as_a_stream(tmp_path: Path) -> None:
+    base = synthetic_run("straggler", 60)
+    path = tmp_path / "long.jsonl"
+    writer = RecordWriter(str(path), {"interval": 1.0})
+    for i in range(800):
+        writer.write(dataclasses.replace(base[i % 60], t=1000.0 + i))
+    writer.close()
+    tracemalloc.start()
+    try:
+        summary = summarize_recording(str(path))
+        _, streamed = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        whole = read_recording(str(path))  # what `report` used to hold: every sample at once
+        _, listed = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert summary.samples == len(whole.samples) == 800 and summary.damage is None
+    assert [(sp.verdict.code, sp.verdict.gpus) for sp in summary.spans] == [("GD901", (3,))]
+    assert streamed < listed / 5, (streamed, listed)  # memory does not grow with the recording
+    damaged = summarize_recording(str(RECORDINGS / "truncated.jsonl"))
+    assert damaged.samples == 40 and damaged.damage and "line 42" in damaged.damage

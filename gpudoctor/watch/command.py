@@ -169,11 +169,9 @@ def watch(
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (schema: gpudoctor/schemas).")
 def report(recording: str, as_json: bool) -> None:
     """Summarize a `watch --record` recording: per-GPU utilization, balance score, verdicts."""
-    from gpudoctor.watch.recording import read_recording
-    from gpudoctor.watch.summary import render_text, summarize
+    from gpudoctor.watch.summary import render_text, summarize_recording
 
-    rec = read_recording(recording)
-    summary = summarize(rec.samples, recording, damage=rec.damage)
+    summary = summarize_recording(recording)  # streamed: memory does not grow with the recording
     if as_json:
         doc = summary.to_json()
         doc["command"] = "report"

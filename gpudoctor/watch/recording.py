@@ -92,44 +92,95 @@ class RecordWriter:
                 pass
 
 
-def _lines(path: str) -> Iterator[tuple[int, str, bool]]:
+def _lines(f: IO[str]) -> Iterator[tuple[int, str, bool]]:
     """(line number, text, ended with a newline)."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for number, line in enumerate(f, start=1):
-            yield number, line.rstrip("\n"), line.endswith("\n")
+    for number, line in enumerate(f, start=1):
+        yield number, line.rstrip("\n"), line.endswith("\n")
+
+
+class RecordingStream:
+    """A recording read as it is iterated, one sample in memory at a time.
+
+    Opening reads and checks the header (a bad file raises UserError, exit 2). Iterating
+    yields the samples; reading stops at the first damaged line, and `damage` then says where
+    (in the user's words). Use it as a context manager, or iterate it to the end, to close the file.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.damage: str | None = None  # why reading stopped early; known once iteration ended
+        self.samples = 0  # yielded so far
+        try:
+            self._file: IO[str] = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 (closed in close())
+            self._lines = _lines(self._file)
+            first = next(self._lines, None)
+        except OSError as exc:
+            raise UserError(f"cannot read recording {path}: {exc.strerror}", EXIT_USAGE, "input") from None
+        try:
+            self.header = self._check_header(first)
+        except UserError:
+            self.close()
+            raise
+
+    def _check_header(self, first: tuple[int, str, bool] | None) -> dict[str, Any]:
+        path = self.path
+        if first is None:
+            raise UserError(f"recording {path} is empty", EXIT_USAGE, "input")
+        try:
+            header = json.loads(first[1])
+        except json.JSONDecodeError:
+            header = None
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            raise UserError(f"{path} is not a gpudoctor watch recording (no header line)", EXIT_USAGE, "input")
+        if header.get("version") != FORMAT_VERSION:
+            raise UserError(
+                f"recording {path} has format version {header.get('version')!r}; "
+                f"this gpudoctor reads version {FORMAT_VERSION}",
+                EXIT_USAGE,
+                "input",
+            )
+        return header
+
+    def __iter__(self) -> Iterator[Sample]:
+        try:
+            while True:
+                try:
+                    item = next(self._lines, None)
+                except OSError as exc:
+                    self.damage = (
+                        f"reading {self.path} failed ({exc.strerror or exc}); kept the {self.samples} samples before it"
+                    )
+                    return
+                if item is None:
+                    return
+                number, text, complete = item
+                if not text.strip() and complete:
+                    continue
+                try:
+                    sample = Sample.from_json(json.loads(text))
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+                    cut = "cut off mid-line" if not complete else "not a valid sample"
+                    self.damage = (
+                        f"line {number} of {self.path} is damaged ({cut}); kept the {self.samples} samples before it"
+                    )
+                    return
+                self.samples += 1
+                yield sample
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> RecordingStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def read_recording(path: str) -> Recording:
-    """Read a recording; bad files raise UserError (exit 2), damage after the header is reported."""
-    try:
-        lines = _lines(path)
-        first = next(lines, None)
-    except OSError as exc:
-        raise UserError(f"cannot read recording {path}: {exc.strerror}", EXIT_USAGE, "input") from None
-    if first is None:
-        raise UserError(f"recording {path} is empty", EXIT_USAGE, "input")
-    try:
-        header = json.loads(first[1])
-    except json.JSONDecodeError:
-        header = None
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise UserError(f"{path} is not a gpudoctor watch recording (no header line)", EXIT_USAGE, "input")
-    if header.get("version") != FORMAT_VERSION:
-        raise UserError(
-            f"recording {path} has format version {header.get('version')!r}; "
-            f"this gpudoctor reads version {FORMAT_VERSION}",
-            EXIT_USAGE,
-            "input",
-        )
-    samples: list[Sample] = []
-    damage = None
-    for number, text, complete in lines:
-        if not text.strip() and complete:
-            continue
-        try:
-            samples.append(Sample.from_json(json.loads(text)))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
-            cut = "cut off mid-line" if not complete else "not a valid sample"
-            damage = f"line {number} of {path} is damaged ({cut}); kept the {len(samples)} samples before it"
-            break
-    return Recording(path, header, samples, damage)
+    """A whole recording in memory (--replay); bad files raise UserError (exit 2), damage is reported."""
+    stream = RecordingStream(path)
+    samples = list(stream)
+    return Recording(path, stream.header, samples, stream.damage)

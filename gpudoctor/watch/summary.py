@@ -1,7 +1,11 @@
 """The summary of a watched run: per-GPU utilization, a balance score, verdicts with when they held.
 
 Built incrementally (`SummaryBuilder.add` per sample, constant memory per GPU) so a live
-run and `gpudoctor report FILE` produce the same numbers.
+run and `gpudoctor report FILE` produce the same numbers, and `report` reads its file as a
+stream. Verdict spans stay bounded too: a verdict that comes back within one analysis window
+of its last sample continues its span (it never really went away: the window still held the
+trouble), and after MAX_SPANS_PER_VERDICT spans of the same verdict on the same GPUs the
+later ones are folded into the last, which says how many it holds ("+N more").
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ from typing import Any
 
 from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict, analyze
 from gpudoctor.watch.model import Sample
+from gpudoctor.watch.recording import RecordingStream
 
 SUMMARY_SCHEMA_VERSION = 1
+MAX_SPANS_PER_VERDICT = 10  # listed spans of one verdict (code and GPUs); later ones fold into the last
 
 
 @dataclass
@@ -48,6 +54,7 @@ class VerdictSpan:
     start: float
     end: float
     samples: int = 1
+    more: int = 0  # later spans of the same verdict folded into this one (the cap)
 
 
 @dataclass
@@ -108,6 +115,7 @@ class Summary:
                     "start_s": round(sp.start - start, 3),
                     "end_s": round(sp.end - start, 3),
                     "samples": sp.samples,
+                    **({"more_spans": sp.more} if sp.more else {}),
                 }
                 for sp in self.spans
             ],
@@ -123,6 +131,8 @@ class SummaryBuilder:
         self._window: deque[Sample] = deque()
         self._gpus: dict[int, _GpuStats] = {}
         self._open: dict[tuple[str, tuple[int, ...]], VerdictSpan] = {}
+        self._last: dict[tuple[str, tuple[int, ...]], VerdictSpan] = {}  # each verdict's latest span
+        self._count: dict[tuple[str, tuple[int, ...]], int] = {}  # spans listed per verdict
         self._spans: list[VerdictSpan] = []
         self.samples = 0
         self.start: float | None = None
@@ -163,12 +173,19 @@ class SummaryBuilder:
         for key, v in current.items():
             span = self._open.get(key)
             if span is None:
-                span = VerdictSpan(v, t, t)
+                span = self._last.get(key)
+                if span is not None and t - span.end <= self.th.window_s:
+                    pass  # back within a window: the same trouble, the same span
+                elif span is not None and self._count[key] >= MAX_SPANS_PER_VERDICT:
+                    span.more += 1  # flapping for the whole run: fold into the last listed span
+                else:
+                    span = VerdictSpan(v, t, t, samples=0)
+                    self._spans.append(span)
+                    self._last[key] = span
+                    self._count[key] = self._count.get(key, 0) + 1
                 self._open[key] = span
-                self._spans.append(span)
-            else:
-                span.end = t
-                span.samples += 1
+            span.end = t
+            span.samples += 1
 
     def summary(self, *, damage: str | None = None, exit_code: int | None = None) -> Summary:
         return Summary(
@@ -181,6 +198,14 @@ def summarize(samples: Iterable[Sample], source: str, th: Thresholds = DEFAULT, 
     for s in samples:
         builder.add(s)
     return builder.summary(damage=damage)
+
+
+def summarize_recording(path: str, th: Thresholds = DEFAULT) -> Summary:
+    """`gpudoctor report FILE`: the recording is read as a stream, never held in memory whole."""
+    with RecordingStream(path) as stream:
+        summary = summarize(stream, path, th)
+    summary.damage = stream.damage
+    return summary
 
 
 def _clock(seconds: float) -> str:
@@ -225,5 +250,7 @@ def render_text(summary: Summary) -> str:
             v = sp.verdict
             when = f"{_clock(sp.start - start)}-{_clock(sp.end - start)}"
             lines.append(f"  {v.code} {v.name:<17} {when:<13} {v.message}")
+            if sp.more:
+                lines.append(f"  {'':<23}{'':<13} +{sp.more} more times in this span (it kept coming back)")
             lines.append(f"  {'':<23}{'':<13} hint: {v.hint} (gpudoctor explain {v.code})")
     return "\n".join(lines) + "\n"
