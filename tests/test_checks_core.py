@@ -301,3 +301,17 @@ def test_one_size_convention_binary_units_labelled_gib_mib(n_bytes: int, text: s
 
     assert units.size(n_bytes) == text
     assert units.size_mib(n_bytes / 2**20) == text
+
+
+def test_gen_check_docs_help_writes_nothing_and_check_lists_stale_pages(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from scripts import gen_check_docs as gen
+
+    wanted = {"GD999.md": "page\n", "README.md": "index\n"}
+    (tmp_path / "GD998.md").write_text("gone\n")
+    assert gen.stale_pages(tmp_path, wanted) == ["GD998.md", "GD999.md", "README.md"]
+    assert gen.write(tmp_path, wanted) == 2
+    assert gen.stale_pages(tmp_path, wanted) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["GD999.md", "README.md"]
+    with pytest.raises(SystemExit) as exc:
+        gen.main(["--help"])
+    assert exc.value.code == 0 and "--check" in capsys.readouterr().out

@@ -9,9 +9,9 @@ from gpudoctor.checks import host_resources as hr
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext
 from gpudoctor.snapshot import Snapshot, load
+from gpudoctor.units import MIB
 
 FIXTURES = Path(__file__).parent / "fixtures"
-MIB = 1024**2
 
 
 def snap(name: str) -> Snapshot:

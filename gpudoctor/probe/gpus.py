@@ -13,8 +13,8 @@ from gpudoctor.probe.links import nvlinks, pcie
 from gpudoctor.probe.nvml import Nvml
 from gpudoctor.probe.processes import processes
 from gpudoctor.snapshot import Gpu, MigDevice, Missing, RemappedRows
+from gpudoctor.units import MIB
 
-MIB = 1 << 20
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
 NVML_VOLATILE_ECC = 0

@@ -27,8 +27,7 @@ import pynvml
 
 from gpudoctor.probe.nvml import NVML_RETURN_NAMES
 from gpudoctor.snapshot import Gpu, MigDevice, Missing, Snapshot
-
-MIB = 1 << 20
+from gpudoctor.units import MIB
 
 REASON_CODES = {
     "unsupported": pynvml.NVML_ERROR_NOT_SUPPORTED,
