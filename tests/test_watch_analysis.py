@@ -128,7 +128,7 @@ def test_xid_event_and_its_severity() -> None:
 
 
 def test_xid_classes_are_those_of_gpudoctor_check() -> None:
-    from gpudoctor.xid import classify
+    from gpudoctor.xid import classify, contained
 
     def verdict(xids: tuple[int, ...]) -> analysis.Verdict:
         (v,) = analysis.xid_events(run(10, lambda i, g: gpu(g, xids=xids if (g == 4 and i == 3) else ())))
@@ -136,12 +136,14 @@ def test_xid_classes_are_those_of_gpudoctor_check() -> None:
 
     for xid in (13, 31, 43, 45, 48, 61, 63, 74, 79, 94, 109, 119, 120, 999):
         v = verdict((xid,))
-        assert v.severity == ("fail" if classify(xid) == "hardware" else "warn"), xid
+        assert v.severity == ("fail" if classify(xid) == "hardware" and not contained(xid) else "warn"), xid
         assert classify(xid) in v.message and f"XID {xid}" in v.message
     # 61 and 109 are not hardware XIDs for `check`, so not for watch either: no drain hint
     unknown = verdict((109,))
     assert "catalogue" in unknown.hint and "drain" not in unknown.hint
     assert "CUDA_LAUNCH_BLOCKING" in verdict((13,)).hint
+    assert verdict((94,)).severity == "warn" and "contained" in verdict((94,)).hint  # as GD810 warns
+    assert verdict((94, 95)).severity == "fail"  # the uncontained one decides
     mixed = verdict((13, 79))  # an application fault next to a hardware one: the hardware decides
     assert mixed.severity == "fail" and "drain" in mixed.hint
 

@@ -14,7 +14,7 @@ from gpudoctor import clock_reasons
 from gpudoctor.checks.targets import gpu_list
 from gpudoctor.watch import codes
 from gpudoctor.watch.model import LOST, Sample
-from gpudoctor.xid import classify, describe
+from gpudoctor.xid import classify, contained, describe
 
 # GD905 holds the hot GPU (thermal slowdown) and HW_SLOWDOWN, which the hardware engages for
 # heat among other causes; GD906 the power cap and the power brake (clock_reasons' classes).
@@ -22,8 +22,11 @@ THERMAL_THROTTLE_BITS = clock_reasons.THERMAL_BITS | clock_reasons.HARDWARE_BITS
 POWER_THROTTLE_BITS = clock_reasons.POWER_BITS
 
 # What GD907 says per XID class (gpudoctor.xid.classify, the same classes as `gpudoctor check`).
+# A hardware XID the driver contained (63 row remap, 94 contained ECC) warns, as in GD810.
 XID_HINTS = {
     "hardware": "Hardware XID: drain the node and run `gpudoctor check`.",
+    "contained": "The driver contained it (row remapped, or only the context that hit the ECC error "
+    "stopped): the job may go on; run `gpudoctor check` after it, and plan an RMA if these keep coming.",
     "application": "Application fault: rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel.",
     "other": "Look the XID up in NVIDIA's XID catalogue (docs.nvidia.com/deploy/xid-errors).",
 }
@@ -305,9 +308,10 @@ def xid_events(win: Sequence[Sample]) -> list[Verdict]:
     out = []
     for idx in sorted(seen):
         xids = sorted(seen[idx])
-        classes = {classify(x) for x in xids}
-        # The worst class decides: hardware first, then an application fault, then the unknown.
-        worst = next(c for c in ("hardware", "application", "other") if c in classes)
+        classes = {"contained" if contained(x) else classify(x) for x in xids}
+        # The worst class decides: hardware first, then a contained hardware fault, an application
+        # fault, the unknown.
+        worst = next(c for c in ("hardware", "contained", "application", "other") if c in classes)
         out.append(
             Verdict(
                 codes.XID_EVENT.code,
