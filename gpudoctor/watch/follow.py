@@ -8,16 +8,15 @@ No process outlives gpudoctor: `stop()` sends SIGTERM to the group, waits, then 
 from __future__ import annotations
 
 import ctypes
-import os
 import signal
 import subprocess
 import sys
 import threading
-import time
 
 import psutil
 
 from gpudoctor.errors import EXIT_USAGE, UserError
+from gpudoctor.procs import terminate_group
 
 PR_SET_PDEATHSIG = 1
 
@@ -106,38 +105,9 @@ class Job:
                 pass
 
     def stop(self, grace_s: float = 5.0) -> None:
-        """End a job we started: SIGTERM its process group, then SIGKILL what is left."""
+        """End a job we started: SIGTERM its process group, then SIGKILL what is left (never
+        another group that took over a reused PID: see gpudoctor.procs)."""
         if self._popen is None:
             return
-        pgid = self._popen.pid
-        survivors = self._group_members(pgid)
-        if self._popen.poll() is None or survivors:
-            self._signal_group(pgid, signal.SIGTERM)
-            deadline = time.monotonic() + grace_s
-            while time.monotonic() < deadline and (self._popen.poll() is None or self._group_members(pgid)):
-                time.sleep(0.05)
-            if self._popen.poll() is None or self._group_members(pgid):
-                self._signal_group(pgid, signal.SIGKILL)
-        try:
-            self._popen.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        terminate_group(self._popen, grace_s=grace_s)
         self.poll()
-
-    @staticmethod
-    def _signal_group(pgid: int, sig: signal.Signals) -> None:
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    @staticmethod
-    def _group_members(pgid: int) -> list[int]:
-        members = []
-        for p in psutil.process_iter(["pid"]):
-            try:
-                if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
-                    members.append(p.pid)
-            except (ProcessLookupError, psutil.Error, OSError):
-                continue
-        return members
