@@ -140,7 +140,7 @@ def check(
         hostname=snapshot.host.hostname or ("" if snapshot_path else socket.gethostname()),
         checks=results,
         fail_on=Status(fail_on),
-        nodes=ctx.options.extra.get("nodes", []),
+        nodes=ctx.active_run.report_nodes() if ctx.active_run is not None else [],
     )
     if junit_path:
         from gpudoctor.render.junit import write_junit
@@ -170,8 +170,9 @@ def check(
 
 def _quiet_rank(environ: Any) -> str | None:
     """Under torchrun/srun, every local rank but 0 leaves the report to local rank 0."""
-    launched = all(k in environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
-    if launched and environ.get("LOCAL_RANK", "0").strip() not in ("", "0"):
+    from gpudoctor.launch import torchrun_env  # torch-free
+
+    if torchrun_env(environ) and environ.get("LOCAL_RANK", "0").strip() not in ("", "0"):
         return f"rank {environ['RANK']} (local rank {environ['LOCAL_RANK']})"
     return None
 

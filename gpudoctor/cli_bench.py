@@ -66,8 +66,9 @@ def bench_allreduce(
     from gpudoctor.launch import Task, launch, torchrun_env
 
     gpus: list[int] = []
+    uuids: list[str] = []
     if device != "cpu" and not torchrun_env(os.environ):
-        gpus = _visible_gpus()
+        gpus, uuids = _visible_gpus()
         if not gpus:
             if device == "cuda":
                 raise UserError("no GPU is visible to run on", EXIT_UNAVAILABLE, "unavailable")
@@ -93,6 +94,7 @@ def bench_allreduce(
         ranks=ranks or len(gpus) or 2,
         timeout_s=timeout_s,
         gpus=gpus,
+        gpu_uuids=uuids,
         progress=progress,
     )
     data = result.results("allreduce")
@@ -115,14 +117,16 @@ def bench_allreduce(
     sys.exit(exit_code)
 
 
-def _visible_gpus() -> list[int]:
+def _visible_gpus() -> tuple[list[int], list[str]]:
+    """The visible GPUs' NVML indices and UUIDs, in the order the ranks will drive them."""
     from gpudoctor.probe import collect
     from gpudoctor.visibility import resolve
 
     snap = collect()
     if snap.driver.nvml_status != "ok":
-        return []
-    return list(resolve(snap).nvml_indices)
+        return [], []
+    devices = resolve(snap).devices
+    return [d.nvml_index for d in devices], [d.uuid for d in devices]
 
 
 def _why_not(result: Any) -> str:

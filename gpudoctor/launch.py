@@ -16,9 +16,17 @@ reaches only gpudoctor, which then stops the ranks), with PR_SET_PDEATHSIG so it
 gpudoctor is killed, and its own deadline as a last resort. Call launch() from a thread that
 outlives it (PDEATHSIG follows the spawning thread). Ranks report JSON lines in a private temp dir.
 
-Deadlines: the ranks must all have joined the group within `join_share` of the timeout, and
-finished within the timeout. On expiry, or a few seconds after one rank fails (its peers then
-wait forever in a collective), every rank's process group gets SIGTERM, then SIGKILL.
+Deadlines (`Deadlines`): importing torch (and initialising CUDA) may take up to the whole timeout;
+the join clock starts only when every rank has reported `imported`, and the ranks must then
+have joined within `join_share` of the timeout (never past the timeout); everything must be
+finished within the timeout. So a slow import on a loaded machine is reported as an import that
+did not finish (`timed_out == "import"`), not as a rank that could not join. On expiry, or a few
+seconds after one rank fails (its peers then wait forever in a collective), every rank's process
+group gets SIGTERM, then SIGKILL (gpudoctor.procs.terminate_groups: at most KILL_SEQUENCE_S).
+
+GPUs: on one node, the ranks get CUDA_DEVICE_ORDER=PCI_BUS_ID and CUDA_VISIBLE_DEVICES=<the GPU
+UUIDs in rank order> (`rank_env`), so local rank i drives exactly the GPU gpudoctor names for it.
+Under torchrun/srun the user's environment is left alone.
 
 Rendezvous: rank 0 binds a TCPStore to port 0 (or to MASTER_PORT when the user set it and it is
 free; when it is busy, nothing starts and `setup_error` names the holder). Under torchrun/srun
@@ -37,20 +45,27 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.procs import REAP_S, TERM_GRACE_S, terminate_groups
 from gpudoctor.workloads.known_errors import classify
 
 GRACE_AFTER_FAILURE_S = 3.0  # how long peers of a failed rank get to report before we stop them
-TERM_WAIT_S = 2.0  # between SIGTERM and SIGKILL
+TERM_WAIT_S = TERM_GRACE_S  # between SIGTERM and SIGKILL
+# After a deadline: one poll, SIGTERM, up to TERM_WAIT_S of grace, SIGKILL, up to REAP_S to reap.
+KILL_SEQUENCE_S = TERM_WAIT_S + REAP_S
 POLL_S = 0.05
 HEARTBEAT_S = 5.0
 
 # Ordered steps of a rank's life, to tell which rank is behind when a deadline passes.
-_STEPS = ["spawned", "started", "imported", "joined", "peers", "phase", "result", "done"]
+_STEPS = ["spawned", "started", "importing", "imported", "joined", "peers", "phase", "result", "done"]
+
+
+def _reached(step: str, target: str) -> bool:
+    return _STEPS.index(step) >= _STEPS.index(target)
 
 
 @dataclass(frozen=True)
@@ -86,6 +101,16 @@ class RankOutcome:
     def label(self) -> str:
         return f"rank {self.rank}" + (f" (GPU {self.gpu})" if self.gpu is not None else "")
 
+    def hang_reason(self) -> str:
+        """What this rank had not done when it was stopped, as a verb phrase."""
+        if not _reached(self.last_step, "importing"):
+            return "did not get as far as importing torch"
+        if not _reached(self.last_step, "imported"):
+            return "did not finish initialising CUDA" if self.phase == "cuda_init" else "did not finish importing torch"
+        if not _reached(self.last_step, "joined"):
+            return "did not join the process group"
+        return "did not answer"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "rank": self.rank,
@@ -113,11 +138,16 @@ class LaunchResult:
     ranks: list[RankOutcome]
     elapsed_s: float
     rendezvous: str  # "tcpstore:port0", "master_port:29500", "env"
-    timed_out: str | None = None  # the phase whose deadline passed: "join" or "run"
+    timed_out: str | None = None  # the phase whose deadline passed: "import", "join" or "run"
     deadline_s: float | None = None
     setup_error: dict[str, Any] | None = None  # nothing started: {"kind", "message", ...}
     peers: list[dict[str, Any]] = field(default_factory=list)
-    multi_node: bool = False
+    under_launcher: bool = False  # torchrun/srun set up the rendezvous: one rank here, env://
+
+    @property
+    def node_count(self) -> int:
+        """How many nodes the process group spans (from the peers every rank gathered; 1 if unknown)."""
+        return len({(p.get("host", ""), int(p.get("node_rank", 0))) for p in self.peers}) or 1
 
     @property
     def ok(self) -> bool:
@@ -149,6 +179,12 @@ class LaunchResult:
 
     def error_kinds(self) -> set[str]:
         return {r.error_kind for r in self.ranks if r.error_kind}
+
+    def report_nodes(self) -> list[dict[str, Any]]:
+        """The report's `nodes` rows: under torchrun/srun, and only in global rank 0's report."""
+        if not self.under_launcher or not self.peers or not any(r.rank == 0 for r in self.ranks):
+            return []
+        return self.nodes()
 
     def nodes(self) -> list[dict[str, Any]]:
         """One row per node (hostname + node rank) from the peers rank 0 saw."""
@@ -188,6 +224,68 @@ def torchrun_env(environ: Mapping[str, str]) -> bool:
     return all(k in environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
 
 
+def rank_env(
+    environ: Mapping[str, str], *, device: str, gpu_uuids: Sequence[str] | None, under_launcher: bool
+) -> dict[str, str]:
+    """The environment of gpudoctor's spawned ranks.
+
+    On one node with GPUs, rank i must drive exactly the GPU gpudoctor names for it: the ranks
+    get CUDA_VISIBLE_DEVICES=<UUIDs in rank order> (so cuda:i is the i-th UUID, whatever the
+    user's CUDA_DEVICE_ORDER would have made of indices) and CUDA_DEVICE_ORDER=PCI_BUS_ID. Under
+    torchrun/srun the user's (and launcher's) environment is left as it is.
+    """
+    env = dict(environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    uuids = list(gpu_uuids or [])
+    if device == "cuda" and not under_launcher and uuids and all(_is_uuid(u) for u in uuids):
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(uuids)
+    return env
+
+
+def _is_uuid(text: object) -> bool:
+    return isinstance(text, str) and text.startswith(("GPU-", "MIG-")) and "," not in text
+
+
+@dataclass
+class Deadlines:
+    """When each phase of a launch runs out (monotonic seconds).
+
+    Import (torch, CUDA init) may use the whole timeout; the join window (`join_share` of the
+    timeout) opens when the last rank reports `imported`; everything ends at the timeout.
+    """
+
+    start: float
+    timeout_s: float
+    join_share: float = 0.6
+    imported_at: float | None = None  # when every rank had reported `imported`
+
+    @property
+    def end(self) -> float:
+        return self.start + self.timeout_s
+
+    @property
+    def join_deadline(self) -> float | None:
+        if self.imported_at is None:
+            return None
+        return min(self.imported_at + self.timeout_s * self.join_share, self.end)
+
+    def expired(self, outcomes: Sequence[RankOutcome], now: float) -> str | None:
+        """The phase whose deadline has passed ("import", "join", "run"), or None."""
+        if self.imported_at is None and all(_reached(o.last_step, "imported") for o in outcomes):
+            self.imported_at = now
+        joined = all(_reached(o.last_step, "joined") for o in outcomes)
+        if now > self.end:
+            if self.imported_at is None:
+                return "import"
+            return "run" if joined else "join"
+        join_deadline = self.join_deadline
+        if join_deadline is not None and now > join_deadline and not joined:
+            return "join"
+        return None
+
+
 class _Reader:
     """Reads a rank's JSON-lines file incrementally (a line may be half-written)."""
 
@@ -223,6 +321,8 @@ def _apply(outcome: RankOutcome, ev: dict[str, Any], peers: list[dict[str, Any]]
         outcome.pid = ev.get("pid", outcome.pid)
         outcome.host = ev.get("host", "")
         outcome.node_rank = int(ev.get("node_rank", 0))
+    elif kind == "importing":
+        outcome.phase = ev.get("stage", "import")
     elif kind == "imported":
         outcome.import_s = ev.get("import_s")
         outcome.phase = "join"
@@ -244,36 +344,6 @@ def _apply(outcome: RankOutcome, ev: dict[str, Any], peers: list[dict[str, Any]]
     elif kind == "done":
         outcome.state = "done"
         outcome.shutdown_s = ev.get("shutdown_s")
-
-
-def _kill_groups(procs: list[subprocess.Popen[bytes]]) -> set[int]:
-    """SIGTERM every live rank's process group, wait a little, then SIGKILL; reap them all.
-
-    Returns the PIDs of the ranks that were still running (stopped by us, not dead by themselves).
-    """
-    stopped = {p.pid for p in procs if p.poll() is None}
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        live = [p for p in procs if p.poll() is None]
-        for p in live:
-            try:
-                os.killpg(p.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        end = time.monotonic() + TERM_WAIT_S
-        while any(p.poll() is None for p in live) and time.monotonic() < end:
-            time.sleep(0.02)
-    for p in procs:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-    # The group may hold grandchildren whose leader is gone; make sure they go too.
-    for p in procs:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return stopped
 
 
 class _TermAsInterrupt:
@@ -300,13 +370,16 @@ def launch(
     ranks: int = 2,
     timeout_s: float = 120.0,
     gpus: list[int] | None = None,
+    gpu_uuids: list[str] | None = None,
     progress: Callable[[str], None] = lambda message: None,
     environ: Mapping[str, str] | None = None,
     join_share: float = 0.6,
 ) -> LaunchResult:
     """Run `tasks` in `ranks` spawned ranks (one per GPU for device="cuda"); never hangs.
 
-    `gpus`: the physical GPU index each local rank drives, used only to name ranks in reports.
+    `gpus`: the physical GPU (NVML index) of each CUDA device, in rank order, to name ranks in
+    reports. `gpu_uuids`: the same GPUs' UUIDs; on one node the ranks see exactly these, in this
+    order (`rank_env`), so cuda:i is gpus[i].
     """
     from gpudoctor.probe.ports import check_port
 
@@ -375,8 +448,7 @@ def launch(
         "op_timeout_s": max(1.0, timeout_s),
     }
     (outdir / "spec.json").write_text(json.dumps(spec))
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env["PYTHONUNBUFFERED"] = "1"
+    env = rank_env(env, device=device, gpu_uuids=gpu_uuids, under_launcher=multi)
     outcomes = [
         RankOutcome(r, lr, (gpus[lr] if gpus and lr < len(gpus) else None) if device == "cuda" else None)
         for r, lr in zip(rank_ids, local, strict=True)
@@ -404,7 +476,7 @@ def launch(
                 o.pid = p.pid
             timed_out = _supervise(outcomes, procs, outdir, peers, start, timeout_s, join_share, progress, tasks)
     finally:
-        stopped = _kill_groups(procs)
+        stopped = terminate_groups(procs)
         _collect(outcomes, procs, outdir, peers, stopped)
         shutil.rmtree(outdir, ignore_errors=True)
     return LaunchResult(
@@ -417,7 +489,7 @@ def launch(
         timed_out=timed_out,
         deadline_s=timeout_s,
         peers=peers,
-        multi_node=multi,
+        under_launcher=multi,
     )
 
 
@@ -448,8 +520,7 @@ def _supervise(
 ) -> str | None:
     """Poll the ranks until all end; returns the phase whose deadline passed, if one did."""
     readers = [_Reader(outdir / f"rank{o.rank}.jsonl") for o in outcomes]
-    join_deadline = start + timeout_s * join_share
-    run_deadline = start + timeout_s
+    deadlines = Deadlines(start, timeout_s, join_share)
     failed_at: float | None = None
     shown = ""
     last_beat = start
@@ -473,16 +544,18 @@ def _supervise(
             failed_at = now
         if failed_at is not None and now - failed_at > GRACE_AFTER_FAILURE_S:
             return None
-        if now > run_deadline:
-            return "run"
-        if now > join_deadline and any(_STEPS.index(o.last_step) < _STEPS.index("joined") for o in outcomes):
-            return "join"
+        expired = deadlines.expired(outcomes, now)
+        if expired is not None:
+            return expired
         time.sleep(POLL_S)
 
 
 def _common_phase(outcomes: list[RankOutcome]) -> str:
-    if any(_STEPS.index(o.last_step) < _STEPS.index("joined") for o in outcomes):
-        joined = sum(1 for o in outcomes if _STEPS.index(o.last_step) >= _STEPS.index("joined"))
+    if not all(_reached(o.last_step, "imported") for o in outcomes):
+        ready = sum(1 for o in outcomes if _reached(o.last_step, "imported"))
+        return f"importing torch: {ready}/{len(outcomes)} rank(s) ready"
+    if not all(_reached(o.last_step, "joined") for o in outcomes):
+        joined = sum(1 for o in outcomes if _reached(o.last_step, "joined"))
         return f"joining the process group: {joined}/{len(outcomes)} rank(s) joined"
     phases = sorted({o.phase for o in outcomes if o.state != "done"})
     if not phases:
@@ -524,7 +597,7 @@ def _collect(
             o.state = "aborted" if any_direct_failure else "hung"
             if not o.error:
                 o.error = (
-                    f"did not answer in phase {o.phase}"
+                    f"{o.hang_reason()} (phase {o.phase})"
                     if o.state == "hung"
                     else (f"stopped in phase {o.phase} after another rank failed")
                 )

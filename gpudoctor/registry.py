@@ -26,6 +26,7 @@ from gpudoctor.findings import CheckResult, Finding, Status
 from gpudoctor.snapshot import Snapshot
 
 if TYPE_CHECKING:
+    from gpudoctor.launch import LaunchResult
     from gpudoctor.visibility import Visibility
 
 CODE_RE = re.compile(r"^GD\d{3}$")
@@ -156,7 +157,6 @@ class CheckOptions:
     busbw_fail_ratio: float = 0.5  # below this: fail
     ram_per_gpu_gb: float = 16.0
     allow_mig: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -164,6 +164,9 @@ class CheckContext:
     snapshot: Snapshot
     options: CheckOptions = field(default_factory=CheckOptions)
     progress: Callable[[str], None] = lambda message: None  # active checks report here
+    # The one launch the active checks share (all-reduce and DDP in one process group): set by
+    # the first of them to run (checks/active_common.py); the report's node rows come from it.
+    active_run: LaunchResult | None = None
 
     @cached_property
     def visible(self) -> Visibility:

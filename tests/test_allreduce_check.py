@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from gpudoctor import snapshot as snap
-from gpudoctor.checks.active_common import _CACHE_KEY
 from gpudoctor.checks.allreduce import allreduce
 from gpudoctor.expectations import expected_busbw
 from gpudoctor.findings import Status
@@ -39,13 +38,27 @@ def sweep(busbw: list[float], wrong: int = 0, world: int = 8) -> dict:
     }
 
 
-def ctx_with(fixture: str, data: dict, **options: object) -> CheckContext:
+def ctx_with(fixture: str, data: dict, nodes: int = 1, **options: object) -> CheckContext:
     s = snap.load(FIXTURES / f"{fixture}.json")
-    ranks = [RankOutcome(r, r, r, state="done", results={"allreduce": data}) for r in range(data["world_size"])]
-    result = LaunchResult("cuda", "nccl", data["world_size"], ranks, 1.0, "tcpstore:port0")
-    ctx = CheckContext(s, CheckOptions(**options))  # type: ignore[arg-type]
-    ctx.options.extra[_CACHE_KEY] = result  # the launch already happened: judge its numbers
-    return ctx
+    world = data["world_size"]
+    ranks = [RankOutcome(r, r, r, state="done", results={"allreduce": data}) for r in range(world)]
+    per_node = world // nodes
+    peers = [
+        {"rank": r, "local_rank": r % per_node, "host": f"node{r // per_node}", "node_rank": r // per_node}
+        for r in range(world)
+    ]
+    result = LaunchResult(
+        "cuda",
+        "nccl",
+        world,
+        ranks,
+        1.0,
+        "env" if nodes > 1 else "tcpstore:port0",
+        peers=peers,
+        under_launcher=nodes > 1,
+    )
+    # The launch already happened: judge its numbers.
+    return CheckContext(s, CheckOptions(**options), active_run=result)  # type: ignore[arg-type]
 
 
 def by_code(findings: list, code: str):  # type: ignore[no-untyped-def]
@@ -93,3 +106,31 @@ def test_no_gpu_skips_and_points_at_cpu_mode() -> None:
     s = snap.load(FIXTURES / "no_driver.json")
     (f,), _ = allreduce(CheckContext(s, CheckOptions()))
     assert f.status is Status.SKIP and "--device cpu" in f.message
+
+
+def test_across_nodes_the_network_caps_busbw_so_there_is_no_nvlink_verdict() -> None:
+    findings, _ = allreduce(ctx_with("h100_sxm_8x", sweep([40.0, 45.0], world=16), nodes=2))
+    (f,) = by_code(findings, "GD601")
+    assert f.status is Status.PASS
+    assert "no hardware verdict across nodes (network-bound); use --min-busbw" in f.message
+    assert "expected_busbw_gbps" not in f.evidence and f.evidence["nodes"] == 2
+
+
+def test_across_nodes_min_busbw_still_judges() -> None:
+    findings, _ = allreduce(ctx_with("h100_sxm_8x", sweep([40.0, 45.0], world=16), nodes=2, min_busbw_gbps=50.0))
+    (f,) = by_code(findings, "GD601")
+    assert f.status is Status.FAIL and f.evidence["basis"] == "--min-busbw 50 GB/s"
+
+
+def test_one_node_under_torchrun_keeps_the_nvlink_verdict() -> None:
+    ctx = ctx_with("h100_sxm_8x", sweep([100.0]))
+    ctx.active_run.under_launcher = True  # torchrun --nproc-per-node 8 on this node alone
+    findings, _ = allreduce(ctx)
+    (f,) = by_code(findings, "GD601")
+    assert f.status is Status.FAIL and "expected_busbw_gbps" in f.evidence
+
+
+def test_device_cuda_without_a_gpu_gives_the_uniform_skip() -> None:
+    s = snap.load(FIXTURES / "no_driver.json")
+    (f,), _ = allreduce(CheckContext(s, CheckOptions(device="cuda")))
+    assert f.status is Status.SKIP and f.message == "no GPUs to check: see GD101"

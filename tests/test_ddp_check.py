@@ -11,12 +11,13 @@ import jsonschema
 import psutil
 import pytest
 
-from gpudoctor.checks.ddp import ddp_sanity
+from gpudoctor.checks.ddp import ddp_sanity, failure_findings
 from gpudoctor.findings import Status
+from gpudoctor.launch import KILL_SEQUENCE_S, LaunchResult, RankOutcome
 from gpudoctor.registry import CheckContext, CheckOptions
 from gpudoctor.snapshot import Snapshot
-from tests.conftest import REPO
-from tests.test_workloads import leftover_children
+from tests.conftest import REPO, leftover_ranks
+from tests.test_workloads import HANG_TIMEOUT_S
 
 pytestmark = pytest.mark.slow
 EMPTY = Snapshot(1, "2026-01-01T00:00:00+00:00", [])
@@ -26,7 +27,7 @@ SCHEMA = json.loads((REPO / "gpudoctor" / "schemas" / "report.schema.json").read
 @pytest.fixture(autouse=True)
 def no_orphans():  # type: ignore[no-untyped-def]
     yield
-    assert leftover_children() == []
+    assert leftover_ranks() == []
 
 
 def run_check(ranks: int = 2, timeout_s: float = 60, progress: list[str] | None = None) -> list:  # type: ignore[type-arg]
@@ -85,11 +86,23 @@ def test_a_hanging_rank_is_reported_as_timeout_within_deadline(monkeypatch: pyte
 
     monkeypatch.setenv("GPUDOCTOR_FAULT", "1:hang")
     start = time.monotonic()
-    findings = run_check(timeout_s=6)
-    assert time.monotonic() - start < 6 + 10
+    findings = run_check(timeout_s=HANG_TIMEOUT_S)
+    assert time.monotonic() - start < HANG_TIMEOUT_S + KILL_SEQUENCE_S + 1
     timeouts = [f for f in findings if f.code == "GD711"]
     assert [f.subject for f in timeouts] == ["rank:1"]
-    assert "did not answer within the 6 s deadline" in timeouts[0].message
+    assert f"did not answer within the {HANG_TIMEOUT_S:g} s deadline" in timeouts[0].message
+
+
+def test_a_rank_still_importing_at_the_deadline_is_named_as_importing_not_as_not_joining() -> None:
+    ranks = [
+        RankOutcome(0, 0, None, state="hung", last_step="importing", phase="import"),
+        RankOutcome(1, 1, None, state="hung", last_step="imported", phase="join"),
+    ]
+    result = LaunchResult("cpu", "gloo", 2, ranks, 6.5, "tcpstore:port0", timed_out="import", deadline_s=6)
+    (f,) = failure_findings(result)
+    assert (f.code, f.subject) == ("GD711", "rank:0")
+    assert f.message == "rank 0 did not finish importing torch within the 6 s deadline (last phase: import)"
+    assert f.evidence["others_stopped"] == [1] and f.evidence["timed_out"] == "import"
 
 
 def test_an_exiting_rank_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

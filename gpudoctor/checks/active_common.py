@@ -2,19 +2,19 @@
 
 The all-reduce sweep and the DDP sanity run go into the SAME ranks and process group (one
 spawn, one torch import per rank), started by whichever active check runs first and kept in
-`ctx.options.extra` for the other. Not a check module: it is not in CHECK_MODULES.
+`ctx.active_run` for the other (and for the report's node rows). Not a check module: it is not
+in CHECK_MODULES.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from gpudoctor.findings import Finding, Status
 from gpudoctor.launch import LaunchResult, RankOutcome, Task, launch, torchrun_env
-from gpudoctor.registry import CheckContext
-
-_CACHE_KEY = "_active_launch"
+from gpudoctor.registry import CHECKS, CheckContext, unmet_need
 
 # Sweeps: nccl-tests-like sizes on GPUs (gcm check-nccl sweeps 32M..1G; domain.md §2), small on CPU.
 CUDA_SIZES = [8 << 20 << i for i in range(8)]  # 8 MiB .. 1 GiB, x2
@@ -27,9 +27,11 @@ class Plan:
     ranks: int  # ranks on this node (world size unless under torchrun)
     gpus: list[int]  # NVML index per local rank (cuda)
     skip: str = ""  # why nothing runs ("" when it runs)
+    uuids: list[str] | None = None  # the same GPUs' UUIDs (MIG instance UUIDs under MIG), rank order
 
 
 def plan(ctx: CheckContext) -> Plan:
+    """Where the ranks run. Without a GPU and --device cuda, `no_gpu_skip` gives the finding."""
     opts = ctx.options
     if opts.device == "cpu":
         return Plan("cpu", opts.ranks or 2, [])
@@ -37,11 +39,22 @@ def plan(ctx: CheckContext) -> Plan:
     gpus = list(visible.nvml_indices)
     if ctx.snapshot.driver.nvml_status != "ok" or not gpus:
         if opts.device == "cuda":
-            return Plan("cuda", 0, [], "no GPU is visible (see the driver and visibility checks)")
+            return Plan("cuda", 0, [], "no GPU is visible")
         return Plan("cpu", 0, [], "no GPU is visible; `--device cpu --ranks N` runs the same machinery on CPU")
     if any(d.mig is not None for d in visible.devices) and len(gpus) > 1 and not opts.allow_mig:
         return Plan("cuda", 0, gpus, "MIG instances cannot join one multi-GPU process group (see GD3 findings)")
-    return Plan("cuda", len(gpus), gpus)
+    return Plan("cuda", len(gpus), gpus, uuids=[d.uuid for d in visible.devices])
+
+
+def skip_finding(ctx: CheckContext, check_name: str, p: Plan, what: str) -> Finding:
+    """The skip for a plan that runs nothing: with --device cuda and no GPU, the registry's uniform
+    "no GPUs" skip (as `needs="visible"` gives); otherwise `what` skipped and the plan's reason."""
+    chk = CHECKS[check_name]
+    if p.device == "cuda" and not p.gpus:
+        uniform = unmet_need(replace(chk, needs="visible"), ctx)
+        if uniform is not None:
+            return uniform
+    return Finding(chk.codes[0].code, Status.SKIP, "host", f"{what} skipped: {p.skip}")
 
 
 def world_size(ctx: CheckContext, p: Plan) -> int:
@@ -63,23 +76,20 @@ def tasks_for(p: Plan, world: int) -> list[Task]:
 
 
 def shared_launch(ctx: CheckContext, p: Plan) -> LaunchResult:
-    """The one launch of this check run (both workloads in one process group)."""
-    cached = ctx.options.extra.get(_CACHE_KEY)
-    if cached is not None:
-        return cached
+    """The one launch of this check run (both workloads in one process group), kept in ctx.active_run."""
+    if ctx.active_run is not None:
+        return ctx.active_run
     world = world_size(ctx, p)
-    result = launch(
+    ctx.active_run = launch(
         tasks_for(p, world),
         device=p.device,
         ranks=p.ranks,
         timeout_s=ctx.options.timeout_s,
         gpus=p.gpus,
+        gpu_uuids=p.uuids,
         progress=ctx.progress,
     )
-    ctx.options.extra[_CACHE_KEY] = result
-    if result.multi_node and int(os.environ.get("RANK", "0")) == 0 and result.peers:
-        ctx.options.extra["nodes"] = result.nodes()
-    return result
+    return ctx.active_run
 
 
 def rank_table(result: LaunchResult) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.checks.active_common import describe, plan, shared_launch, world_size
+from gpudoctor.checks.active_common import describe, plan, shared_launch, skip_finding, world_size
 from gpudoctor.expectations import Expectation, expected_busbw, user_expectation
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, Code, check
@@ -21,8 +21,9 @@ BANDWIDTH = Code(
     "reports algbw and busbw as nccl-tests defines them (busbw = algbw x 2(n-1)/n). The best "
     "busbw is compared with `--min-busbw`, or with NVLink generation x links (or PCIe generation "
     "x width) times the efficiency NCCL reaches in practice (docs/active-checks.md lists the "
-    "figures and sources). Below 0.8 of it warns, below 0.5 fails. On CPU (gloo) the figures are "
-    "reported without a hardware verdict.",
+    "figures and sources). Below 0.8 of it warns, below 0.5 fails. On CPU (gloo), and across "
+    "nodes (torchrun/srun on several nodes, where the network between them caps busbw), the "
+    "figures are reported without a hardware verdict unless `--min-busbw` is given.",
     why="A machine whose GPUs talk at a fraction of their link speed trains slower in proportion "
     "to its communication share, without any error: a link trained down, NVLink missing, a "
     "transport disabled by an NCCL_* variable, P2P redirected by ACS/IOMMU.",
@@ -93,7 +94,7 @@ def verdict(best: float, expect: Expectation, warn_ratio: float, fail_ratio: flo
 def allreduce(ctx: CheckContext) -> tuple[list[Finding], dict]:
     p = plan(ctx)
     if p.skip:
-        return [Finding(BANDWIDTH.code, Status.SKIP, "host", f"all-reduce sweep skipped: {p.skip}")], {}
+        return [skip_finding(ctx, "allreduce", p, "all-reduce sweep")], {}
     if world_size(ctx, p) < 2:
         what = "one visible GPU" if p.device == "cuda" else "one CPU rank"
         return [
@@ -161,12 +162,27 @@ def allreduce(ctx: CheckContext) -> tuple[list[Finding], dict]:
         "at_bytes": best["bytes"],
         "ranks": data["world_size"],
         "backend": data["backend"],
+        "nodes": result.node_count,
     }
     where = f"best busbw {best['busbw_gbps']:.2f} GB/s at {_gib(best['bytes'])} over {data['world_size']} ranks"
     opts = ctx.options
     expect: Expectation | None = None
     if opts.min_busbw_gbps is not None:
         expect = user_expectation(opts.min_busbw_gbps)
+    elif result.node_count > 1:
+        # The links between nodes (network), not this node's NVLink/PCIe, cap busbw.
+        findings.append(
+            Finding(
+                BANDWIDTH.code,
+                Status.PASS,
+                "host",
+                f"{where} on {result.node_count} nodes: no hardware verdict across nodes "
+                "(network-bound); use --min-busbw",
+                "",
+                evidence,
+            )
+        )
+        return findings, details
     elif data["device"] == "cuda":
         expect = expected_busbw(ctx.snapshot, p.gpus)
     if data["device"] != "cuda" and expect is None:

@@ -5,7 +5,7 @@ Active: runs in the same ranks and process group as the all-reduce sweep (active
 
 from __future__ import annotations
 
-from gpudoctor.checks.active_common import describe, plan, rank_table, shared_launch
+from gpudoctor.checks.active_common import describe, plan, rank_table, shared_launch, skip_finding
 from gpudoctor.findings import Finding, Status
 from gpudoctor.launch import LaunchResult, RankOutcome
 from gpudoctor.registry import CheckContext, Code, check
@@ -92,8 +92,10 @@ RANK_TIMEOUT = Code(
     "GD711",
     "rank-timeout",
     "A rank did not answer before the deadline",
-    what="Every phase of the active checks has a deadline (`--timeout` is the whole). At expiry "
-    "the ranks are terminated, then killed, and the ranks that got least far are named.",
+    what="Every phase of the active checks has a deadline (`--timeout` is the whole; importing torch "
+    "may take all of it, and the ranks must join within 60% of it once every rank has imported). "
+    "At expiry the ranks are terminated, then killed, and the ranks that got least far are named "
+    "with what they had not done: finish importing torch, join the process group, or answer.",
     why="A rank that hangs in a collective is what turns into a 30-minute NCCL watchdog timeout in training.",
     fix="Look at the named rank's GPU: stray processes (GD8), P2P/ACS issues on PCIe machines "
     "(GD4), a busy GPU. A slow first start on a cold machine may only need a longer `--timeout`.",
@@ -199,7 +201,8 @@ def failure_findings(result: LaunchResult) -> list[Finding]:
             out.append(Finding(code.code, Status.FAIL, rank_subject(r), f"{r.label}: {r.error}", code.fix, evidence))
         elif r.state == "hung":
             evidence["deadline_s"] = result.deadline_s
-            what = "did not join the process group" if result.timed_out == "join" else "did not answer"
+            evidence["timed_out"] = result.timed_out
+            what = r.hang_reason()
             out.append(
                 Finding(
                     RANK_TIMEOUT.code,
@@ -228,7 +231,7 @@ def failure_findings(result: LaunchResult) -> list[Finding]:
 def ddp_sanity(ctx: CheckContext) -> tuple[list[Finding], dict]:
     p = plan(ctx)
     if p.skip:
-        return [Finding(JOINED.code, Status.SKIP, "host", f"DDP sanity run skipped: {p.skip}")], {}
+        return [skip_finding(ctx, "ddp", p, "DDP sanity run")], {}
     result = shared_launch(ctx, p)
     details = {"tables": [rank_table(result)], "launch": result.to_json()} if result.ranks else {}
     findings = failure_findings(result)

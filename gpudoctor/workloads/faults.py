@@ -4,8 +4,9 @@
 
 actions: `hang` (sleep forever), `exit` (exit with status 17), `corrupt` (send wrong DDP
 gradients), `wrongsum` (add a wrong value to its all-reduce input). `when` for hang/exit:
-`start` (before joining the group) or `joined` (after joining, the default: the peers then wait
-in a collective). Used by the tests and by users who want to watch each failure path.
+`start` (before importing torch), `import` (while importing torch: an import that never ends),
+or `joined` (after joining, the default: the peers then wait in a collective). Used by the
+tests and by users who want to watch each failure path.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 ENV = "GPUDOCTOR_FAULT"
 ACTIONS = ("hang", "exit", "corrupt", "wrongsum")
+WHEN = ("start", "import", "joined")
 EXIT_STATUS = 17
 
 
@@ -41,8 +43,10 @@ def parse(text: str) -> list[Fault]:
             fault = Fault(int(rank_s), action, when or "joined")
         except ValueError:
             raise FaultSpecError(f"{ENV}: cannot read {item!r} (expected RANK:ACTION[@WHEN])") from None
-        if fault.action not in ACTIONS or fault.when not in ("start", "joined"):
-            raise FaultSpecError(f"{ENV}: unknown fault {item!r} (actions: {', '.join(ACTIONS)}; when: start, joined)")
+        if fault.action not in ACTIONS or fault.when not in WHEN:
+            raise FaultSpecError(
+                f"{ENV}: unknown fault {item!r} (actions: {', '.join(ACTIONS)}; when: {', '.join(WHEN)})"
+            )
         faults.append(fault)
     return faults
 

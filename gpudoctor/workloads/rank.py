@@ -3,7 +3,8 @@
 It guards itself first (dies with its parent, has its own deadline), reports every step as a
 JSON line in `<outdir>/rank<R>.jsonl`, sets its CUDA device before anything touches CUDA, joins
 the process group once, runs the requested workloads in that group and shuts the group down.
-Events: started, imported, joined, peers, phase, result, error, done.
+Events: started, importing (stage "import", then "cuda_init" on GPUs), imported, joined, peers,
+phase, result, error, done.
 """
 
 from __future__ import annotations
@@ -94,11 +95,10 @@ class RankContext:
 
 def _device_id_supported(version: str) -> bool:
     """init_process_group(device_id=) exists from 2.3 and hangs in 2.6.0 < torch < 2.7.1 (pytorch#153960)."""
-    parts = []
-    for piece in version.split("+")[0].split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    v = tuple(parts + [0] * (3 - len(parts)))
+    from gpudoctor.checks.targets import version_tuple  # torch-free; the one version parser
+
+    parsed = version_tuple(version) or (0,)
+    v = (parsed + (0, 0, 0))[:3]
     return v >= (2, 3, 0) and not ((2, 6, 0) < v < (2, 7, 1))
 
 
@@ -166,12 +166,15 @@ def main(argv: list[str]) -> int:
     try:
         faults.at("start")
         phase = "import"
+        events.emit("importing", stage=phase)
+        faults.at("import")
         t0 = time.perf_counter()
         import torch
         import torch.distributed as dist
 
         if spec["device"] == "cuda":
             phase = "cuda_init"
+            events.emit("importing", stage=phase)
             # Before anything else touches CUDA, so exclusive-process GPUs and the right device work.
             torch.cuda.set_device(local_rank)
             device = torch.device("cuda", local_rank)
