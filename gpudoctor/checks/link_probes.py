@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from gpudoctor import topology
+from gpudoctor.expectations import PCIE_GBPS_PER_LANE
 from gpudoctor.findings import Finding, Status, gpu_subject, pair_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Host, Snapshot, known
@@ -59,8 +60,6 @@ P2P_HANG = Code(
 )
 CODES = [PCIE_UNDER_LOAD, P2P_SLOW, P2P_HANG]
 
-# Usable GB/s per lane after line encoding (8b/10b for Gen1-2, 128b/130b for Gen3+).
-LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 PCIE_FAIL_RATIO = 0.26  # about a quarter of the bandwidth or less: x4 of x16, Gen3 x8 of Gen4 x16, Gen1
 P2P_FAIL_RATIO = 0.5  # P2P at half the host-staged rate: traffic is being redirected
 P2P_WARN_RATIO = 1.0
@@ -70,7 +69,8 @@ ENV_DROP = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"
 
 
 def link_gbps(gen: int, width: int) -> float:
-    return LANE_GBPS.get(gen, 0.0) * width
+    """Usable GB/s of a PCIe link (the per-lane table the all-reduce expectation uses)."""
+    return PCIE_GBPS_PER_LANE.get(gen, 0.0) * width
 
 
 def iommu_evidence(host: Host) -> dict[str, Any]:
@@ -273,19 +273,16 @@ def judge_launch(snapshot: Snapshot, gpus: list[Gpu], pairs: list[tuple[int, int
     return findings
 
 
-@check("link_probes", "PCIe under load and P2P copies (active)", codes=CODES, active=True)
+@check("link_probes", "PCIe under load and P2P copies (active)", codes=CODES, active=True, needs="visible")
 def link_probes(ctx: CheckContext) -> list[Finding]:
+    # needs="visible": without a driver or a visible GPU the registry gives the uniform skip.
     snapshot = ctx.snapshot
     if ctx.options.device == "cpu":
         return _skip("--device cpu: there are no GPU links to measure")
-    if snapshot.driver.nvml_status != "ok":
-        return _skip("no working NVIDIA driver (see GD101)")
     visible = ctx.visible
     if any(d.mig is not None for d in visible.devices):
         return _skip("MIG instances have no P2P and share the parent GPU's PCIe link")
     gpus = list(visible.gpus)
-    if not gpus:
-        return _skip("no GPU is visible (see the visibility checks)")
     pairs = p2p_pairs(snapshot, gpus)
     from gpudoctor.launch import Task, launch  # lazy: only live, non-quick runs pay for it
 
@@ -305,6 +302,7 @@ def link_probes(ctx: CheckContext) -> list[Finding]:
         ranks=1,
         timeout_s=_deadline(ctx, len(gpus), len(pairs)),
         gpus=nvml_indices[:1],
+        gpu_uuids=[d.uuid for d in visible.devices],  # the rank's cuda:i is exactly gpus[i]
         progress=ctx.progress,
         environ=environ,
     )

@@ -18,17 +18,22 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gpudoctor.snapshot import Missing
 from gpudoctor.workloads.rank import RankContext
 
 GB = 1e9
 
 
-def _nvml_link(nvml: Any, index: int) -> tuple[Any, Any]:
+def _nvml_link(nvml: Any, index: int) -> tuple[int | None, int | None]:
+    """The current PCIe generation and width, read by the probe's own reader (None: unreadable)."""
+    from gpudoctor.probe.device import DeviceReader
+    from gpudoctor.probe.links import pcie as read_pcie
+
     handle = nvml.call("nvmlDeviceGetHandleByIndex", index)
-    if not handle:
+    if isinstance(handle, Missing) or handle is None:
         return None, None
-    gen = nvml.call("nvmlDeviceGetCurrPcieLinkGeneration", handle)
-    width = nvml.call("nvmlDeviceGetCurrPcieLinkWidth", handle)
+    link = read_pcie(DeviceReader(nvml, handle))
+    gen, width = link["pcie_gen_current"], link["pcie_width_current"]
     return (gen if isinstance(gen, int) else None), (width if isinstance(width, int) else None)
 
 
