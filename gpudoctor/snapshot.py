@@ -360,14 +360,42 @@ def from_jsonable(data: Any) -> Snapshot:
         raise SnapshotError(
             f"snapshot schema_version {version!r} is not supported (this gpudoctor reads {SCHEMA_VERSION})"
         )
-    return _decode_dataclass(Snapshot, data, "snapshot")
+    snapshot = _decode_dataclass(Snapshot, data, "snapshot")
+    _check_consistent(snapshot)
+    return snapshot
+
+
+def _check_consistent(snapshot: Snapshot) -> None:
+    """Facts that decode one by one but cannot all be true of one machine."""
+    for what, values in (
+        ("GPU index", [g.index for g in snapshot.gpus]),
+        ("GPU UUID", [g.uuid for g in snapshot.gpus]),
+    ):
+        seen: set[object] = set()
+        for v in values:
+            if v in seen:
+                raise SnapshotError(f"two GPUs share the {what} {v!r}")
+            seen.add(v)
+    if any(g.index < 0 for g in snapshot.gpus):
+        raise SnapshotError("a GPU index is negative")
+    indices = {g.index for g in snapshot.gpus}
+    for p in snapshot.pairs:
+        if p.a not in indices or p.b not in indices or p.a == p.b:
+            raise SnapshotError(f"pair {p.a}-{p.b} names a GPU that is not in the snapshot")
+
+
+def _no_constants(name: str) -> Any:
+    raise SnapshotError(f"not valid JSON: {name} is not a number JSON allows")
 
 
 def loads(text: str) -> Snapshot:
     try:
-        data = json.loads(text)
+        # NaN/Infinity are Python's extension to JSON: a reading of NaN watts is no reading.
+        data = json.loads(text, parse_constant=_no_constants)
     except json.JSONDecodeError as exc:
         raise SnapshotError(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise SnapshotError("not valid JSON: nested too deeply") from None
     return from_jsonable(data)
 
 
@@ -391,13 +419,25 @@ def load(path: str | Path) -> Snapshot:
 
 
 def write(snapshot: Snapshot, path: str | Path) -> None:
-    """Write atomically, so a failed write never leaves half a snapshot behind."""
+    """Write a snapshot file without ever leaving half of one behind.
+
+    A regular file (or a new one) is replaced atomically through a temporary file beside it; a
+    symlink is followed, so the link stays and its target gets the snapshot. Anything else that
+    is not a directory (a FIFO, /dev/stdout, a device) is written in place, as `>` would.
+    """
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(21, "is a directory", str(path))
+    if path.is_symlink():
+        path = path.resolve()
+    text = dumps(snapshot)
+    if path.exists() and not path.is_file():
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text)
+        return
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        tmp.write_text(dumps(snapshot), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
