@@ -207,3 +207,106 @@ def test_a_stalled_reading_is_reported_as_stale_and_watching_goes_on() -> None:
     lines = out.getvalue().splitlines()
     assert [("stale" in x) for x in lines] == [False, False, True, False]
     assert "no reading for 2 s" in lines[2] or "no reading for 3 s" in lines[2]
+
+
+def _marked(marker: str) -> list[psutil.Process]:
+    """Live processes whose environment carries `marker` (the job, its children, the sentinel)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and p.environ().get("GD_TEST_MARKER") == marker:
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _start_job_then(sig: signal.Signals, tmp_path: Path) -> tuple[int | None, list[psutil.Process]]:
+    """`watch -- sh -c 'sleep 100; echo x'` (sleep is a grandchild), then `sig` to gpudoctor."""
+    marker = f"{os.getpid()}-{sig.name}-{time.monotonic_ns()}"
+    env = {**FAKE, "GPUDOCTOR_WATCH_FAKE": "healthy:4", "GD_TEST_MARKER": marker}
+    started = tmp_path / "started"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpudoctor",
+            "watch",
+            "--no-tui",
+            "--interval",
+            "0.5",
+            "--",
+            "sh",
+            "-c",
+            f"touch {started}; sleep 100; echo x",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # sleep 100 has started
+        assert any("sleep" in " ".join(p.cmdline()) for p in _marked(marker))
+        proc.send_signal(sig)
+        code = proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        left = _marked(marker)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = _marked(marker)
+        return code, left
+    finally:
+        for p in _marked(marker):  # never leave a stray sleep behind a failing test
+            p.kill()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_sigkill_to_gpudoctor_leaves_no_process_of_the_job(tmp_path: Path) -> None:
+    # PDEATHSIG reaches only `sh`; the sentinel stops the whole group, `sleep 100` included, then exits
+    code, left = _start_job_then(signal.SIGKILL, tmp_path)
+    assert code == -signal.SIGKILL
+    assert [p.cmdline() for p in left] == []
+
+
+def test_sighup_stops_the_job_like_sigterm_and_exits_129(tmp_path: Path) -> None:
+    code, left = _start_job_then(signal.SIGHUP, tmp_path)
+    assert code == 129
+    assert [p.cmdline() for p in left] == []
+
+
+def test_the_sentinel_stops_only_the_jobs_group_and_then_exits(tmp_path: Path) -> None:
+    from gpudoctor.watch.follow import Job
+
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)  # another group: never touched
+    job = Job.start(["sh", "-c", "sleep 60; echo x"])
+    try:
+        sentinel = job._sentinel
+        assert sentinel is not None and sentinel.poll() is None
+        assert os.getpgid(sentinel.pid) != os.getpgid(job.root.pid)  # never in the group it stops
+        os.close(job._sentinel_pipe)  # what gpudoctor dying looks like to the sentinel: EOF
+        job._sentinel_pipe = None
+        assert sentinel.wait(timeout=10) == 0
+        deadline = time.monotonic() + 5
+        while job._popen.poll() is None and time.monotonic() < deadline:  # the leader: our child
+            time.sleep(0.05)
+        assert job.poll() == 128 + signal.SIGTERM
+        assert bystander.poll() is None
+    finally:
+        job.stop(grace_s=1)
+        bystander.kill()
+        bystander.wait()
+
+
+def test_stopping_the_job_releases_the_sentinel_without_it_signalling(tmp_path: Path) -> None:
+    from gpudoctor.watch.follow import Job
+
+    job = Job.start([sys.executable, "-c", "import time; time.sleep(60)"])
+    sentinel = job._sentinel
+    assert sentinel is not None
+    job.stop(grace_s=1)
+    assert sentinel.poll() == 0 and job._sentinel is None  # reaped, not left behind

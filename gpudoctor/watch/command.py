@@ -45,8 +45,19 @@ def _parse_gpus(value: str | None) -> frozenset[int] | None:
     return out
 
 
+class _Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: gpudoctor ends like Ctrl-C (the job is stopped on the way out)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # SIGTERM ends gpudoctor like Ctrl-C: the job is stopped on the way out
+    raise _Signalled(signum)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # handled like Ctrl-C; SIGHUP exits 129, the others 130
 
 
 @click.command(
@@ -132,8 +143,8 @@ def watch(
     if job is not None and isinstance(source, SyntheticSource):
         source.pids = lambda: tuple(sorted(job.pids()))  # the fake source puts the job's PIDs on its GPUs
     session = Session(source, record_path=record_path, job=job, gpus=gpus, damage=damage, opened=True)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    interrupted = False
+    previous = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}
+    interrupted: int | None = None  # the exit code an interruption gives
     try:
         session.start()
         if tui:
@@ -144,21 +155,29 @@ def watch(
             from gpudoctor.watch.headless import run_headless
 
             run_headless(session, sys.stdout, as_json=as_json, duration=duration)
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as exc:
+        interrupted = 128 + signal.SIGHUP if getattr(exc, "signum", None) == signal.SIGHUP else 130
     finally:
         session.close()
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     summary = session.summary()
-    if as_json:
-        click.echo(json.dumps({"kind": "summary", **summary.to_json()}, separators=(",", ":")))
-    else:
-        from gpudoctor.watch.summary import render_text
+    try:
+        if as_json:
+            click.echo(json.dumps({"kind": "summary", **summary.to_json()}, separators=(",", ":")))
+        else:
+            from gpudoctor.watch.summary import render_text
 
-        click.echo(render_text(summary), nl=False)
-    if interrupted:
-        click.echo("gpudoctor: interrupted" + ("; stopped the command" if job and job.owned else ""), err=True)
-        sys.exit(130)
+            click.echo(render_text(summary), nl=False)
+        if interrupted is not None:
+            why = "hung up" if interrupted == 128 + signal.SIGHUP else "interrupted"
+            click.echo(f"gpudoctor: {why}" + ("; stopped the command" if job and job.owned else ""), err=True)
+    except OSError:
+        if interrupted is None:
+            raise
+        # the terminal that hung up is gone: the job is stopped, the exit code still says why
+    if interrupted is not None:
+        sys.exit(interrupted)
     if job is not None and job.owned:
         sys.exit(job.poll() or 0)
     sys.exit(0)

@@ -2,12 +2,18 @@
 
 A started command runs in its own process group, so stopping it reaches torchrun and every
 rank it spawned; on Linux it also gets SIGTERM if gpudoctor itself dies (PR_SET_PDEATHSIG).
-No process outlives gpudoctor: `stop()` sends SIGTERM to the group, waits, then SIGKILL.
+No process outlives gpudoctor: `stop()` sends SIGTERM to the group, waits, then SIGKILL. And
+since PDEATHSIG reaches only the command itself, not the ranks it started, a sentinel process
+(gpudoctor/watch/sentinel.py) waits beside the job on a pipe only gpudoctor writes to: if
+gpudoctor dies without stopping the job (SIGKILL, a crash), the pipe ends and the sentinel stops
+the job's whole process group, then exits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
 import signal
 import subprocess
 import sys
@@ -19,6 +25,7 @@ from gpudoctor.errors import EXIT_USAGE, UserError
 from gpudoctor.procs import terminate_group
 
 PR_SET_PDEATHSIG = 1
+STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long (Job.stop and the sentinel alike)
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -37,6 +44,8 @@ class Job:
         self._lock = threading.Lock()
         self._tree: frozenset[int] = frozenset({root.pid})
         self.exit_code: int | None = None
+        self._sentinel: subprocess.Popen[bytes] | None = None
+        self._sentinel_pipe: int | None = None  # the write end; closed (EOF) only if gpudoctor dies
 
     @classmethod
     def start(cls, argv: list[str]) -> Job:
@@ -50,7 +59,59 @@ class Job:
             raise UserError(f"command not found: {argv[0]}", EXIT_USAGE, "usage") from None
         except PermissionError:
             raise UserError(f"command not executable: {argv[0]}", EXIT_USAGE, "usage") from None
-        return cls(proc, psutil.Process(proc.pid), " ".join(argv))
+        job = cls(proc, psutil.Process(proc.pid), " ".join(argv))
+        job._start_sentinel()
+        return job
+
+    def _start_sentinel(self) -> None:
+        """Start the process that stops the job's group if gpudoctor dies first (see sentinel.py).
+
+        The pipe is created after the job started and is close-on-exec, so only gpudoctor holds
+        its write end. Without a sentinel (it could not start) the job is still stopped by
+        `stop()` and, for its root process, by PDEATHSIG.
+        """
+        if sys.platform == "win32":
+            return
+        from gpudoctor.watch import sentinel
+
+        read_end, write_end = os.pipe()
+        try:
+            self._sentinel = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",  # isolated: the script's folder is not put on sys.path
+                    os.path.abspath(sentinel.__file__),
+                    str(self.root.pid),
+                    repr(self.root.create_time()),
+                    repr(STOP_GRACE_S),
+                ],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # a signal to gpudoctor's group does not end it with gpudoctor
+                cwd="/",
+            )
+        except (OSError, psutil.Error):
+            os.close(write_end)
+            return
+        finally:
+            os.close(read_end)
+        self._sentinel_pipe = write_end
+
+    def _release_sentinel(self) -> None:
+        """The job is stopped: tell the sentinel to exit without doing anything, and reap it."""
+        fd, self._sentinel_pipe = self._sentinel_pipe, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(fd, b"q")
+            os.close(fd)
+        if self._sentinel is not None:
+            try:
+                self._sentinel.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                self._sentinel.kill()
+                self._sentinel.wait()
+            self._sentinel = None
 
     @classmethod
     def attach(cls, pid: int) -> Job:
@@ -104,10 +165,11 @@ class Job:
             except psutil.Error:
                 pass
 
-    def stop(self, grace_s: float = 5.0) -> None:
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """End a job we started: SIGTERM its process group, then SIGKILL what is left (never
-        another group that took over a reused PID: see gpudoctor.procs)."""
+        another group that took over a reused PID: see gpudoctor.procs); then release the sentinel."""
         if self._popen is None:
             return
         terminate_group(self._popen, grace_s=grace_s)
+        self._release_sentinel()  # not when stopping failed: then the sentinel's EOF stops the group
         self.poll()
