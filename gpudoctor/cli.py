@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -11,7 +12,8 @@ from typing import Any
 import click
 
 from gpudoctor import __version__
-from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
+from gpudoctor.cli_types import FiniteFloat
+from gpudoctor.errors import EXIT_INTERRUPTED, EXIT_UNAVAILABLE, EXIT_USAGE, UserError
 from gpudoctor.snapshot import now_iso
 
 EXIT_CODES_HELP = """\b
@@ -19,7 +21,8 @@ Exit codes:
   0  nothing at or above --fail-on
   1  a finding at or above --fail-on (an `error` finding counts as fail)
   2  usage error: bad option, unknown code, unusable input file
-  3  gpudoctor could not run at all"""
+  3  gpudoctor could not run at all (e.g. cannot write its output)
+  130  interrupted"""
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
@@ -66,20 +69,20 @@ def load_snapshot(path: str | None) -> Any:
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=1),
+    type=FiniteFloat(min=1),
     default=120.0,
     show_default=True,
     help="Deadline in seconds for all workloads together.",
 )
-@click.option("--min-busbw", type=click.FloatRange(min=0), help="Required all-reduce busbw in GB/s.")
+@click.option("--min-busbw", type=FiniteFloat(min=0), help="Required all-reduce busbw in GB/s.")
 @click.option("--allow-mig", is_flag=True, help="Do not fail multi-GPU checks on MIG-enabled GPUs.")
 @click.option(
     "--ram-per-gpu",
     "ram_per_gpu_gb",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=16.0,
     show_default=True,
-    metavar="GB",
+    metavar="GiB",
     help="Host RAM wanted per visible GPU (GD501).",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Show passing findings too.")
@@ -111,6 +114,8 @@ def check(
         run_checks,
     )
 
+    if ranks is not None and device != "cpu":
+        raise UserError("--ranks needs --device cpu (on GPUs there is one rank per visible GPU)", EXIT_USAGE, "usage")
     load_all()
     selection = Selection(_split(select), _split(ignore))
     try:
@@ -131,6 +136,13 @@ def check(
     snapshot = load_snapshot(snapshot_path)
     ctx = CheckContext(snapshot, options, progress=_progress_printer(as_json))
     results = run_checks(ctx, selection)
+    if not results:
+        # A gate that checked nothing must not say READY.
+        from gpudoctor.registry import CHECKS
+
+        active = [c.name for c in CHECKS.values() if c.active and selection.wants_check(c)]
+        why = f" ({', '.join(active)} run workloads, which --quick and --snapshot skip)" if active else ""
+        raise UserError(f"no check ran: --select/--ignore left nothing to run{why}", EXIT_USAGE, "usage")
     report = Report(
         command="check",
         source=snapshot_path or "live",
@@ -157,6 +169,7 @@ def check(
         counts = ", ".join(f"{n} {s}" for s, n in report.counts().items() if n)
         click.echo(f"gpudoctor: {quiet}: {counts}; local rank 0 prints the report", err=True)
         sys.exit(report.exit_code)
+    _verdict[0] = report.exit_code  # what a closed pipe (`| head`) still exits with
     if as_json:
         from gpudoctor.render.json import dumps, report_document
 
@@ -254,28 +267,68 @@ def _error_document(argv: list[str], kind: str, message: str, exit_code: int) ->
     return json.dumps(doc, indent=2) + "\n"
 
 
+class OutputError(Exception):
+    """Standard output cannot be written. Not an OSError, so click does not swallow it."""
+
+    def __init__(self, errno_: int | None, reason: str) -> None:
+        super().__init__(reason)
+        self.errno = errno_
+
+
+class GuardedStdout:
+    """sys.stdout whose write failures (closed pipe, full disk, closed descriptor) raise OutputError."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _guard(self, method: str, *args: Any) -> Any:
+        if self._stream is None:
+            raise OutputError(errno.EBADF, "standard output is closed")
+        try:
+            return getattr(self._stream, method)(*args)
+        except OSError as exc:
+            raise OutputError(exc.errno, exc.strerror or str(exc)) from None
+        except ValueError as exc:  # writing to a stream already closed
+            raise OutputError(errno.EBADF, str(exc)) from None
+
+    def write(self, text: str) -> int:
+        return self._guard("write", text)
+
+    def flush(self) -> None:
+        if self._stream is not None:  # nothing can be pending on a closed stdout
+            self._guard("flush")
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+# The exit code a command has decided before it writes its output; a reader that closes the
+# pipe early (`gpudoctor check | head`) does not change the verdict.
+_verdict: list[int] = [0]
+
+
 def run(argv: list[str] | None = None) -> None:
     """Entry point: every failure ends as one line (or one JSON document) and an exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    sys.stdout = GuardedStdout(sys.stdout)  # type: ignore[assignment]
     try:
         main.main(args=argv, prog_name="gpudoctor", standalone_mode=False)
+    except OutputError as exc:
+        _output_failed(exc)
     except UserError as exc:
         _fail(argv, exc.kind, str(exc), exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("gpudoctor: interrupted", err=True)
-        sys.exit(130)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        _fail(argv, "interrupted", "interrupted", EXIT_INTERRUPTED, newline=True)
     except click.ClickException as exc:
         if _wants_json(argv):
             _fail(argv, "usage", exc.format_message(), EXIT_USAGE)
         exc.show()
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("gpudoctor: interrupted", err=True)
-        sys.exit(130)
-    except BrokenPipeError:
-        sys.exit(0)  # e.g. `gpudoctor check | head`
     except Exception as exc:  # noqa: BLE001  (never a traceback; GPUDOCTOR_DEBUG=1 shows it)
         if os.environ.get("GPUDOCTOR_DEBUG"):
             raise
@@ -289,10 +342,27 @@ def run(argv: list[str] | None = None) -> None:
         sys.exit(0)
 
 
-def _fail(argv: list[str], kind: str, message: str, exit_code: int) -> None:
+def _output_failed(exc: OutputError) -> None:
+    """No JSON retry: the stream that failed is the one it would go to."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+    except OSError:
+        pass
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (so the interpreter's final flush stays quiet)
+    if exc.errno == errno.EPIPE:
+        sys.exit(_verdict[0])  # the reader stopped reading; the verdict stands
+    click.echo(f"gpudoctor: cannot write to standard output: {exc}", err=True)
+    sys.exit(EXIT_UNAVAILABLE)
+
+
+def _fail(argv: list[str], kind: str, message: str, exit_code: int, newline: bool = False) -> None:
     if _wants_json(argv):
-        click.echo(_error_document(argv, kind, message, exit_code), nl=False)
-    click.echo(f"gpudoctor: {message}", err=True)
+        try:
+            click.echo(_error_document(argv, kind, message, exit_code), nl=False)
+        except OutputError as exc:
+            _output_failed(exc)
+    click.echo(f"{chr(10) if newline else ''}gpudoctor: {message}", err=True)
     sys.exit(exit_code)
 
 
