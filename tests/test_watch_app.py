@@ -140,3 +140,10 @@ def test_snapshot_straggler(snap_compare: Any) -> None:
 
 def test_snapshot_hung_collective(snap_compare: Any) -> None:
     assert snap_compare(replay_app("hung"), terminal_size=SIZE)
+
+
+async def test_ctrl_c_interrupts_the_dashboard() -> None:
+    app = replay_app("healthy")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+c")
+    assert app.return_value == "interrupted"  # gpudoctor maps it to exit 130 (see test_watch_follow)

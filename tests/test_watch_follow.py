@@ -310,3 +310,51 @@ def test_stopping_the_job_releases_the_sentinel_without_it_signalling(tmp_path: 
     assert sentinel is not None
     job.stop(grace_s=1)
     assert sentinel.poll() == 0 and job._sentinel is None  # reaped, not left behind
+
+
+def test_ctrl_c_in_the_dashboard_stops_the_job_and_exits_130(tmp_path: Path) -> None:
+    import fcntl
+    import pty
+    import struct
+    import termios
+    import threading
+
+    marker = f"{os.getpid()}-ctrl-c-{time.monotonic_ns()}"
+    env = {**FAKE, "GPUDOCTOR_WATCH_FAKE": "healthy:4", "GD_TEST_MARKER": marker, "TERM": "xterm-256color"}
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 42, 150, 0, 0))
+    cmd = [sys.executable, "-m", "gpudoctor", "watch", "--interval", "0.5", "--", "sleep", "100"]
+    proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+    os.close(slave)
+    screen = bytearray()
+
+    def drain() -> None:  # the terminal must be read, or the app blocks on a full pty
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            screen.extend(data)
+
+    threading.Thread(target=drain, daemon=True).start()
+    try:
+        deadline = time.monotonic() + 30
+        while b"H100" not in screen and time.monotonic() < deadline:  # a GPU row is drawn
+            time.sleep(0.1)
+        assert b"H100" in screen
+        os.write(master, b"\x03")  # Ctrl-C: in raw mode a key, not a signal
+        assert proc.wait(timeout=30) == 130
+        deadline = time.monotonic() + 5
+        while b"stopped the command" not in screen and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert b"interrupted; stopped the command" in screen
+        assert _marked(marker) == []
+    finally:
+        for p in _marked(marker):
+            p.kill()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)

@@ -24,10 +24,13 @@ from gpudoctor.watch.model import Sample
 from gpudoctor.watch.session import End, Session, Update
 from gpudoctor.watch.widgets import SORTS, BalancePanel, GpuTable, ProcessTable
 
+INTERRUPTED = "interrupted"  # what the app returns on Ctrl-C: gpudoctor exits 130, as without a dashboard
+
 HELP = """\
 [b]gpudoctor watch[/b]: are all my GPUs working evenly?
 
   [b]q[/b]  quit (a command started by gpudoctor is stopped too)
+  [b]ctrl+c[/b]  interrupt: stop the command, exit 130
   [b]p[/b]  pause / resume drawing (sampling and --record go on)
   [b]s[/b]  sort the process table: GPU memory, CPU%, PID, GPU
   [b]?[/b]  this help
@@ -64,6 +67,8 @@ class WatchApp(App[str]):
     TITLE = "gpudoctor watch"
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        # Textual's own ctrl+c only says "press ctrl+q to quit"; here it interrupts, as in a shell.
+        Binding("ctrl+c", "interrupt", "interrupt", show=False, priority=True),
         Binding("p", "pause", "pause"),
         Binding("s", "sort", "sort"),
         Binding("question_mark", "help", "help", key_display="?"),
@@ -208,6 +213,9 @@ class WatchApp(App[str]):
 
     async def action_quit(self) -> None:
         self.exit("quit")
+
+    def action_interrupt(self) -> None:
+        self.exit(INTERRUPTED)
 
 
 def run_app(session: Session, duration: float | None = None) -> str | None:

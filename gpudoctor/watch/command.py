@@ -148,9 +148,10 @@ def watch(
     try:
         session.start()
         if tui:
-            from gpudoctor.watch.app import run_app  # lazy: textual only for the dashboard
+            from gpudoctor.watch.app import INTERRUPTED, run_app  # lazy: textual only for the dashboard
 
-            run_app(session, duration=duration)
+            if run_app(session, duration=duration) == INTERRUPTED:
+                raise KeyboardInterrupt  # Ctrl-C in the dashboard: the same way out as Ctrl-C without it
         else:
             from gpudoctor.watch.headless import run_headless
 
