@@ -227,6 +227,7 @@ def test_narrow_pcie_link_warns_and_busy_gen_drop_warns(capsys, tmp_path) -> Non
     gen = r.one("GD405")
     assert (gen["status"], gen["subject"]) == ("warn", "gpu:6")
     assert "Gen3 of Gen5 while busy" in gen["message"]
+    assert "25% of its host bandwidth" in gen["message"]  # Gen3 lanes carry a quarter of Gen5's
 
 
 def test_nvlink_pair_without_p2p_fails(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -11,6 +11,7 @@ from itertools import combinations
 from typing import Any
 
 from gpudoctor import topology as topo
+from gpudoctor.expectations import PCIE_GBPS_PER_LANE
 from gpudoctor.findings import Finding, Status, gpu_subject, pair_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Snapshot
@@ -195,7 +196,8 @@ def _pcie(gpus: list[Gpu]) -> list[Finding]:
             if not isinstance(reasons, int) or reasons & 0x1:  # idle (or unknown): a normal downshift
                 idle_low.append(g)
                 continue
-            msg = f"GPU {g.index} PCIe link runs at Gen{cg} of Gen{mg} while busy: half the bandwidth per step"
+            share = PCIE_GBPS_PER_LANE.get(cg, 0) / PCIE_GBPS_PER_LANE.get(mg, 1)
+            msg = f"GPU {g.index} PCIe link runs at Gen{cg} of Gen{mg} while busy: {share:.0%} of its host bandwidth"
             evidence = {"gen": cg, "expected": mg, "clock_event_reasons": hex(reasons)}
             out.append(Finding(PCIE_GEN.code, Status.WARN, gpu_subject(g.index), msg, PCIE_GEN.fix, evidence))
     if not any(f.code == PCIE_WIDTH.code for f in out) and gpus:
