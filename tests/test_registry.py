@@ -132,3 +132,11 @@ def test_a_check_that_needs_gpus_skips_once_without_a_driver() -> None:
     # A check that needs nothing runs anyway.
     plain = Check("plain", "Plain", (CODE,), body)
     assert run_one(plain, CheckContext(no_driver), Selection()).findings[0].status is Status.PASS
+
+
+def test_listed_says_how_many_it_left_out() -> None:
+    from gpudoctor.checks.targets import listed
+
+    assert listed(["a", "b"]) == "a, b"
+    assert listed([str(i) for i in range(6)]) == "0, 1, 2, 3, +2 more"
+    assert listed(["p", "q", "r"], limit=2, sep="; ") == "p; q; +1 more"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.checks.targets import gpu_list, target_gpus
+from gpudoctor.checks.targets import gpu_list, listed, target_gpus
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, known
@@ -174,15 +174,14 @@ def _processes(gpu: Gpu, isolated: bool) -> list[Finding]:
         return out
     subject = gpu_subject(gpu.index)
     if procs:
-        more = f"; +{len(procs) - 4} more" if len(procs) > 4 else ""
-        listed = "; ".join(_process_text(p) for p in procs[:4]) + more
+        shown = listed([_process_text(p) for p in procs], sep="; ")
         pids = " ".join(str(p.local_pid or p.pid) for p in procs)
         out.append(
             Finding(
                 PROCESSES.code,
                 Status.WARN,
                 subject,
-                f"{len(procs)} process(es) already on this GPU: {listed}",
+                f"{len(procs)} process(es) already on this GPU: {shown}",
                 f"Stop them if they are leftovers (kill {pids}), or pick other GPUs with CUDA_VISIBLE_DEVICES.",
                 {"processes": [_describe(p) for p in procs], "expected": "none"},
             )

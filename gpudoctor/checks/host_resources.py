@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.checks.targets import gpu_list, target_gpus, version_tuple
+from gpudoctor.checks.targets import gpu_list, listed, target_gpus, version_tuple
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Snapshot, known
@@ -162,7 +162,7 @@ def memlock(ctx: CheckContext) -> list[Finding]:
             Status.WARN,
             "host",
             f"memlock is limited to {size(limit)} on a host with "
-            f"RDMA interfaces ({', '.join(rdma[:3])}): NCCL cannot register its buffers",
+            f"RDMA interfaces ({listed(rdma, 3)}): NCCL cannot register its buffers",
             "ulimit -l unlimited (limits.conf, LimitMEMLOCK=infinity, or docker --ulimit memlock=-1)",
             evidence,
         )

@@ -11,7 +11,7 @@ from itertools import combinations
 
 from gpudoctor import topology
 from gpudoctor.checks.driver_stack import rtx40_p2p_broken
-from gpudoctor.checks.targets import target_gpus
+from gpudoctor.checks.targets import listed, target_gpus
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Snapshot, known
@@ -273,7 +273,7 @@ def _shm_disable(env: dict[str, str], paths: list[PairPath]) -> list[Finding]:
                 evidence,
             )
         ]
-    sample = ", ".join(f"{p.a}-{p.b} ({p.label})" for p in needing[:4])
+    sample = listed([f"{p.a}-{p.b} ({p.label})" for p in needing])
     return [
         Finding(
             SHM_DISABLED.code,

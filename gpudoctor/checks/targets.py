@@ -33,3 +33,9 @@ def version_text(version: tuple[int, ...]) -> str:
 def gpu_list(indices: list[int]) -> str:
     """NVML indices as nvidia-smi numbers them, in that order: '0, 1, 5'."""
     return ", ".join(str(i) for i in sorted(indices))
+
+
+def listed(items: list[str], limit: int = 4, sep: str = ", ") -> str:
+    """The first `limit` items, then how many more: 'a, b, c, d, +2 more'."""
+    shown = sep.join(items[:limit])
+    return f"{shown}{sep}+{len(items) - limit} more" if len(items) > limit else shown
