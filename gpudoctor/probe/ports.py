@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import socket
 
+from gpudoctor.probe.processes import command_line
 from gpudoctor.snapshot import PortStatus
 
 TORCHRUN_DEFAULT_PORT = 29500
@@ -19,7 +20,7 @@ def port_holder(port: int) -> tuple[int | None, str | None]:
             if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
                 try:
                     proc = psutil.Process(conn.pid)
-                    return conn.pid, " ".join(proc.cmdline()) or proc.name()
+                    return conn.pid, command_line(proc.cmdline()) or proc.name()
                 except (psutil.Error, OSError):
                     return conn.pid, None
     except Exception:  # noqa: BLE001  (psutil may be denied /proc/net: the holder stays unknown)

@@ -8,6 +8,7 @@ left unresolved rather than pinned on the wrong process.
 from __future__ import annotations
 
 import pwd
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +41,20 @@ def resolve(pid: int, root: Path, isolated: bool | Missing) -> tuple[int | None,
     user = _owner(status)
     try:
         raw = (proc / "cmdline").read_bytes()
-        command = " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a) or None
+        command = command_line(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a) or None
     except OSError:
         command = None
     if command is None:
         name = next((ln.split(":", 1)[1].strip() for ln in status.splitlines() if ln.startswith("Name:")), "")
         command = f"[{name}]" if name else None
     return pid, user, command
+
+
+def command_line(args: Iterable[str], limit: int = 300) -> str:
+    """A process's argv as one line: findings are one-line messages, and `python -c "..."`
+    arguments carry newlines. Whitespace runs become one space; a long line is cut with '...'."""
+    text = " ".join(" ".join(arg.split()) for arg in args)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def from_nvml(raw: Any, root: Path, isolated: bool | Missing) -> list[GpuProcess]:
