@@ -52,7 +52,9 @@ def render_check(console: Console, result: CheckResult, verbose: bool) -> None:
     head = Text()
     head.append_text(status_text(result.status))
     head.append(f" {result.title}", style="bold")
-    head.append(f"  ({result.name}, {result.duration_s * 1000:.0f} ms)", style="dim")
+    shared = result.details.get("shared_run_s")
+    took = f"in the shared rank run, {shared:.1f} s" if shared else f"{result.duration_s * 1000:.0f} ms"
+    head.append(f"  ({result.name}, {took})", style="dim")
     console.print(head)
     shown = result.findings if verbose else [f for f in result.findings if f.status != Status.PASS]
     hidden = len(result.findings) - len(shown)
