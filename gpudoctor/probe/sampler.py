@@ -66,6 +66,7 @@ class NvmlSampler:
         self.indices = indices
         self.root = Path(root)  # relocates the /proc reads, for tests
         self.devices: list[DeviceState] = []
+        self.count = 0  # GPUs the driver reports (indices 0..count-1), whatever `indices` selected
         self.isolated: bool | Missing = NOT_COLLECTED
         self._event_set: Any = None
         self._usage: dict[int, psutil.Process] = {}  # kept between calls: CPU% is measured over the interval
@@ -77,6 +78,7 @@ class NvmlSampler:
         count = self.nvml.call("nvmlDeviceGetCount")
         if isinstance(count, Missing):
             return InitResult("error", f"nvmlDeviceGetCount failed: {count.detail or count.reason}")
+        self.count = int(count)
         wanted = range(count) if self.indices is None else [i for i in self.indices if 0 <= i < count]
         for index in wanted:
             handle = self.nvml.call("nvmlDeviceGetHandleByIndex", index)

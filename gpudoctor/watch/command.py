@@ -7,13 +7,16 @@ the headless paths never pay for it.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from typing import Any
 
 import click
 
-from gpudoctor.errors import EXIT_USAGE, UserError
+from gpudoctor.cli_types import FiniteFloat
+from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
+from gpudoctor.watch.recording import dumps  # light: json and the sample model only
 
 WATCH_EPILOG = """\b
 Examples:
@@ -37,12 +40,63 @@ def _parse_gpus(value: str | None) -> frozenset[int] | None:
     if value is None:
         return None
     try:
-        out = frozenset(int(t) for t in value.split(",") if t.strip())
+        listed = [int(t) for t in value.split(",") if t.strip()]
     except ValueError:
         raise UserError(f"--gpus takes NVML indices like 0,1,2 (got {value!r})", EXIT_USAGE, "usage") from None
-    if not out or min(out) < 0:
+    if not listed or min(listed) < 0:
         raise UserError(f"--gpus takes NVML indices like 0,1,2 (got {value!r})", EXIT_USAGE, "usage")
-    return out
+    twice = sorted({i for i in listed if listed.count(i) > 1})
+    if twice:
+        raise UserError(
+            f"--gpus names GPU {','.join(map(str, twice))} more than once (got {value!r})", EXIT_USAGE, "usage"
+        )
+    return frozenset(listed)
+
+
+def _json_lines_error(kind: str, message: str, exit_code: int) -> None:
+    """`watch --json` prints JSON lines, so its error is one JSON line too (and one line on stderr)."""
+    doc = {"kind": "error", "schema_version": 1, "command": "watch", "exit_code": exit_code}
+    doc["error"] = {"kind": kind, "message": message}
+    click.echo(json.dumps(doc, separators=(",", ":")))
+    click.echo(f"gpudoctor: {message}", err=True)
+    sys.exit(exit_code)
+
+
+def _json_requested(args: list[str]) -> bool:
+    """--json among watch's own options (not in the command after `--`)."""
+    own = args[: args.index("--")] if "--" in args else args
+    return "--json" in own
+
+
+class _WatchCommand(click.Command):
+    """`watch` whose errors, with --json, are one JSON line like the rest of its output."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any):  # type: ignore[no-untyped-def,override]
+        as_json = _json_requested(list(args))
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.ClickException as exc:
+            if as_json:
+                _json_lines_error("usage", exc.format_message(), EXIT_USAGE)
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        if not ctx.params.get("as_json"):
+            return super().invoke(ctx)
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            _json_lines_error(exc.kind, str(exc), exc.exit_code)
+        except click.ClickException as exc:
+            _json_lines_error("usage", exc.format_message(), EXIT_USAGE)
+        except (KeyboardInterrupt, BrokenPipeError):
+            raise
+        except Exception as exc:
+            if os.environ.get("GPUDOCTOR_DEBUG"):
+                raise
+            message = f"internal error: {type(exc).__name__}: {exc} (GPUDOCTOR_DEBUG=1 shows the traceback)"
+            _json_lines_error("internal", message, EXIT_UNAVAILABLE)
+        return None
 
 
 class _Signalled(KeyboardInterrupt):
@@ -62,31 +116,33 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # handled like Ctrl-C; SIGHUP ex
 
 @click.command(
     "watch",
+    cls=_WatchCommand,
     epilog=WATCH_EPILOG,
     context_settings={"help_option_names": ["-h", "--help"], "ignore_unknown_options": False},
 )
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
+    type=FiniteFloat(min=0.1),
     default=1.0,
     show_default=True,
     help="Seconds between device readings.",
 )
 @click.option(
     "--process-interval",
-    type=click.FloatRange(min=0.5),
+    type=FiniteFloat(min=0.5),
     default=5.0,
     show_default=True,
     help="Seconds between process-list readings.",
 )
 @click.option("--record", "record_path", metavar="FILE", help="Write every sample to FILE (JSON lines).")
+@click.option("--force", is_flag=True, help="With --record: overwrite FILE if it already holds something.")
 @click.option("--replay", "replay_path", metavar="FILE", help="Play a recording instead of reading NVML.")
 @click.option(
-    "--speed", type=click.FloatRange(min=0.01), default=1.0, show_default=True, help="Replay speed (2 = twice as fast)."
+    "--speed", type=FiniteFloat(min=0.01), default=1.0, show_default=True, help="Replay speed (2 = twice as fast)."
 )
 @click.option("--no-tui", is_flag=True, help="Print one line per interval instead of the dashboard.")
 @click.option("--json", "as_json", is_flag=True, help="With --no-tui: JSON lines, then a summary line.")
-@click.option("--duration", type=click.FloatRange(min=0.1), help="Stop after this many seconds.")
+@click.option("--duration", type=FiniteFloat(min=0.1), help="Stop after this many seconds.")
 @click.option("--pid", type=click.IntRange(min=1), help="Follow a running job (its process tree) instead.")
 @click.option("--gpus", "gpus_opt", metavar="LIST", help="Only these GPUs (NVML indices, e.g. 0,1,2).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -94,6 +150,7 @@ def watch(
     interval: float,
     process_interval: float,
     record_path: str | None,
+    force: bool,
     replay_path: str | None,
     speed: float,
     no_tui: bool,
@@ -110,7 +167,7 @@ def watch(
     """
     from gpudoctor.watch.follow import Job
     from gpudoctor.watch.session import Session
-    from gpudoctor.watch.sources import NvmlSource, ReplaySource, SyntheticSource, fake_from_env
+    from gpudoctor.watch.sources import NvmlSource, ReplaySource, SyntheticSource, check_gpus, fake_from_env
 
     gpus = _parse_gpus(gpus_opt)
     if command and pid:
@@ -119,6 +176,12 @@ def watch(
         raise UserError("--replay plays a recording; it cannot follow a job", EXIT_USAGE, "usage")
     if replay_path and record_path:
         raise UserError("--replay and --record together would copy a recording; use cp", EXIT_USAGE, "usage")
+    if force and not record_path:
+        raise UserError("--force goes with --record FILE (overwrite FILE)", EXIT_USAGE, "usage")
+    if record_path:
+        from gpudoctor.watch.recording import check_record_target
+
+        check_record_target(record_path, force)  # before anything starts: never lose a recording
     damage = None
     if replay_path:
         from gpudoctor.watch.recording import read_recording
@@ -135,6 +198,11 @@ def watch(
     tui = not no_tui and not as_json and sys.stdout.isatty() and sys.stdin.isatty()
     # Open the source before starting a job: no driver means no job started.
     source.open()
+    try:
+        check_gpus(gpus, source.available, "the recording" if replay_path else "this machine")
+    except UserError:
+        source.close()
+        raise
     job = None
     if pid:
         job = Job.attach(pid)
@@ -165,7 +233,7 @@ def watch(
     summary = session.summary()
     try:
         if as_json:
-            click.echo(json.dumps({"kind": "summary", **summary.to_json()}, separators=(",", ":")))
+            click.echo(dumps({"kind": "summary", **summary.to_json()}, separators=(",", ":")))
         else:
             from gpudoctor.watch.summary import render_text
 
@@ -195,7 +263,7 @@ def report(recording: str, as_json: bool) -> None:
     if as_json:
         doc = summary.to_json()
         doc["command"] = "report"
-        click.echo(json.dumps(doc, indent=2))
+        click.echo(dumps(doc, indent=2))
     else:
         click.echo(render_text(summary), nl=False)  # a damaged recording is noted in the summary
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
@@ -28,6 +28,7 @@ FAKE_ENV = "GPUDOCTOR_WATCH_FAKE"
 class Source(Protocol):
     label: str  # shown in the header: "live", the recording path...
     interval: float  # seconds between samples (nominal)
+    available: tuple[int, ...]  # the GPUs there are to watch (known once opened)
 
     def open(self) -> None: ...
 
@@ -98,6 +99,7 @@ class NvmlSource(_Paced):
         self.label = "live"
         self._gpus = gpus
         self._sampler: NvmlSampler | None = None
+        self.available: tuple[int, ...] = ()
 
     def open(self) -> None:
         from gpudoctor.checks.nvml import explain_init_failure
@@ -112,16 +114,22 @@ class NvmlSource(_Paced):
                 EXIT_UNAVAILABLE,
                 "unavailable",
             )
-        if not sampler.devices:
+        self.available = tuple(range(sampler.count))
+        if not sampler.count:
             sampler.close()
             raise UserError("the NVIDIA driver reports no GPUs to watch", EXIT_UNAVAILABLE, "unavailable")
         self._sampler = sampler
+        try:
+            check_gpus(self._gpus, self.available, "this machine")
+        except UserError:
+            self.close()
+            raise
 
     def next(self, stop: threading.Event) -> Sample | None:
         sampler = self._sampler
         if not self.wait(stop) or sampler is None:
             return None
-        gpus = tuple(GpuReading(**r) for r in sampler.read())
+        gpus = tuple(GpuReading(**r).checked() for r in sampler.read())  # an impossible value is n/a
         procs = None
         if self.procs_due():
             found = sampler.processes()
@@ -152,6 +160,7 @@ class SyntheticSource(_Paced):
         self.n_gpus = n_gpus
         self._i = 0
         self.pids = pids
+        self.available = tuple(range(n_gpus))
 
     def open(self) -> None:
         from gpudoctor.watch.synthetic import SCENARIOS
@@ -173,6 +182,15 @@ class SyntheticSource(_Paced):
         pass
 
 
+def check_gpus(wanted: Iterable[int] | None, available: tuple[int, ...], where: str) -> None:
+    """`--gpus` naming a GPU that is not there is a usage error that says which GPUs there are."""
+    missing = sorted(set(wanted or ()) - set(available))
+    if missing:
+        there = f"GPU{'s' if len(available) > 1 else ''} {','.join(map(str, available))}" if available else "no GPU"
+        name = f"GPU{'s' if len(missing) > 1 else ''} {','.join(map(str, missing))}"
+        raise UserError(f"--gpus: no {name} in {where}, which has {there}", EXIT_USAGE, "usage")
+
+
 def fake_from_env(interval: float, process_interval: float) -> SyntheticSource | None:
     spec = os.environ.get(FAKE_ENV)
     if not spec:
@@ -188,6 +206,7 @@ class ReplaySource:
         self.recording = recording
         self.label = f"replay {os.path.basename(recording.path)}"  # the basename keeps the header short
         self.speed = speed
+        self.available = tuple(sorted({g.index for s in recording.samples for g in s.gpus}))
         ts = [s.t for s in recording.samples]
         gaps = [b - a for a, b in zip(ts, ts[1:], strict=False) if b > a]
         self.interval = (sorted(gaps)[len(gaps) // 2] if gaps else 1.0) / speed

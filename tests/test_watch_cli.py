@@ -1,0 +1,111 @@
+"""`gpudoctor watch` / `report` options: bad values are usage errors, never a busy loop or a lost file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+import pytest
+
+from gpudoctor.cli_types import FiniteFloat
+
+RECORDINGS = Path(__file__).parent / "fixtures" / "recordings"
+FAKE = {**os.environ, "GPUDOCTOR_WATCH_FAKE": "healthy:4", "PYTHONUNBUFFERED": "1"}
+
+
+def gpudoctor(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True, timeout=timeout, env=FAKE
+    )
+
+
+def test_finite_float_refuses_nan_and_infinities() -> None:
+    @click.command()
+    @click.option("--x", type=FiniteFloat(min=0.1))
+    def cmd(x: float) -> None:
+        click.echo(repr(x))
+
+    for bad in ("nan", "NaN", "inf", "-inf", "Infinity", "1e999"):
+        with pytest.raises(click.BadParameter, match="not a finite number"):
+            cmd.main(["--x", bad], standalone_mode=False)
+    with pytest.raises(click.BadParameter, match="x>=0.1"):
+        cmd.main(["--x", "0.01"], standalone_mode=False)
+    assert cmd.main(["--x", "0.5"], standalone_mode=False) is None
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ("--interval", "nan"),
+        ("--duration", "nan"),
+        ("--duration", "inf"),
+        ("--process-interval", "inf"),
+        ("--speed", "-inf"),
+        ("--speed", "nan"),
+    ],
+)
+def test_non_finite_option_values_are_usage_errors(option: tuple[str, str]) -> None:
+    start = time.monotonic()
+    r = gpudoctor(
+        "watch",
+        "--no-tui",
+        *option,
+        "--duration" if option[0] != "--duration" else "--no-tui",
+        "1" if option[0] != "--duration" else "--no-tui",
+    )
+    assert r.returncode == 2, r.stdout[-500:]
+    assert "not a finite number" in r.stderr and r.stdout == ""
+    assert time.monotonic() - start < 15
+
+
+def test_gpus_naming_a_gpu_that_is_not_there_is_a_usage_error() -> None:
+    r = gpudoctor("watch", "--no-tui", "--duration", "1", "--gpus", "9")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == "gpudoctor: --gpus: no GPU 9 in this machine, which has GPUs 0,1,2,3"
+    r = gpudoctor("watch", "--replay", str(RECORDINGS / "healthy.jsonl"), "--no-tui", "--gpus", "3,8")
+    assert r.returncode == 2 and "no GPU 8 in the recording, which has GPUs 0,1,2,3,4,5,6,7" in r.stderr
+    r = gpudoctor("watch", "--no-tui", "--duration", "1", "--gpus", "0,0")
+    assert r.returncode == 2 and "--gpus names GPU 0 more than once" in r.stderr
+    r = gpudoctor("watch", "--no-tui", "--duration", "0.5", "--interval", "0.2", "--gpus", "1,3")
+    assert r.returncode == 0 and "util% [" in r.stdout and "2 GPUs" in r.stdout
+
+
+def test_record_never_overwrites_a_previous_recording(tmp_path: Path) -> None:
+    old = tmp_path / "run.jsonl"
+    old.write_text("precious\n")
+    r = gpudoctor("watch", "--no-tui", "--duration", "0.5", "--interval", "0.2", "--record", str(old))
+    assert r.returncode == 2 and "exists; use --force" in r.stderr and r.stdout == ""
+    assert old.read_text() == "precious\n"
+    r = gpudoctor("watch", "--no-tui", "--duration", "0.5", "--interval", "0.2", "--record", str(old), "--force")
+    assert r.returncode == 0, r.stderr
+    assert old.read_text().startswith('{"format":"gpudoctor-watch"')
+    empty = tmp_path / "empty.jsonl"
+    empty.touch()  # e.g. made by mktemp: nothing to lose
+    r = gpudoctor("watch", "--no-tui", "--duration", "0.5", "--interval", "0.2", "--record", str(empty))
+    assert r.returncode == 0 and empty.stat().st_size > 0
+    r = gpudoctor("watch", "--no-tui", "--duration", "0.5", "--force")
+    assert r.returncode == 2 and "--force goes with --record" in r.stderr
+
+
+def test_json_lines_errors_are_one_json_line(tmp_path: Path) -> None:
+    existing = tmp_path / "run.jsonl"
+    existing.write_text("x\n")
+    cases = [
+        ("--interval", "nan"),  # click's own option parsing
+        ("--gpus", "9"),  # gpudoctor's usage error
+        ("--record", str(existing)),
+        ("--replay", str(tmp_path / "missing.jsonl")),
+    ]
+    for case in cases:
+        r = gpudoctor("watch", "--json", "--duration", "1", *case)
+        assert r.returncode == 2, case
+        lines = r.stdout.splitlines()
+        assert len(lines) == 1, (case, r.stdout)
+        doc = json.loads(lines[0])
+        assert doc["kind"] == "error" and doc["exit_code"] == 2 and doc["error"]["message"], case
+        assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("gpudoctor: ")
