@@ -201,3 +201,89 @@ def test_report_reads_a_recording_as_a_stream(tmp_path: Path) -> None:
     assert streamed < listed / 5, (streamed, listed)  # memory does not grow with the recording
     damaged = summarize_recording(str(RECORDINGS / "truncated.jsonl"))
     assert damaged.samples == 40 and damaged.damage and "line 42" in damaged.damage
+
+
+def _strict_json(text: str) -> object:
+    def refuse(name: str) -> object:
+        raise AssertionError(f"{name} in JSON output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _edited(tmp_path: Path, edits: dict[int, str], name: str = "edited") -> Path:
+    """healthy.jsonl (header + 90 samples) with some lines (1-based numbers) replaced."""
+    lines = (RECORDINGS / "healthy.jsonl").read_text().splitlines()
+    for number, text in edits.items():
+        lines[number - 1] = text
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _line(number: int) -> dict:  # type: ignore[type-arg]
+    return json.loads((RECORDINGS / "healthy.jsonl").read_text().splitlines()[number - 1])
+
+
+def test_a_nan_time_is_a_damaged_line_not_an_internal_error(tmp_path: Path) -> None:
+    bad = json.dumps(_line(11)).replace(str(_line(11)["t"]), "NaN", 1)
+    inf = json.dumps(_line(12)).replace(str(_line(12)["t"]), "Infinity", 1)
+    path = _edited(tmp_path, {11: bad, 12: inf})
+    r = gpudoctor("report", str(path))
+    assert r.returncode == 0, r.stderr
+    assert "lines 11, 12 of" in r.stdout and "skipped them" in r.stdout and "88 samples" in r.stdout
+    r = gpudoctor("report", str(path), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = _strict_json(r.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["samples"] == 88 and doc["duration_s"] == 89.0  # type: ignore[index]
+
+
+def test_one_damaged_line_in_the_middle_keeps_every_good_sample_after_it(tmp_path: Path) -> None:
+    path = _edited(tmp_path, {6: '{"t": 1700000004.0, "gpus": [{"ind', 30: "garbage", 31: '{"t": "soon", "gpus": []}'})
+    rec = read_recording(str(path))
+    assert len(rec.samples) == 90 - 3
+    full = read_recording(str(RECORDINGS / "healthy.jsonl")).samples
+    assert rec.samples == full[:4] + full[5:28] + full[30:]
+    assert rec.damage is not None and "lines 6, 30, 31 of" in rec.damage and "skipped them" in rec.damage
+    one = read_recording(str(_edited(tmp_path, {50: "{}"}, "one")))
+    assert len(one.samples) == 89 and one.damage and "line 50 of" in one.damage and "skipped it" in one.damage
+    # replay goes on past the damage too, and says it
+    r = gpudoctor("watch", "--replay", str(path), "--speed", "1000", "--json")
+    assert r.returncode == 0 and "lines 6, 30, 31" in r.stderr
+    assert [_strict_json(x)["kind"] for x in r.stdout.splitlines()] == ["sample"] * 87 + ["summary"]  # type: ignore[index]
+
+
+def test_readings_outside_the_physical_range_are_ignored_and_said(tmp_path: Path) -> None:
+    edits = {}
+    for number in range(2, 92):
+        doc = _line(number)
+        doc["gpus"][0]["util"] = -5000  # every reading of GPU 0
+        doc["gpus"][1]["power"] = -1.0
+        if number == 5:
+            doc["gpus"][2]["util"] = 250
+            doc["gpus"][3]["mem_used"] = 10**9  # more than the GPU holds
+        edits[number] = json.dumps(doc)
+    path = _edited(tmp_path, edits)
+    r = gpudoctor("report", str(path), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = _strict_json(r.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    gpus = {g["index"]: g for g in doc["gpus"]}  # type: ignore[index]
+    assert gpus[0]["mean_util"] is None  # no valid reading: n/a, not -5000
+    assert all(g["mean_util"] is None or 0 <= g["mean_util"] <= 100 for g in gpus.values())
+    assert gpus[3]["peak_mem_mib"] <= 81559
+    assert 0 <= doc["balance_score"] <= 100  # type: ignore[index]
+    assert "ignored 182 readings outside the physical range" in doc["damage"]  # type: ignore[index]
+    assert "GPU 0 util -5000" in doc["damage"]  # type: ignore[index]
+    r = gpudoctor("report", str(path))
+    assert "-5000%" not in r.stdout and "n/a" in r.stdout
+
+
+def test_counts_are_pluralised(tmp_path: Path) -> None:
+    path = tmp_path / "one.jsonl"
+    writer = RecordWriter(str(path), {})
+    writer.write(synthetic_run("healthy", 1)[0].only({0}))
+    writer.close()
+    r = gpudoctor("report", str(path))
+    assert r.returncode == 0 and "1 GPU, 1 sample over" in r.stdout
+    assert "1 samples" not in r.stdout and "GPU(s)" not in r.stdout

@@ -20,7 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
-from gpudoctor.watch.model import Sample
+from gpudoctor.watch.model import Sample, plural
 from gpudoctor.watch.session import End, Session, Update
 from gpudoctor.watch.widgets import SORTS, BalancePanel, GpuTable, ProcessTable
 
@@ -136,7 +136,7 @@ class WatchApp(App[str]):
         if message.end.reason == "job":
             self.exit("job")
         else:
-            self.ended = "recording ended" if self.session.damage is None else "recording ended at the damage"
+            self.ended = "recording ended" + ("" if self.session.damage is None else " (the summary notes its damage)")
             if message.end.detail:
                 self.ended = f"sampling stopped: {message.end.detail}"
             self._draw_status()
@@ -176,7 +176,7 @@ class WatchApp(App[str]):
         if self.last is not None:
             b = self.last.builder
             elapsed = int((b.end or 0) - (b.start or 0))
-            parts.append(f"{len(self.last.sample.gpus)} GPU(s)")
+            parts.append(plural(len(self.last.sample.gpus), "GPU"))
             parts.append(f"t+{elapsed // 60:02d}:{elapsed % 60:02d}")
         else:
             parts.append("waiting for the first reading")

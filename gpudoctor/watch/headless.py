@@ -8,6 +8,7 @@ import time
 from typing import IO
 
 from gpudoctor.watch.model import LOST, Sample
+from gpudoctor.watch.recording import dumps
 from gpudoctor.watch.session import End, Session, Update
 
 
@@ -42,7 +43,7 @@ def json_line(update: Update) -> str:
             {"code": v.code, "name": v.name, "gpus": list(v.gpus), "message": v.message} for v in update.verdicts
         ],
     }
-    return json.dumps(doc, separators=(",", ":"))
+    return dumps(doc, separators=(",", ":"))
 
 
 def run_headless(session: Session, out: IO[str], *, as_json: bool = False, duration: float | None = None) -> str:

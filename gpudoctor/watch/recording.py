@@ -1,23 +1,53 @@
 """Recordings: JSON lines, a header line then one sample per line, flushed per sample.
 
-A kill loses at most the line being written; reading stops at the first damaged line
-and says where, so a truncated recording replays up to the damage.
+A kill loses at most the line being written. Reading skips a damaged line (not JSON, NaN or
+Infinity, not a sample) and goes on, saying which lines it skipped; a line cut off at the end
+(the kill) ends the replay there. A reading outside its physical range is dropped and said.
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import math
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
-from gpudoctor.watch.model import Sample
+from gpudoctor.watch.model import Sample, plural
 
 FORMAT = "gpudoctor-watch"
 FORMAT_VERSION = 1
+MAX_LISTED = 10  # damaged line numbers listed by name; more are counted
+MAX_EXAMPLES = 3  # out-of-range readings quoted in the damage note; more are counted
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def loads(text: str) -> Any:
+    """json.loads that refuses NaN, Infinity and -Infinity (Python's json accepts them; JSON does not)."""
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
+def dumps(doc: Any, **kwargs: Any) -> str:
+    """json.dumps that never writes NaN or Infinity: a non-finite float becomes null."""
+    return json.dumps(finite(doc), allow_nan=False, **kwargs)
+
+
+def finite(value: Any) -> Any:
+    """`value` with every non-finite float (NaN, +-inf) replaced by None, in dicts, lists and tuples."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 @dataclass
@@ -53,7 +83,7 @@ class RecordWriter:
         if self.error is not None:
             return False
         try:
-            self._file.write(json.dumps(doc, separators=(",", ":")) + "\n")
+            self._file.write(dumps(doc, separators=(",", ":")) + "\n")
             self._file.flush()
         except OSError as exc:
             self._fail(exc)
@@ -62,7 +92,7 @@ class RecordWriter:
 
     def _fail(self, exc: OSError) -> None:
         self._reason = exc.strerror or str(exc)
-        self.error = f"recording {self.path} stopped after {self.samples} samples: {self._reason}"
+        self.error = f"recording {self.path} stopped after {plural(self.samples, 'sample')}: {self._reason}"
         try:
             self._file.close()  # flushes what is left over, which fails the same way
         except OSError:
@@ -92,6 +122,19 @@ class RecordWriter:
                 pass
 
 
+def check_record_target(path: str, force: bool = False) -> None:
+    """`--record FILE` never overwrites a file that holds something, unless told to (--force).
+
+    An empty file, or something that is not a regular file (/dev/null, a FIFO), is written to as is.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # not there (or not reachable): creating it says what is wrong
+    if stat.S_ISREG(st.st_mode) and st.st_size > 0 and not force:
+        raise UserError(f"{path} exists; use --force to overwrite it, or --record another file", EXIT_USAGE, "usage")
+
+
 def _lines(f: IO[str]) -> Iterator[tuple[int, str, bool]]:
     """(line number, text, ended with a newline)."""
     for number, line in enumerate(f, start=1):
@@ -102,14 +145,18 @@ class RecordingStream:
     """A recording read as it is iterated, one sample in memory at a time.
 
     Opening reads and checks the header (a bad file raises UserError, exit 2). Iterating
-    yields the samples; reading stops at the first damaged line, and `damage` then says where
-    (in the user's words). Use it as a context manager, or iterate it to the end, to close the file.
+    yields the samples, skipping damaged lines; `damage` then says which (in the user's words).
+    Use it as a context manager, or iterate it to the end, to close the file.
     """
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.damage: str | None = None  # why reading stopped early; known once iteration ended
         self.samples = 0  # yielded so far
+        self._skipped: list[int] = []  # damaged lines skipped (numbers)
+        self._first_skip = ""  # what was wrong with the first of them
+        self._dropped = 0  # readings outside the physical range, dropped
+        self._dropped_examples: list[str] = []
+        self._stopped: str | None = None  # why reading ended before the end of the file
         try:
             self._file: IO[str] = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 (closed in close())
             self._lines = _lines(self._file)
@@ -127,8 +174,8 @@ class RecordingStream:
         if first is None:
             raise UserError(f"recording {path} is empty", EXIT_USAGE, "input")
         try:
-            header = json.loads(first[1])
-        except json.JSONDecodeError:
+            header = loads(first[1])
+        except (json.JSONDecodeError, ValueError, RecursionError):
             header = None
         if not isinstance(header, dict) or header.get("format") != FORMAT:
             raise UserError(f"{path} is not a gpudoctor watch recording (no header line)", EXIT_USAGE, "input")
@@ -147,8 +194,9 @@ class RecordingStream:
                 try:
                     item = next(self._lines, None)
                 except OSError as exc:
-                    self.damage = (
-                        f"reading {self.path} failed ({exc.strerror or exc}); kept the {self.samples} samples before it"
+                    self._stopped = (
+                        f"reading {self.path} failed ({exc.strerror or exc}); "
+                        f"kept the {plural(self.samples, 'sample')} before it"
                     )
                     return
                 if item is None:
@@ -156,18 +204,52 @@ class RecordingStream:
                 number, text, complete = item
                 if not text.strip() and complete:
                     continue
+                dropped: list[str] = []
                 try:
-                    sample = Sample.from_json(json.loads(text))
-                except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
-                    cut = "cut off mid-line" if not complete else "not a valid sample"
-                    self.damage = (
-                        f"line {number} of {self.path} is damaged ({cut}); kept the {self.samples} samples before it"
-                    )
-                    return
+                    sample = Sample.parse(loads(text), dropped)
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+                    if not complete:  # the last line, cut off mid-write (a kill): the replay ends here
+                        self._stopped = (
+                            f"line {number} of {self.path} is damaged (cut off mid-line); "
+                            f"kept the {plural(self.samples, 'sample')} before it"
+                        )
+                        return
+                    if not self._skipped:
+                        self._first_skip = "not JSON" if isinstance(exc, json.JSONDecodeError) else str(exc)[:120]
+                    self._skipped.append(number)
+                    continue
+                if dropped:
+                    self._dropped += len(dropped)
+                    room = MAX_EXAMPLES - len(self._dropped_examples)
+                    self._dropped_examples.extend(f"line {number}: {d}" for d in dropped[:room])
                 self.samples += 1
                 yield sample
         finally:
             self.close()
+
+    @property
+    def damage(self) -> str | None:
+        """What was wrong with the file, in the user's words; None for a sound recording.
+
+        Complete only once iteration has ended."""
+        parts = []
+        if self._skipped:
+            shown = ", ".join(map(str, self._skipped[:MAX_LISTED]))
+            more = f" and {len(self._skipped) - MAX_LISTED} more" if len(self._skipped) > MAX_LISTED else ""
+            if len(self._skipped) == 1:
+                parts.append(f"line {shown} of {self.path} is damaged ({self._first_skip}); skipped it")
+            else:
+                parts.append(
+                    f"lines {shown}{more} of {self.path} are damaged (first: {self._first_skip}); skipped them"
+                )
+        if self._dropped:
+            parts.append(
+                f"ignored {plural(self._dropped, 'reading')} outside the physical range "
+                f"({'; '.join(self._dropped_examples)}{'; ...' if self._dropped > len(self._dropped_examples) else ''})"
+            )
+        if self._stopped:
+            parts.append(self._stopped)
+        return "; ".join(parts) or None
 
     def close(self) -> None:
         self._file.close()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict, analyze
-from gpudoctor.watch.model import Sample
+from gpudoctor.watch.model import Sample, plural
 from gpudoctor.watch.recording import RecordingStream
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -70,7 +70,7 @@ class Summary:
 
     @property
     def duration_s(self) -> float:
-        return 0.0 if self.start is None or self.end is None else self.end - self.start
+        return 0.0 if self.start is None or self.end is None else max(0.0, self.end - self.start)
 
     @property
     def balance_score(self) -> int | None:
@@ -217,7 +217,7 @@ def _clock(seconds: float) -> str:
 
 def render_text(summary: Summary) -> str:
     lines = [
-        f"gpudoctor watch summary: {len(summary.gpus)} GPU(s), {summary.samples} samples over "
+        f"gpudoctor watch summary: {plural(len(summary.gpus), 'GPU')}, {plural(summary.samples, 'sample')} over "
         f"{_clock(summary.duration_s)} ({summary.source})"
     ]
     if summary.damage:
@@ -251,6 +251,6 @@ def render_text(summary: Summary) -> str:
             when = f"{_clock(sp.start - start)}-{_clock(sp.end - start)}"
             lines.append(f"  {v.code} {v.name:<17} {when:<13} {v.message}")
             if sp.more:
-                lines.append(f"  {'':<23}{'':<13} +{sp.more} more times in this span (it kept coming back)")
+                lines.append(f"  {'':<23}{'':<13} +{plural(sp.more, 'more time')} in this span (it kept coming back)")
             lines.append(f"  {'':<23}{'':<13} hint: {v.hint} (gpudoctor explain {v.code})")
     return "\n".join(lines) + "\n"
