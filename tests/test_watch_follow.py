@@ -312,14 +312,16 @@ def test_stopping_the_job_releases_the_sentinel_without_it_signalling(tmp_path: 
     assert sentinel.poll() == 0 and job._sentinel is None  # reaped, not left behind
 
 
-def test_ctrl_c_in_the_dashboard_stops_the_job_and_exits_130(tmp_path: Path) -> None:
+def _dashboard_then(stop: bytes | signal.Signals) -> tuple[int, bytes, list[psutil.Process]]:
+    """`watch -- sleep 100` with the dashboard on a pty; once a GPU row is drawn, `stop` it (a key
+    written to the terminal, or a signal to gpudoctor). Returns the exit code, the screen, what is left."""
     import fcntl
     import pty
     import struct
     import termios
     import threading
 
-    marker = f"{os.getpid()}-ctrl-c-{time.monotonic_ns()}"
+    marker = f"{os.getpid()}-tui-{time.monotonic_ns()}"
     env = {**FAKE, "GPUDOCTOR_WATCH_FAKE": "healthy:4", "GD_TEST_MARKER": marker, "TERM": "xterm-256color"}
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 42, 150, 0, 0))
@@ -344,13 +346,15 @@ def test_ctrl_c_in_the_dashboard_stops_the_job_and_exits_130(tmp_path: Path) -> 
         while b"H100" not in screen and time.monotonic() < deadline:  # a GPU row is drawn
             time.sleep(0.1)
         assert b"H100" in screen
-        os.write(master, b"\x03")  # Ctrl-C: in raw mode a key, not a signal
-        assert proc.wait(timeout=30) == 130
+        if isinstance(stop, bytes):
+            os.write(master, stop)
+        else:
+            proc.send_signal(stop)
+        code = proc.wait(timeout=30)
         deadline = time.monotonic() + 5
-        while b"stopped the command" not in screen and time.monotonic() < deadline:
+        while b"gpudoctor: " not in screen and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert b"interrupted; stopped the command" in screen
-        assert _marked(marker) == []
+        return code, bytes(screen), _marked(marker)
     finally:
         for p in _marked(marker):
             p.kill()
@@ -358,3 +362,18 @@ def test_ctrl_c_in_the_dashboard_stops_the_job_and_exits_130(tmp_path: Path) -> 
             proc.kill()
             proc.wait()
         os.close(master)
+
+
+def test_ctrl_c_in_the_dashboard_stops_the_job_and_exits_130() -> None:
+    code, screen, left = _dashboard_then(b"\x03")  # Ctrl-C: in raw mode a key, not a signal
+    assert code == 130
+    assert b"gpudoctor: interrupted; stopped the command" in screen and b"Traceback" not in screen
+    assert left == []
+
+
+def test_sighup_and_sigterm_end_the_dashboard_cleanly() -> None:
+    for sig, expected, said in ((signal.SIGHUP, 129, b"hung up"), (signal.SIGTERM, 130, b"interrupted")):
+        code, screen, left = _dashboard_then(sig)
+        assert code == expected, screen[-2000:]
+        assert b"gpudoctor: " + said + b"; stopped the command" in screen and b"Traceback" not in screen
+        assert left == []

@@ -6,7 +6,10 @@ never blocks the UI); the only timer runs once per interval to notice stale read
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import queue
+import signal
 import time
 from typing import Any
 
@@ -25,6 +28,9 @@ from gpudoctor.watch.session import End, Session, Update
 from gpudoctor.watch.widgets import SORTS, BalancePanel, GpuTable, ProcessTable
 
 INTERRUPTED = "interrupted"  # what the app returns on Ctrl-C: gpudoctor exits 130, as without a dashboard
+# Signals that end the dashboard like Ctrl-C. They are taken by the event loop (not raised as an
+# exception at whatever line the UI is running), so the app always shuts down cleanly.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 HELP = """\
 [b]gpudoctor watch[/b]: are all my GPUs working evenly?
@@ -90,6 +96,7 @@ class WatchApp(App[str]):
         self.procs: tuple[Any, ...] = ()
         self.samples_seen = 0
         self.started = time.monotonic()
+        self.signum: int | None = None  # the signal that ended the app (SIGTERM, SIGHUP), if one did
 
     def compose(self) -> ComposeResult:
         yield Static(id="status")
@@ -100,6 +107,11 @@ class WatchApp(App[str]):
         yield Footer()
 
     def on_mount(self) -> None:
+        if self.live:
+            loop = asyncio.get_running_loop()
+            for sig in STOP_SIGNALS:
+                with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):  # not the main thread
+                    loop.add_signal_handler(sig, self._signalled, sig)
         self.query_one("#balance").border_title = "balance"
         self.query_one("#procs").border_title = "processes"
         self.query_one("#gpus").border_title = "GPUs"
@@ -217,6 +229,13 @@ class WatchApp(App[str]):
     def action_interrupt(self) -> None:
         self.exit(INTERRUPTED)
 
+    def _signalled(self, signum: int) -> None:
+        self.signum = signum
+        self.exit(INTERRUPTED)
 
-def run_app(session: Session, duration: float | None = None) -> str | None:
-    return WatchApp(session, duration=duration).run()
+
+def run_app(session: Session, duration: float | None = None) -> tuple[str | None, int | None]:
+    """Run the dashboard; returns why it ended and the signal that ended it (None: no signal)."""
+    app = WatchApp(session, duration=duration)
+    result = app.run()
+    return result, app.signum

@@ -218,8 +218,11 @@ def watch(
         if tui:
             from gpudoctor.watch.app import INTERRUPTED, run_app  # lazy: textual only for the dashboard
 
-            if run_app(session, duration=duration) == INTERRUPTED:
-                raise KeyboardInterrupt  # Ctrl-C in the dashboard: the same way out as Ctrl-C without it
+            result, signum = run_app(session, duration=duration)
+            for sig in STOP_SIGNALS:  # the app's event loop held them; ours again while the job is stopped
+                signal.signal(sig, _interrupt)
+            if result == INTERRUPTED:  # Ctrl-C, SIGTERM or SIGHUP in the dashboard: the same way out as without it
+                raise _Signalled(signum) if signum is not None else KeyboardInterrupt
         else:
             from gpudoctor.watch.headless import run_headless
 
