@@ -27,13 +27,14 @@ Examples:
   gpudoctor report run.jsonl --json
 
 \b
-Keys: q quit, p pause, s sort processes, ? help.
+Keys: q quit, ctrl+c interrupt, p pause, s sort processes, ? help.
 \b
 Exit codes:
   0  watched to the end (or the followed command's own exit code)
-  2  usage error: bad option, unreadable recording
+  2  usage error: bad option, unreadable recording, --record FILE exists
   3  gpudoctor could not run at all (no NVIDIA driver and no --replay)
-  130  interrupted"""
+  129  hung up (SIGHUP): a command started by gpudoctor is stopped
+  130  interrupted (Ctrl-C, SIGTERM): a command started by gpudoctor is stopped"""
 
 
 def _parse_gpus(value: str | None) -> frozenset[int] | None:
