@@ -258,7 +258,9 @@ def explain(code: str) -> None:
 
 
 def _wants_json(argv: list[str]) -> bool:
-    return "--json" in argv
+    """--json given to gpudoctor itself, not to a command it follows (`watch -- cmd --json`)."""
+    ours = argv[: argv.index("--")] if "--" in argv else argv
+    return "--json" in ours
 
 
 def _error_document(argv: list[str], kind: str, message: str, exit_code: int) -> str:
@@ -325,10 +327,7 @@ def run(argv: list[str] | None = None) -> None:
     except (click.exceptions.Abort, KeyboardInterrupt):
         _fail(argv, "interrupted", "interrupted", EXIT_INTERRUPTED, newline=True)
     except click.ClickException as exc:
-        if _wants_json(argv):
-            _fail(argv, "usage", exc.format_message(), EXIT_USAGE)
-        exc.show()
-        sys.exit(exc.exit_code)
+        _fail(argv, "usage", _one_line_usage(exc), exc.exit_code)
     except Exception as exc:  # noqa: BLE001  (never a traceback; GPUDOCTOR_DEBUG=1 shows it)
         if os.environ.get("GPUDOCTOR_DEBUG"):
             raise
@@ -340,6 +339,15 @@ def run(argv: list[str] | None = None) -> None:
         )
     else:
         sys.exit(0)
+
+
+def _one_line_usage(exc: click.ClickException) -> str:
+    """click's usage errors are three lines (usage, try, error); ours are one."""
+    message = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and ctx is not None:
+        message += f" (see `{ctx.command_path} --help`)"
+    return message
 
 
 def _output_failed(exc: OutputError) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from gpudoctor.cli_types import FiniteFloat
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
 
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -49,7 +50,7 @@ def bench() -> None:
 @click.option("--factor", type=click.IntRange(min=2), default=2, show_default=True, help="Size step factor.")
 @click.option("--iters", type=click.IntRange(min=1), default=None, help="Timed iterations per size.")
 @click.option("--warmup", type=click.IntRange(min=0), default=None, help="Warm-up iterations per size.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=300.0, show_default=True)
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=300.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def bench_allreduce(
     device: str,

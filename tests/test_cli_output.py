@@ -112,3 +112,24 @@ def test_an_interrupted_json_run_still_prints_one_document_and_leaves_no_rank(tm
     gone, alive = psutil.wait_procs(ranks, timeout=15)
     assert alive == []
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["check", "--bogus"], "No such option '--bogus'"),
+        (["explain"], "Missing argument 'CODE'"),
+        (["no-such-command"], "No such command"),
+    ],
+)
+def test_usage_errors_are_one_line(args: list[str], says: str) -> None:
+    out = gpudoctor(*args)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and says in out.stderr and "--help" in out.stderr
+
+
+def test_json_after_double_dash_belongs_to_the_followed_command() -> None:
+    env = {**os.environ, "GPUDOCTOR_WATCH_FAKE": "healthy:2"}
+    out = gpudoctor("watch", "--no-tui", "--gpus", "9", "--", "true", "--json", env=env)
+    assert out.returncode == 2
+    assert out.stdout == ""  # no JSON error document: gpudoctor was not asked for JSON
