@@ -108,3 +108,30 @@ def test_json_lines_errors_are_one_json_line(tmp_path: Path) -> None:
         jsonschema.validate(doc, SCHEMA["$defs"]["error_line"])
         assert doc["kind"] == "error" and doc["exit_code"] == 2 and doc["error"]["message"], case
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("gpudoctor: ")
+
+
+def test_an_unwritable_record_path_is_refused_before_the_job_starts(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    env = {**os.environ, "GPUDOCTOR_WATCH_FAKE": "healthy:2"}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpudoctor",
+            "watch",
+            "--no-tui",
+            "--record",
+            str(tmp_path / "no" / "such" / "x.jsonl"),
+            "--",
+            sys.executable,
+            "-c",
+            f"open({str(marker)!r}, 'w')",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert out.returncode == 3
+    assert "no directory" in out.stderr and out.stderr.count("\n") == 1
+    assert not marker.exists()  # the command never ran

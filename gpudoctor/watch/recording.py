@@ -129,8 +129,20 @@ def check_record_target(path: str, force: bool = False) -> None:
     """
     try:
         st = os.stat(path)
+    except FileNotFoundError:
+        # Checked here, before a followed job starts, not when the file is first written.
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise UserError(
+                f"cannot record to {path}: no directory {parent}", EXIT_UNAVAILABLE, "unavailable"
+            ) from None
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise UserError(
+                f"cannot record to {path}: {parent} is not writable", EXIT_UNAVAILABLE, "unavailable"
+            ) from None
+        return
     except OSError:
-        return  # not there (or not reachable): creating it says what is wrong
+        return  # not reachable: creating it says what is wrong
     if stat.S_ISREG(st.st_mode) and st.st_size > 0 and not force:
         raise UserError(f"{path} exists; use --force to overwrite it, or --record another file", EXIT_USAGE, "usage")
 
