@@ -207,3 +207,13 @@ def test_a_flapping_verdict_is_one_span_and_spans_are_capped() -> None:
     doc = flapping.to_json()
     assert doc["verdicts"][-1]["more_spans"] == 15 and "more_spans" not in doc["verdicts"][0]
     assert "+15 more times" in render_text(flapping)
+
+
+def test_one_straggler_pulls_the_balance_score_down_to_its_own_level() -> None:
+    """8 GPUs near 98% and one near 58%: every DDP step waits for that one."""
+    from pathlib import Path
+
+    from gpudoctor.watch.summary import summarize_recording
+
+    summary = summarize_recording(str(Path(__file__).parent / "fixtures" / "recordings" / "straggler.jsonl"))
+    assert summary.balance_score is not None and 50 <= summary.balance_score <= 65

@@ -74,11 +74,15 @@ class Summary:
 
     @property
     def balance_score(self) -> int | None:
-        """Mean of the GPUs' mean utilization over the busiest GPU's, in percent (100 = even)."""
+        """The least busy GPU's mean utilization over the busiest GPU's, in percent (100 = even).
+
+        The least busy GPU, not the average: in synchronous data parallel every step waits for
+        the slowest rank, so one straggler costs the whole job, however even the rest are.
+        """
         means = [g.util_sum / g.n for g in self.gpus.values() if g.n]
         if len(means) < 2 or max(means) <= 0:
             return None
-        return round(100 * (sum(means) / len(means)) / max(means))
+        return round(100 * min(means) / max(means))
 
     def to_json(self) -> dict[str, Any]:
         start = self.start or 0.0
@@ -236,7 +240,7 @@ def render_text(summary: Summary) -> str:
     score = summary.balance_score
     lines.append("")
     lines.append(
-        f"balance score: {score}/100 (mean utilization relative to the busiest GPU)"
+        f"balance score: {score}/100 (the least busy GPU's utilization relative to the busiest)"
         if score is not None
         else "balance score: n/a (needs two GPUs with utilization readings)"
     )
