@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from gpudoctor.probe.machine import collect_machine
 from gpudoctor.probe.nvml import Nvml
 from gpudoctor.snapshot import Missing, NvLink, XidEvent
 from tests.fakes.fake_nvml import FakeNvml
-from tests.fakes.machines import h100_gpu, h100_nvswitch_8x
+from tests.fakes.machines import h100_nvswitch_8x
 
 
 def write(root: Path, relative: str, content: str) -> None:
@@ -336,12 +337,13 @@ def test_fabric_manager_asked_only_with_nvswitch() -> None:
         asked.append(unit)
         return "inactive"
 
-    pcie_gpu = h100_gpu(0).__class__(**{**h100_gpu(0).__dict__, "nvlinks": Missing("unsupported")})
+    h100 = h100_nvswitch_8x().gpu(0)
+    pcie_gpu = dataclasses.replace(h100, nvlinks=Missing("unsupported"))
     assert driver.fabric_manager([pcie_gpu], systemctl).reason == "unsupported" and asked == []
     gpu_to_gpu = [NvLink(link=0, active=True, version=3, remote_bus_id="00000000:07:00.0", remote_type="gpu")]
-    bridged = h100_gpu(0).__class__(**{**h100_gpu(0).__dict__, "nvlinks": gpu_to_gpu})
+    bridged = dataclasses.replace(h100, nvlinks=gpu_to_gpu)
     assert driver.fabric_manager([bridged], systemctl).reason == "unsupported" and asked == []
-    assert driver.fabric_manager([h100_gpu(0)], systemctl) == "inactive"
+    assert driver.fabric_manager([h100], systemctl) == "inactive"
     assert asked == ["nvidia-fabricmanager"]
 
 

@@ -8,6 +8,8 @@ driver 550.54.15 with CUDA 12.4), and a PCIe box of RTX 4090s without NVLink or 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpudoctor.snapshot import (
     SCHEMA_VERSION,
     Driver,
@@ -17,14 +19,12 @@ from gpudoctor.snapshot import (
     GpuProcess,
     MigDevice,
     Missing,
-    NvLink,
     RemappedRows,
     Snapshot,
+    load,
 )
 
-H100_BUS_IDS = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
-NVSWITCH_BUS_IDS = ["00000000:05:00.0", "00000000:06:00.0", "00000000:07:00.0", "00000000:08:00.0"]
-SWITCH_OF_LINK = [0] * 5 + [1] * 4 + [2] * 4 + [3] * 5  # 18 links over 4 NVSwitches
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 UNSUPPORTED = Missing("unsupported")
 CREATED = "2024-11-14T07:00:14+00:00"
 
@@ -33,61 +33,10 @@ def cpus(lo: int, hi: int) -> list[int]:
     return list(range(lo, hi + 1))
 
 
-def h100_gpu(index: int) -> Gpu:
-    node = 0 if index < 4 else 1
-    affinity = cpus(0, 55) + cpus(112, 167) if node == 0 else cpus(56, 111) + cpus(168, 223)
-    return Gpu(
-        index=index,
-        uuid=f"GPU-{index:08x}-1d2c-4f3e-9a6b-5c4d3e2f10{index:02x}",
-        name="NVIDIA H100 80GB HBM3",
-        pci_bus_id=f"00000000:{H100_BUS_IDS[index]}:00.0",
-        memory_total_mib=81559,
-        memory_used_mib=1 if index else 513,
-        compute_capability="9.0",
-        vbios="96.00.74.00.01",
-        power_limit_w=700.0,
-        persistence_mode=True,
-        compute_mode="default",
-        mig_mode_current=False,
-        mig_mode_pending=False,
-        mig_devices=[],
-        ecc_mode_current=True,
-        ecc_mode_pending=True,
-        pcie_gen_current=5,
-        pcie_gen_max=5,
-        pcie_width_current=16,
-        pcie_width_max=16,
-        nvlinks=[
-            NvLink(
-                link=i, active=True, version=4, remote_bus_id=NVSWITCH_BUS_IDS[SWITCH_OF_LINK[i]], remote_type="switch"
-            )
-            for i in range(18)
-        ],
-        numa_node=node,
-        cpu_affinity=affinity,
-        ecc_uncorrected_volatile=0,
-        ecc_uncorrected_aggregate=0,
-        retired_pages_pending=UNSUPPORTED,  # "Pending Page Blacklist: N/A" on H100
-        remapped_rows=RemappedRows(correctable=0, uncorrectable=0, pending=False, failed=False),
-        clock_event_reasons=0x1,  # idle
-        fabric=FabricInfo(state="completed", status="success", health="healthy"),
-        processes=[GpuProcess(pid=424242, used_memory_mib=512)] if index == 0 else [],
-        temperature_c=30 + index,
-        power_draw_w=100.89,
-    )
-
-
 def h100_nvswitch_8x() -> Snapshot:
-    gpus = [h100_gpu(i) for i in range(8)]
-    pairs = [
-        GpuPair(a=a, b=b, pcie_level="NODE" if (a < 4) == (b < 4) else "SYS", p2p_read="ok", p2p_write="ok")
-        for a in range(8)
-        for b in range(a + 1, 8)
-    ]
-    driver = Driver(driver_version="550.54.15", cuda_driver_version="12.4", nvml_version="12.550.54.15")
-    return Snapshot(
-        schema_version=SCHEMA_VERSION, created="2024-11-14T07:00:14+00:00", gpus=gpus, pairs=pairs, driver=driver
-    )
+    """The recorded 8x H100 HGX fixture (tests/fixtures/h100_sxm_8x.json), so the probe's round
+    trip and the checks read one and the same machine."""
+    return load(FIXTURES / "h100_sxm_8x.json")
 
 
 def rtx4090_gpu(index: int) -> Gpu:
@@ -139,7 +88,7 @@ def rtx4090_pcie_2x() -> Snapshot:
 
 def a100_mig_gpu() -> Gpu:
     """An A100 with MIG on: 4 slices of 19968 MiB in slots 0, 1, 2 and 5 (slot 3, 4 empty)."""
-    gpu = h100_gpu(0)
+    gpu = h100_nvswitch_8x().gpu(0)
     return Gpu(
         **{
             **gpu.__dict__,
