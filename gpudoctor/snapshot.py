@@ -419,25 +419,7 @@ def load(path: str | Path) -> Snapshot:
 
 
 def write(snapshot: Snapshot, path: str | Path) -> None:
-    """Write a snapshot file without ever leaving half of one behind.
+    """Write a snapshot file whole, through gpudoctor.safe_io (no link followed, never half a file)."""
+    from gpudoctor.safe_io import write_text
 
-    A regular file (or a new one) is replaced atomically through a temporary file beside it; a
-    symlink is followed, so the link stays and its target gets the snapshot. Anything else that
-    is not a directory (a FIFO, /dev/stdout, a device) is written in place, as `>` would.
-    """
-    path = Path(path)
-    if path.is_dir():
-        raise IsADirectoryError(21, "is a directory", str(path))
-    if path.is_symlink():
-        path = path.resolve()
-    text = dumps(snapshot)
-    if path.exists() and not path.is_file():
-        with open(path, "w", encoding="utf-8") as out:
-            out.write(text)
-        return
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text(path, dumps(snapshot))

@@ -18,11 +18,12 @@ def h100() -> snap.Snapshot:
     return snap.load(FIXTURES / "h100_sxm_8x.json")
 
 
-def test_writing_through_a_symlink_keeps_the_link_and_fills_its_target(tmp_path: Path) -> None:
+def test_a_symlink_at_the_output_path_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    (tmp_path / "target.json").write_text("precious")
     (tmp_path / "link.json").symlink_to("target.json")
-    snap.write(h100(), tmp_path / "link.json")
-    assert (tmp_path / "link.json").is_symlink()
-    assert snap.load(tmp_path / "target.json").gpus == h100().gpus
+    with pytest.raises(OSError, match="symbolic link"):
+        snap.write(h100(), tmp_path / "link.json")
+    assert (tmp_path / "target.json").read_text() == "precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "target.json"]  # no temp file left
 
 
@@ -38,13 +39,18 @@ def test_writing_to_a_fifo_streams_into_it_instead_of_replacing_it(tmp_path: Pat
     assert len(snap.loads(received[0]).gpus) == 8
 
 
-def test_a_failed_write_leaves_the_old_file_intact(tmp_path: Path) -> None:
+def test_a_failed_write_leaves_the_old_file_intact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "snap.json"
     target.write_text("old")
-    (tmp_path / ".snap.json.tmp").mkdir()  # the temporary file cannot be created
-    with pytest.raises(OSError):
+
+    def disk_full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space"):
         snap.write(h100(), target)
     assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["snap.json"]
 
 
 def _doc() -> dict:

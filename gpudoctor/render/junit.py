@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from gpudoctor.findings import Report, Status
+from gpudoctor.safe_io import write_text
 
 
 def junit_tree(report: Report) -> ET.ElementTree:
@@ -45,4 +47,6 @@ def junit_tree(report: Report) -> ET.ElementTree:
 def write_junit(report: Report, path: str | Path) -> None:
     tree = junit_tree(report)
     ET.indent(tree)
-    tree.write(path, encoding="utf-8", xml_declaration=True)
+    buf = io.BytesIO()
+    tree.write(buf, encoding="utf-8", xml_declaration=True)
+    write_text(path, buf.getvalue().decode("utf-8"))

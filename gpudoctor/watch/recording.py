@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
+from gpudoctor.safe_io import check_target, open_stream
 from gpudoctor.watch.model import Sample, plural
 
 FORMAT = "gpudoctor-watch"
@@ -73,7 +74,7 @@ class RecordWriter:
         self.samples = 0  # written in full
         self.error: str | None = None  # why recording stopped early
         try:
-            self._file: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed in close())
+            self._file: IO[str] = open_stream(path)  # closed in close()
         except OSError as exc:
             raise UserError(f"cannot write recording {path}: {exc.strerror}", EXIT_UNAVAILABLE, "unavailable") from None
         if not self._write({"format": FORMAT, "version": FORMAT_VERSION, **header}):
@@ -125,24 +126,21 @@ class RecordWriter:
 def check_record_target(path: str, force: bool = False) -> None:
     """`--record FILE` never overwrites a file that holds something, unless told to (--force).
 
-    An empty file, or something that is not a regular file (/dev/null, a FIFO), is written to as is.
+    An empty file is replaced by the recording; a FIFO or a device (/dev/null) is written in place;
+    a symbolic link or a directory is refused (gpudoctor.safe_io).
     """
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
+        st = check_target(path)
+    except OSError as exc:
+        raise UserError(f"cannot record to {path}: {exc.strerror}", EXIT_UNAVAILABLE, "unavailable") from None
+    if st is None:
         # Checked here, before a followed job starts, not when the file is first written.
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
-            raise UserError(
-                f"cannot record to {path}: no directory {parent}", EXIT_UNAVAILABLE, "unavailable"
-            ) from None
+            raise UserError(f"cannot record to {path}: no directory {parent}", EXIT_UNAVAILABLE, "unavailable")
         if not os.access(parent, os.W_OK | os.X_OK):
-            raise UserError(
-                f"cannot record to {path}: {parent} is not writable", EXIT_UNAVAILABLE, "unavailable"
-            ) from None
+            raise UserError(f"cannot record to {path}: {parent} is not writable", EXIT_UNAVAILABLE, "unavailable")
         return
-    except OSError:
-        return  # not reachable: creating it says what is wrong
     if stat.S_ISREG(st.st_mode) and st.st_size > 0 and not force:
         raise UserError(f"{path} exists; use --force to overwrite it, or --record another file", EXIT_USAGE, "usage")
 

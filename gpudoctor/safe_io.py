@@ -1,0 +1,116 @@
+"""Every file gpudoctor writes goes through here: safe against a planted symlink on a shared machine.
+
+gpudoctor often runs as root on shared servers, and its outputs (snapshots, reports, JUnit,
+recordings, metrics) are written to paths like /tmp/report.json that another user could have
+prepared. The rules, for every output:
+
+- A symbolic link at the path is refused, never followed or resolved: a link planted at
+  /tmp/report.json -> /etc/shadow must not let gpudoctor overwrite the target (CWE-59).
+- A regular file is never opened for writing in place (a hard link planted in a world-writable
+  directory would point at someone else's file). The output is written to a temporary file
+  created beside it with O_CREAT|O_EXCL|O_NOFOLLOW under an unpredictable name (`mkstemp`), then
+  renamed over the path: readers see the old file or the new one, never half of one.
+- A FIFO or a character device (`/dev/null`, a pipe made with mkfifo) is written in place, as
+  `>` would, opened with O_NOFOLLOW and without O_CREAT.
+- Permissions are those of a file the shell would create (0666 less the umask), or the mode of
+  the file being replaced.
+
+`write_text` is for documents written whole; `open_stream` for files written line by line
+(`watch --record`): the stream is a new file from its first byte, renamed into place at once,
+so it never truncates an existing inode either.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import IO
+
+__all__ = ["check_target", "open_stream", "write_text"]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def check_target(path: str | Path) -> os.stat_result | None:
+    """lstat of `path` (None: absent), refusing what gpudoctor never writes through: a link, a directory.
+
+    Callers that must refuse a bad target before work starts (`watch --record` before the followed
+    command) call this early; the writers below call it again when they write.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        raise OSError(errno.ELOOP, "is a symbolic link (gpudoctor does not write through links; name its target)")
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory")
+    return st
+
+
+def _in_place(st: os.stat_result | None) -> bool:
+    return st is not None and (stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode))
+
+
+def _open_in_place(path: Path) -> IO[str]:
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    return os.fdopen(fd, "w", encoding="utf-8")
+
+
+def _new_beside(path: Path, st: os.stat_result | None) -> tuple[IO[str], Path]:
+    """A new, empty, exclusively created file in `path`'s directory, and its name."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    mode = stat.S_IMODE(st.st_mode) if st is not None and stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
+    try:
+        os.fchmod(fd, mode)
+    except OSError:
+        pass  # a filesystem without modes (vfat) keeps mkstemp's 0600, which is safe
+    return os.fdopen(fd, "w", encoding="utf-8"), Path(tmp)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write `text` to `path` whole: readers see the old file or the new one, never a part."""
+    path = Path(path)
+    st = check_target(path)
+    if _in_place(st):
+        with _open_in_place(path) as out:
+            out.write(text)
+        return
+    out, tmp = _new_beside(path, st)
+    try:
+        with out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def open_stream(path: str | Path) -> IO[str]:
+    """A text stream for a file written bit by bit (a recording): a new file, already in place.
+
+    Whether an existing file may be replaced is the caller's decision (`watch --record` refuses a
+    non-empty one without --force); this only makes sure the replacement is a new file and no link
+    is followed.
+    """
+    path = Path(path)
+    st = check_target(path)
+    if _in_place(st):
+        return _open_in_place(path)
+    out, tmp = _new_beside(path, st)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        out.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    return out
