@@ -1,3 +1,34 @@
-"""gpudoctor: is this machine ready for multi-GPU PyTorch training, and is the run balanced?"""
+"""gpudoctor: is this machine ready for multi-GPU PyTorch training, and is the run balanced?
+
+The Python API (gpudoctor/api.py), imported on first use so that `import gpudoctor` stays light:
+
+    import gpudoctor
+    gpudoctor.preflight(expect_gpus=8)   # raises gpudoctor.PreflightError listing what fails
+    report = gpudoctor.run_checks(quick=True)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from gpudoctor.api import PreflightError, diff_report, preflight, run_checks
+    from gpudoctor.errors import UserError
+
+__all__ = ["PreflightError", "UserError", "__version__", "diff_report", "preflight", "run_checks"]
+
+_API = {"run_checks", "preflight", "PreflightError", "diff_report"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from gpudoctor import api
+
+        return getattr(api, name)
+    if name == "UserError":
+        from gpudoctor.errors import UserError
+
+        return UserError
+    raise AttributeError(f"module 'gpudoctor' has no attribute {name!r}")

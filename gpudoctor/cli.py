@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import socket
 import sys
 from typing import Any
 
@@ -14,7 +13,6 @@ import click
 from gpudoctor import __version__
 from gpudoctor.cli_types import FiniteFloat
 from gpudoctor.errors import EXIT_INTERRUPTED, EXIT_UNAVAILABLE, EXIT_USAGE, UserError
-from gpudoctor.snapshot import now_iso
 
 EXIT_CODES_HELP = """\b
 Exit codes:
@@ -35,29 +33,25 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(t.strip() for v in values for t in v.split(",") if t.strip())
 
 
-def load_snapshot(path: str | None) -> Any:
-    """The recorded snapshot at `path`, or a fresh probe of this machine."""
-    from gpudoctor import snapshot as snap
-
-    if path is None:
-        from gpudoctor.probe import collect
-
-        return collect()
-    try:
-        return snap.load(path)
-    except snap.SnapshotError as exc:
-        raise UserError(f"cannot use snapshot {exc}", EXIT_USAGE, "input") from None
-
-
 @main.command(epilog=EXIT_CODES_HELP)
 @click.option("--snapshot", "snapshot_path", metavar="FILE", help="Check a recorded snapshot instead of this machine.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: gpudoctor/schemas).")
 @click.option("--junit", "junit_path", metavar="FILE", help="Also write the findings as JUnit XML.")
+@click.option(
+    "--prometheus", "prometheus_path", metavar="FILE", help="Also write metrics for node_exporter's textfile collector."
+)
+@click.option(
+    "--github/--no-github",
+    "github",
+    default=None,
+    help="GitHub Actions job summary and annotations (default: on when GITHUB_ACTIONS=true).",
+)
 @click.option("--quick", is_flag=True, help="Skip the checks that run workloads (no torch import).")
 @click.option("--select", multiple=True, metavar="CODES", help="Only these codes, prefixes (GD4) or check names.")
 @click.option("--ignore", multiple=True, metavar="CODES", help="Leave out these codes, prefixes or check names.")
 @click.option("--expect-gpus", type=click.IntRange(min=1), help="Fail when fewer GPUs are visible.")
-@click.option("--fail-on", type=click.Choice(["warn", "fail"]), default="fail", show_default=True)
+@click.option("--expect-model", metavar="NAME", help="Fail when a visible GPU's name does not contain NAME (GD010).")
+@click.option("--fail-on", type=click.Choice(["warn", "fail"]), help="What makes the exit code 1.  [default: fail]")
 @click.option(
     "--device",
     type=click.Choice(["auto", "cuda", "cpu"]),
@@ -70,106 +64,96 @@ def load_snapshot(path: str | None) -> Any:
     "--timeout",
     "timeout_s",
     type=FiniteFloat(min=1),
-    default=120.0,
-    show_default=True,
-    help="Deadline in seconds for all workloads together.",
+    help="Deadline in seconds for all workloads together.  [default: 120]",
 )
-@click.option("--min-busbw", type=FiniteFloat(min=0), help="Required all-reduce busbw in GB/s.")
-@click.option("--allow-mig", is_flag=True, help="Do not fail multi-GPU checks on MIG-enabled GPUs.")
+@click.option(
+    "--min-busbw",
+    metavar="GB/s|N%",
+    help="Required all-reduce busbw: GB/s, or a share of the expected busbw (80%).",
+)
+@click.option("--allow-mig", is_flag=True, default=None, help="Do not fail multi-GPU checks on MIG-enabled GPUs.")
 @click.option(
     "--ram-per-gpu",
     "ram_per_gpu_gb",
     type=FiniteFloat(min=0),
-    default=16.0,
-    show_default=True,
     metavar="GiB",
-    help="Host RAM wanted per visible GPU (GD501).",
+    help="Host RAM wanted per visible GPU (GD501).  [default: 16]",
 )
-@click.option("-v", "--verbose", is_flag=True, help="Show passing findings too.")
+@click.option("--baseline", metavar="FILE", help="Compare with a saved `check --json` report or a snapshot.")
+@click.option("--tolerance", metavar="N%", help="Regression allowed against --baseline.  [default: 10%]")
+@click.option(
+    "--config",
+    "config_path",
+    metavar="FILE",
+    help="Policy file (default: gpudoctor.toml or pyproject.toml found upwards).",
+)
+@click.option("--no-config", is_flag=True, help="Use no policy file.")
+@click.option("-v", "--verbose", count=True, help="-v: every check with its tables; -vv: passing findings too.")
 def check(
     snapshot_path: str | None,
     as_json: bool,
     junit_path: str | None,
+    prometheus_path: str | None,
+    github: bool | None,
     quick: bool,
     select: tuple[str, ...],
     ignore: tuple[str, ...],
     expect_gpus: int | None,
-    fail_on: str,
+    expect_model: str | None,
+    fail_on: str | None,
     device: str,
     ranks: int | None,
-    timeout_s: float,
-    min_busbw: float | None,
-    allow_mig: bool,
-    ram_per_gpu_gb: float,
-    verbose: bool,
+    timeout_s: float | None,
+    min_busbw: str | None,
+    allow_mig: bool | None,
+    ram_per_gpu_gb: float | None,
+    baseline: str | None,
+    tolerance: str | None,
+    config_path: str | None,
+    no_config: bool,
+    verbose: int,
 ) -> None:
     """Check that this machine (or a recorded snapshot) is ready for a multi-GPU run."""
-    from gpudoctor.findings import Report, Status
-    from gpudoctor.registry import (
-        CheckContext,
-        CheckOptions,
-        Selection,
-        SelectionError,
-        load_all,
-        run_checks,
-    )
+    from gpudoctor.api import run_checks
+    from gpudoctor.render.outputs import Outputs
 
-    if ranks is not None and device != "cpu":
-        raise UserError("--ranks needs --device cpu (on GPUs there is one rank per visible GPU)", EXIT_USAGE, "usage")
-    load_all()
-    selection = Selection(_split(select), _split(ignore))
-    try:
-        selection.validate()
-    except SelectionError as exc:
-        raise UserError(str(exc), EXIT_USAGE, "usage") from None
-    # Workloads on a recorded snapshot would measure this machine, not the recorded one.
-    options = CheckOptions(
+    if config_path and no_config:
+        raise UserError("--config and --no-config contradict each other", EXIT_USAGE, "usage")
+    quiet = _quiet_rank(os.environ)
+    outputs = Outputs(junit_path, prometheus_path, github) if not quiet else Outputs(github=False)
+    outputs.precheck()
+    report = run_checks(
+        snapshot=snapshot_path,
+        quick=quick,
         expect_gpus=expect_gpus,
-        quick=quick or snapshot_path is not None,
+        expect_model=expect_model,
+        select=_split(select),
+        ignore=_split(ignore),
+        fail_on=fail_on,
         device=device,
         ranks=ranks,
         timeout_s=timeout_s,
-        min_busbw_gbps=min_busbw,
+        min_busbw=min_busbw,
         allow_mig=allow_mig,
         ram_per_gpu_gb=ram_per_gpu_gb,
+        baseline=baseline,
+        tolerance=tolerance,
+        config=config_path,
+        use_config=not no_config,
+        progress=_progress_printer(as_json),
     )
-    snapshot = load_snapshot(snapshot_path)
-    ctx = CheckContext(snapshot, options, progress=_progress_printer(as_json))
-    results = run_checks(ctx, selection)
-    if not results:
-        # A gate that checked nothing must not say READY.
-        from gpudoctor.registry import CHECKS
-
-        active = [c.name for c in CHECKS.values() if c.active and selection.wants_check(c)]
-        why = f" ({', '.join(active)} run workloads, which --quick and --snapshot skip)" if active else ""
-        raise UserError(f"no check ran: --select/--ignore left nothing to run{why}", EXIT_USAGE, "usage")
-    report = Report(
-        command="check",
-        source=snapshot_path or "live",
-        created=now_iso(),
-        gpudoctor_version=__version__,
-        # A replayed snapshot names the machine it recorded, never this one.
-        hostname=snapshot.host.hostname or ("" if snapshot_path else socket.gethostname()),
-        checks=results,
-        fail_on=Status(fail_on),
-        nodes=ctx.active_run.report_nodes() if ctx.active_run is not None else [],
-    )
-    if junit_path:
-        from gpudoctor.render.junit import write_junit
-
-        try:
-            write_junit(report, junit_path)
-        except OSError as exc:
-            raise UserError(
-                f"cannot write JUnit file {junit_path}: {exc.strerror}", EXIT_UNAVAILABLE, "unavailable"
-            ) from None
-    quiet = _quiet_rank(os.environ)
     if quiet:
         # torchrun merges its local ranks' stdout: one report per node keeps --json parseable.
         counts = ", ".join(f"{n} {s}" for s, n in report.counts().items() if n)
         click.echo(f"gpudoctor: {quiet}: {counts}; local rank 0 prints the report", err=True)
         sys.exit(report.exit_code)
-    _verdict[0] = report.exit_code  # what a closed pipe (`| head`) still exits with
+    _print_report(report, as_json, verbose, outputs)
+
+
+def _print_report(report: Any, as_json: bool, verbose: int, outputs: Any) -> None:
+    """Side outputs, then the report; an output that failed is a line on stderr and exit 3."""
+    problems = outputs.write(report, sys.stderr)
+    _verdict[0] = EXIT_UNAVAILABLE if problems else report.exit_code  # what a closed pipe still exits with
     if as_json:
         from gpudoctor.render.json import dumps, report_document
 
@@ -178,7 +162,58 @@ def check(
         from gpudoctor.render.text import render_report
 
         render_report(report, _console(), verbose=verbose)
-    sys.exit(report.exit_code)
+    for problem in problems:
+        click.echo(f"gpudoctor: {problem}", err=True)
+    sys.exit(_verdict[0])
+
+
+@main.command(epilog=EXIT_CODES_HELP)
+@click.argument("before", metavar="A")
+@click.argument("after", metavar="B")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: gpudoctor/schemas).")
+@click.option("--tolerance", metavar="N%", help="Regression allowed from A to B.  [default: 10%]")
+@click.option("--fail-on", type=click.Choice(["warn", "fail"]), help="What makes the exit code 1.  [default: fail]")
+@click.option("--ignore", multiple=True, metavar="CODES", help="Leave out these codes (GD011-GD016).")
+@click.option("--junit", "junit_path", metavar="FILE", help="Also write the findings as JUnit XML.")
+@click.option("--github/--no-github", "github", default=None, help="GitHub Actions summary and annotations.")
+@click.option("--config", "config_path", metavar="FILE", help="Policy file for tolerance, fail-on, ignore, severity.")
+@click.option("--no-config", is_flag=True, help="Use no policy file.")
+@click.option("-v", "--verbose", count=True, help="-v: every comparison; -vv: passing findings too.")
+def diff(
+    before: str,
+    after: str,
+    as_json: bool,
+    tolerance: str | None,
+    fail_on: str | None,
+    ignore: tuple[str, ...],
+    junit_path: str | None,
+    github: bool | None,
+    config_path: str | None,
+    no_config: bool,
+    verbose: int,
+) -> None:
+    """Compare two saved reports (`check --json`) or snapshots: A the reference, B the one judged.
+
+    Two nodes of a cluster, or one node before and after maintenance: GPU count, models, UUIDs,
+    driver, VBIOS and links, then busbw, DDP step time and P2P bandwidth beyond the tolerance.
+    """
+    from gpudoctor.api import diff_report
+    from gpudoctor.render.outputs import Outputs
+
+    if config_path and no_config:
+        raise UserError("--config and --no-config contradict each other", EXIT_USAGE, "usage")
+    outputs = Outputs(junit_path, None, github)
+    outputs.precheck()
+    report = diff_report(
+        before,
+        after,
+        tolerance=tolerance,
+        fail_on=fail_on,
+        ignore=_split(ignore),
+        config=config_path,
+        use_config=not no_config,
+    )
+    _print_report(report, as_json, verbose, outputs)
 
 
 def _quiet_rank(environ: Any) -> str | None:

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+# Bumped by a change that breaks a reader of the report JSON (CHANGELOG.md lists each version);
+# fields added for new readers (facts, measurements, policy in 0.2) keep it.
 REPORT_SCHEMA_VERSION = 1
 
 
@@ -92,6 +94,10 @@ class Report:
     checks: list[CheckResult]
     fail_on: Status = Status.FAIL
     nodes: list[dict[str, Any]] = field(default_factory=list)  # one row per node (multi-node)
+    # What a later comparison needs (facts.py): the machine's facts and the run's measurements.
+    facts: dict[str, Any] | None = None
+    measurements: dict[str, Any] = field(default_factory=dict)
+    policy: dict[str, Any] | None = None  # the policy file used and what it set (policy.py)
 
     @property
     def findings(self) -> list[Finding]:
@@ -121,4 +127,7 @@ class Report:
             "summary": self.counts(),
             "checks": [c.to_json() for c in self.checks],
             "nodes": self.nodes,
+            "policy": self.policy,
+            "facts": self.facts,
+            "measurements": self.measurements,
         }

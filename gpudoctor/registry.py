@@ -32,13 +32,14 @@ if TYPE_CHECKING:
 CODE_RE = re.compile(r"^GD\d{3}$")
 
 # Modules that declare finding codes raised outside `gpudoctor check` (watch verdicts).
-CODE_MODULES = ["gpudoctor.watch.codes"]
+CODE_MODULES = ["gpudoctor.watch.codes", "gpudoctor.compare"]
 
 # Modules under gpudoctor/checks/, in the order their results are shown.
 CHECK_MODULES = [
     "nvml",
     "driver_stack",
     "visibility",
+    "expected",
     "launch_port",
     "identity",
     "topology",
@@ -78,6 +79,9 @@ class Check:
     # driver and at least one GPU), "visible" (and at least one GPU the run will see).
     # Without it the registry gives one `skip` finding instead of running the check.
     needs: str = ""
+    # Runs only when the options ask for it (e.g. a policy's expect-model); otherwise it is not
+    # part of the run at all, rather than a check that passes having looked at nothing.
+    wanted: Callable[[CheckOptions], bool] | None = None
 
     @property
     def code_ids(self) -> tuple[str, ...]:
@@ -108,7 +112,13 @@ NEEDS = ("", "gpus", "visible")
 
 
 def check(
-    name: str, title: str, codes: Iterable[Code], *, active: bool = False, needs: str = ""
+    name: str,
+    title: str,
+    codes: Iterable[Code],
+    *,
+    active: bool = False,
+    needs: str = "",
+    wanted: Callable[[CheckOptions], bool] | None = None,
 ) -> Callable[[Callable[[CheckContext], Any]], Callable[[CheckContext], Any]]:
     codes = tuple(codes)
     if needs not in NEEDS:
@@ -122,7 +132,7 @@ def check(
                 raise ValueError(f"finding code {c.code} registered twice")
             CODES[c.code] = c
             CODE_OWNER[c.code] = name
-        CHECKS[name] = Check(name, title, codes, func, active, needs)
+        CHECKS[name] = Check(name, title, codes, func, active, needs, wanted)
         return func
 
     return register
@@ -157,6 +167,10 @@ class CheckOptions:
     busbw_fail_ratio: float = 0.5  # below this: fail
     ram_per_gpu_gb: float = 16.0
     allow_mig: bool = False
+    # From a policy (policy.py); None: the check's own default.
+    expect_model: str | None = None  # every visible GPU's name contains this (GD010)
+    min_shm_bytes: int | None = None  # /dev/shm wanted (GD501's max(512 MiB, 128 MiB per GPU) otherwise)
+    collectives: tuple[str, ...] | None = None  # the collectives `check` judges (issue 12)
 
 
 @dataclass
@@ -269,6 +283,8 @@ def run_checks(
         if not selection.wants_check(chk):
             continue
         if chk.active and ctx.options.quick:
+            continue
+        if chk.wanted is not None and not chk.wanted(ctx.options):
             continue
         if on_start is not None:
             on_start(chk)

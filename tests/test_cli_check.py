@@ -48,7 +48,8 @@ def test_ignore_by_check_name_drops_the_check(capsys: pytest.CaptureFixture[str]
 
 
 def test_text_output_shows_the_topology_matrix(capsys: pytest.CaptureFixture[str]) -> None:
-    r = run_cli(capsys, "check", "--snapshot", H100, "--select", "topology")
+    # -v: the compact default shows tables only for a check that is not a pass (test_gates_text.py).
+    r = run_cli(capsys, "check", "--snapshot", H100, "--select", "topology", "-v")
     assert r.exit_code == 0
     assert "GPU topology (as nvidia-smi topo -m)" in r.out
     row = next(line for line in r.out.splitlines() if line.startswith("GPU3 "))

@@ -114,7 +114,7 @@ def shm(ctx: CheckContext, gpus: list[Gpu]) -> list[Finding]:
     if not known(total) or not gpus:
         return []
     n = len(gpus)
-    want = max(SHM_FLOOR, SHM_PER_GPU * n)
+    want = ctx.options.min_shm_bytes or max(SHM_FLOOR, SHM_PER_GPU * n)  # a policy's min-shm wins
     relieved = _nccl_avoids_shm(ctx.snapshot)
     evidence: dict[str, Any] = {
         "shm_bytes": total,

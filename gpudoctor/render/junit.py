@@ -1,4 +1,11 @@
-"""JUnit XML: one testsuite per check, one testcase per finding, for CI dashboards."""
+"""JUnit XML: one testsuite per check, one testcase per finding, for CI dashboards.
+
+Mapping (docs/gates.md): `fail` -> <failure>; `error` (the check crashed) -> <error>; `skip` ->
+<skipped>; `warn` -> <failure type="warn"> under --fail-on warn, otherwise a passing test case
+whose <system-out> starts with "warning:"; `pass` -> a passing test case. Test case names are
+"<code> <subject>", made unique within their suite with " #2", " #3"... in report order:
+GitLab keeps only the first of two test cases with the same name.
+"""
 
 from __future__ import annotations
 
@@ -30,8 +37,13 @@ def junit_tree(report: Report) -> ET.ElementTree:
             skipped=str(skipped),
             time=f"{result.duration_s:.3f}",
         )
+        seen: dict[str, int] = {}
         for f in result.findings:
-            case = ET.SubElement(suite, "testcase", classname=f"gpudoctor.{result.name}", name=f"{f.code} {f.subject}")
+            name = f"{f.code} {f.subject}"
+            seen[name] = seen.get(name, 0) + 1
+            if seen[name] > 1:
+                name = f"{name} #{seen[name]}"
+            case = ET.SubElement(suite, "testcase", classname=f"gpudoctor.{result.name}", name=name)
             body = f"{f.message}\nhint: {f.hint}" if f.hint else f.message
             if f.status == Status.ERROR:
                 ET.SubElement(case, "error", message=f.message).text = body

@@ -1,4 +1,12 @@
-"""Human output: grouped by check, coloured by status, with a summary line."""
+"""Human output: grouped by check, coloured by status, with a summary line.
+
+Three levels of detail (`-v` counts):
+  0  compact, the default (like `flutter doctor`): one line per check with a mark; the findings,
+     hints and tables only of checks that are not a pass. A healthy 8-GPU machine fits a screen.
+  1  every check with its non-pass findings, a one-line summary of its passes, and its tables
+     (the topology matrix).
+  2  every finding, passes included.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +26,9 @@ STYLE = {
     Status.ERROR: "bold magenta",
 }
 LABEL = {Status.PASS: "PASS", Status.SKIP: "SKIP", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.ERROR: "ERR "}
+# The compact view's marks; the ASCII set where the output cannot encode the others.
+MARK = {Status.PASS: "[✓]", Status.SKIP: "[-]", Status.WARN: "[!]", Status.FAIL: "[✗]", Status.ERROR: "[?]"}
+ASCII_MARK = {Status.PASS: "[+]", Status.SKIP: "[-]", Status.WARN: "[!]", Status.FAIL: "[x]", Status.ERROR: "[?]"}
 
 
 def status_text(status: Status) -> Text:
@@ -89,10 +100,54 @@ def summary_line(report: Report) -> Text:
     return text
 
 
-def render_report(report: Report, console: Console, verbose: bool = False) -> None:
-    console.print(Text(f"gpudoctor {report.gpudoctor_version} check on {report.source}", style="bold"))
+def _marks(console: Console) -> dict[Status, str]:
+    try:
+        "".join(MARK.values()).encode(console.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return ASCII_MARK
+    return MARK
+
+
+def pass_summary(result: CheckResult) -> str:
+    """A check's passes (or skips) in one line: the first message and how many more."""
+    shown = [f for f in result.findings if f.status == result.status] or result.findings
+    if not shown:
+        return ""
+    more = f" (+{len(shown) - 1} more)" if len(shown) > 1 else ""
+    return f"{shown[0].message}{more}"
+
+
+def render_compact(console: Console, result: CheckResult, marks: dict[Status, str]) -> None:
+    head = Text()
+    head.append(marks[result.status], style=STYLE[result.status])
+    head.append(f" {result.title}", style="bold" if result.status.rank else "")
+    if result.status in (Status.PASS, Status.SKIP):
+        summary = pass_summary(result)
+        if summary:
+            head.append(f": {summary}", style="dim")
+        console.print(head)
+        return
+    console.print(head)
+    for f in result.findings:
+        if f.status not in (Status.PASS, Status.SKIP):
+            for line in finding_lines(f, False):
+                console.print(line)
+    for spec in result.details.get("tables", []):
+        console.print(render_table(spec))
+
+
+def render_report(report: Report, console: Console, verbose: int | bool = 0) -> None:
+    head = f"gpudoctor {report.gpudoctor_version} {report.command} on {report.source}"
+    if report.policy:
+        head += f" (policy {report.policy['path']})"
+    console.print(Text(head, style="bold"))
+    level = int(verbose)
+    marks = _marks(console)
     for result in report.checks:
-        render_check(console, result, verbose)
+        if level == 0:
+            render_compact(console, result, marks)
+        else:
+            render_check(console, result, level >= 2)
     if report.nodes:
         rows = [
             [

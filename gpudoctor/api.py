@@ -1,0 +1,319 @@
+"""The Python API: `run_checks` (what `gpudoctor check` does) and `preflight` (a gate for training scripts).
+
+    import gpudoctor
+
+    gpudoctor.preflight(expect_gpus=8)            # raises gpudoctor.PreflightError listing what fails
+    report = gpudoctor.run_checks(quick=True)      # the Report object, as `check --json` writes it
+
+Both read the team's policy the way the CLI does (policy.py: `gpudoctor.toml` or `[tool.gpudoctor]`
+found upwards of the current directory; `config=` names one, `use_config=False` uses none), and
+arguments given here win over it. With `quick=True` nothing is spawned and torch is not imported.
+Errors the caller can act on (a bad policy file, an unreadable snapshot or baseline, an unknown
+code) raise `gpudoctor.UserError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpudoctor import __version__
+from gpudoctor.errors import EXIT_USAGE, UserError
+from gpudoctor.findings import CheckResult, Finding, Report, Status
+
+if TYPE_CHECKING:
+    from gpudoctor.policy import Policy
+    from gpudoctor.snapshot import Snapshot
+
+__all__ = ["PreflightError", "preflight", "run_checks"]
+
+
+class PreflightError(RuntimeError):
+    """The machine is not ready: `failures` are the findings at or above `fail_on`, `report` the whole run."""
+
+    def __init__(self, report: Report) -> None:
+        self.report = report
+        self.failures: list[Finding] = [f for f in report.findings if f.status.rank >= report.fail_on.rank]
+        lines = [f"gpudoctor preflight: {len(self.failures)} finding(s) at or above {report.fail_on.value}:"]
+        for f in self.failures:
+            lines.append(f"  {f.status.value.upper()} {f.code} {f.subject}: {f.message}")
+            if f.hint:
+                lines.append(f"    hint: {f.hint}")
+        super().__init__("\n".join(lines))
+
+
+def run_checks(
+    *,
+    snapshot: str | Path | Snapshot | None = None,
+    quick: bool = False,
+    expect_gpus: int | None = None,
+    expect_model: str | None = None,
+    select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    fail_on: str | None = None,
+    device: str = "auto",
+    ranks: int | None = None,
+    timeout_s: float | None = None,
+    min_busbw: float | str | None = None,
+    allow_mig: bool | None = None,
+    ram_per_gpu_gb: float | None = None,
+    baseline: str | Path | None = None,
+    tolerance: float | str | None = None,
+    config: str | Path | None = None,
+    use_config: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
+    """Run the checks of `gpudoctor check` and return the report (`report.exit_code`, `report.findings`).
+
+    snapshot: a recorded snapshot (path or object) instead of probing this machine (implies quick).
+    quick: only the static checks: no ranks spawned, no torch import.
+    select/ignore: codes (GD401), prefixes (GD4) or check names; `ignore` adds to the policy's.
+    min_busbw: GB/s, or a share of the expected busbw such as "80%".
+    baseline: a saved `check --json` report or a snapshot to compare with (GD011-GD016),
+    `tolerance` (default 10%, "10%" or 0.1) for its measured regressions.
+    Every other argument left as None takes the policy's value, then gpudoctor's default.
+    """
+    from gpudoctor import policy as pol
+    from gpudoctor.registry import CheckContext, Selection, SelectionError, load_all
+    from gpudoctor.registry import run_checks as run_registered
+
+    policy = pol.load(config, use_config=use_config)
+    load_all()
+    selection = Selection(tuple(select) or policy.select, (*policy.ignore, *ignore))
+    try:
+        selection.validate()
+    except SelectionError as exc:
+        raise UserError(str(exc), EXIT_USAGE, "usage") from None
+    if ranks is not None and device != "cpu":
+        raise UserError("--ranks needs --device cpu (on GPUs there is one rank per visible GPU)", EXIT_USAGE, "usage")
+    status_on = _fail_on(fail_on or policy.fail_on or "fail")
+    tol = _tolerance(tolerance, policy)
+    base = None
+    if baseline is not None:  # read before any work: a bad baseline must not cost an active run
+        from gpudoctor.compare import load_side
+
+        base = load_side(baseline)
+    snap_obj, source = _snapshot(snapshot)
+    options = check_options(
+        policy,
+        quick=quick or snapshot is not None,  # workloads on a recording would measure this machine
+        expect_gpus=expect_gpus,
+        expect_model=expect_model,
+        device=device,
+        ranks=ranks,
+        timeout_s=timeout_s,
+        min_busbw=min_busbw,
+        allow_mig=allow_mig,
+        ram_per_gpu_gb=ram_per_gpu_gb,
+    )
+    ctx = CheckContext(snap_obj, options, progress=progress or (lambda message: None))
+    results = run_registered(ctx, selection)
+    if not results:
+        # A gate that checked nothing must not say READY.
+        from gpudoctor.registry import CHECKS
+
+        active = [c.name for c in CHECKS.values() if c.active and selection.wants_check(c)]
+        why = f" ({', '.join(active)} run workloads, which --quick and --snapshot skip)" if active else ""
+        raise UserError(f"no check ran: --select/--ignore left nothing to run{why}", EXIT_USAGE, "usage")
+    report = build_report(ctx, results, source, status_on, policy)
+    if base is not None:
+        from gpudoctor.compare import Side, compare
+
+        this = Side("this run", "report", report.facts, report.measurements, __version__)
+        for result in compare(base, this, tol):
+            result.findings = [f for f in result.findings if selection.wants(f.code)]
+            if result.findings:
+                report.checks.append(result)
+    report.checks = apply_severity(report.checks, policy)
+    return report
+
+
+def preflight(
+    expect_gpus: int | None = None,
+    *,
+    quick: bool = True,
+    fail_on: str | None = None,
+    **options: Any,
+) -> Report:
+    """Check this machine at the top of a training script; raise PreflightError listing what fails.
+
+        import gpudoctor
+        gpudoctor.preflight(expect_gpus=8)   # quick: static checks only, no torch import, no ranks
+
+    Returns the report when nothing is at or above `fail_on` (policy's, else "fail"). Any other
+    keyword of `run_checks` is accepted (expect_model=, ignore=, config=, snapshot=, ...).
+    """
+    report = run_checks(expect_gpus=expect_gpus, quick=quick, fail_on=fail_on, **options)
+    if report.exit_code:
+        raise PreflightError(report)
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# The pieces, shared with the CLI
+
+
+def _fail_on(value: str) -> Status:
+    if value not in ("warn", "fail"):
+        raise UserError(f"fail_on must be 'warn' or 'fail', got {value!r}", EXIT_USAGE, "usage")
+    return Status(value)
+
+
+def _tolerance(value: float | str | None, policy: Policy) -> float:
+    from gpudoctor.compare import DEFAULT_TOLERANCE
+    from gpudoctor.policy import parse_share
+
+    if value is None:
+        return policy.tolerance if policy.tolerance is not None else DEFAULT_TOLERANCE
+    try:
+        return parse_share(value, "--tolerance")
+    except ValueError as exc:
+        raise UserError(str(exc), EXIT_USAGE, "usage") from None
+
+
+def _snapshot(snapshot: str | Path | Snapshot | None) -> tuple[Snapshot, str]:
+    from gpudoctor import snapshot as snap
+
+    if snapshot is None:
+        from gpudoctor.probe import collect
+
+        return collect(), "live"
+    if isinstance(snapshot, snap.Snapshot):
+        return snapshot, "snapshot"
+    try:
+        return snap.load(snapshot), str(snapshot)
+    except snap.SnapshotError as exc:
+        raise UserError(f"cannot use snapshot {exc}", EXIT_USAGE, "input") from None
+
+
+def check_options(
+    policy: Policy,
+    *,
+    quick: bool,
+    expect_gpus: int | None = None,
+    expect_model: str | None = None,
+    device: str = "auto",
+    ranks: int | None = None,
+    timeout_s: float | None = None,
+    min_busbw: float | str | None = None,
+    allow_mig: bool | None = None,
+    ram_per_gpu_gb: float | None = None,
+) -> Any:
+    """CheckOptions from the arguments, then the policy, then the defaults: the one place they meet."""
+    from gpudoctor.policy import parse_busbw
+    from gpudoctor.registry import CheckOptions
+
+    defaults = CheckOptions()
+    if min_busbw is not None:
+        try:
+            busbw_abs, busbw_share = parse_busbw(min_busbw)
+        except ValueError as exc:
+            raise UserError(f"--min-busbw: {exc}", EXIT_USAGE, "usage") from None
+    else:
+        busbw_abs, busbw_share = policy.min_busbw_gbps, policy.min_busbw_share
+    fail_ratio = busbw_share if busbw_share is not None else defaults.busbw_fail_ratio
+    return CheckOptions(
+        expect_gpus=expect_gpus if expect_gpus is not None else policy.expect_gpus,
+        quick=quick,
+        device=device,
+        ranks=ranks,
+        timeout_s=_first(timeout_s, policy.timeout_s, defaults.timeout_s),
+        min_busbw_gbps=busbw_abs,
+        # "min-busbw = '90%'": below 90% of the expectation fails; the warn band stays below it.
+        busbw_fail_ratio=fail_ratio,
+        busbw_warn_ratio=max(defaults.busbw_warn_ratio, fail_ratio),
+        ram_per_gpu_gb=_first(ram_per_gpu_gb, policy.ram_per_gpu_gb, defaults.ram_per_gpu_gb),
+        allow_mig=_first(allow_mig, policy.allow_mig, defaults.allow_mig),
+        expect_model=expect_model if expect_model is not None else policy.expect_model,
+        min_shm_bytes=None if policy.min_shm_gb is None else int(policy.min_shm_gb * (1 << 30)),
+        collectives=policy.collectives,
+    )
+
+
+def _first(*values: Any) -> Any:
+    return next(v for v in values if v is not None)
+
+
+def build_report(ctx: Any, results: list[CheckResult], source: str, fail_on: Status, policy: Policy) -> Report:
+    from gpudoctor.facts import facts_from_snapshot, measurements_from_checks
+    from gpudoctor.snapshot import now_iso
+
+    snapshot = ctx.snapshot
+    run = ctx.active_run
+    return Report(
+        command="check",
+        source=source,
+        created=now_iso(),
+        gpudoctor_version=__version__,
+        # A replayed snapshot names the machine it recorded, never this one.
+        hostname=snapshot.host.hostname or ("" if source != "live" else socket.gethostname()),
+        checks=results,
+        fail_on=fail_on,
+        nodes=run.report_nodes() if run is not None else [],
+        facts=facts_from_snapshot(snapshot),
+        measurements=measurements_from_checks([r.to_json() for r in results], run),
+        policy=policy.to_json(),
+    )
+
+
+def apply_severity(results: list[CheckResult], policy: Policy) -> list[CheckResult]:
+    """The policy's per-code severity: a warn or fail of that code becomes the policy's level, and says so."""
+    if not policy.severity:
+        return results
+    for result in results:
+        result.findings = [_override(f, policy) for f in result.findings]
+    return results
+
+
+def _override(f: Finding, policy: Policy) -> Finding:
+    level = policy.severity.get(f.code)
+    if level is None or f.status not in (Status.WARN, Status.FAIL) or f.status.value == level:
+        return f
+    evidence = {**f.evidence, "policy_severity": {"was": f.status.value, "policy": str(policy.path)}}
+    return dataclasses.replace(f, status=Status(level), evidence=evidence)
+
+
+def diff_report(
+    before: str | Path,
+    after: str | Path,
+    *,
+    tolerance: float | str | None = None,
+    fail_on: str | None = None,
+    ignore: Sequence[str] = (),
+    config: str | Path | None = None,
+    use_config: bool = True,
+) -> Report:
+    """`gpudoctor diff A B`: B compared with A (saved reports or snapshots), as a report."""
+    from gpudoctor import policy as pol
+    from gpudoctor.compare import compare, load_side
+    from gpudoctor.registry import Selection, SelectionError, load_all
+    from gpudoctor.snapshot import now_iso
+
+    policy = pol.load(config, use_config=use_config)
+    load_all()
+    selection = Selection((), (*policy.ignore, *ignore))
+    try:
+        selection.validate()
+    except SelectionError as exc:
+        raise UserError(str(exc), EXIT_USAGE, "usage") from None
+    base, cur = load_side(before), load_side(after)
+    results = compare(base, cur, _tolerance(tolerance, policy))
+    for result in results:
+        result.findings = [f for f in result.findings if selection.wants(f.code)]
+    report = Report(
+        command="diff",
+        source=f"{before} -> {after}",
+        created=now_iso(),
+        gpudoctor_version=__version__,
+        hostname=(cur.facts or {}).get("hostname", ""),
+        checks=[r for r in results if r.findings],
+        fail_on=_fail_on(fail_on or policy.fail_on or "fail"),
+        facts=cur.facts,
+        measurements=cur.measurements,
+        policy=policy.to_json(),
+    )
+    report.checks = apply_severity(report.checks, policy)
+    return report

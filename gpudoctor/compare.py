@@ -1,0 +1,540 @@
+"""Two runs compared: `check --baseline FILE` and `gpudoctor diff A B`.
+
+Each side is a saved `check --json` report or a snapshot. Facts (facts.py) are compared for
+changes: GPU count, models and UUIDs (GD011), driver and VBIOS (GD012), NVLink counts and PCIe
+links (GD013). Measurements are compared for regressions beyond a tolerance (default 10%):
+all-reduce busbw per message size (GD014), the DDP step time (GD015), P2P copy bandwidth per pair
+(GD016). Every finding carries both values. The codes are gpudoctor's own (area 0), whatever they
+compare, so `--select GD01` is the whole comparison.
+
+Reports of every schema version up to this gpudoctor's are read; a report without `facts`
+(written by gpudoctor 0.1.0) is compared on what it holds. A newer schema is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.errors import EXIT_USAGE, UserError
+from gpudoctor.facts import facts_from_snapshot, measurements_from_checks
+from gpudoctor.findings import REPORT_SCHEMA_VERSION, CheckResult, Finding, Status, gpu_subject
+from gpudoctor.registry import Code, register_codes
+
+DEFAULT_TOLERANCE = 0.10
+# Report schema versions this gpudoctor reads (CHANGELOG.md).
+READABLE_REPORT_VERSIONS = range(1, REPORT_SCHEMA_VERSION + 1)
+
+GPUS = Code(
+    "GD011",
+    "baseline-gpus-changed",
+    "The GPUs are those of the baseline: count, models, UUIDs",
+    what="Pairs the GPUs of the baseline (a saved `check --json` report or a snapshot) with this run's by "
+    "PCI bus id (by index when the bus ids differ, as between two kinds of board) and compares their "
+    "count, product name, memory size and UUID. The UUIDs are compared only on the same machine (same "
+    "hostname, or UUIDs in common): between two nodes every UUID differs.",
+    why="A GPU that fell off the bus, a board swapped for another model or a node that is not the one the "
+    "baseline describes changes what every later measurement means; a fleet gate should say so first.",
+    fix="A missing GPU: `nvidia-smi -q`, the kernel log (XID 79 'fallen off the bus'), reseat or RMA it. "
+    "A replaced board (same model, new UUID): expected after maintenance; refresh the baseline "
+    "(`gpudoctor check --json > base.json`) once the node is verified.",
+)
+SOFTWARE = Code(
+    "GD012",
+    "baseline-firmware-changed",
+    "Driver, CUDA driver version and VBIOS are those of the baseline",
+    what="Compares the NVIDIA driver version, the CUDA version the driver supports and each GPU's VBIOS "
+    "version with the baseline's.",
+    why="A driver or firmware update changes NCCL's behaviour, clocks and fixes: a change in measured "
+    "bandwidth after maintenance is often explained here, and nodes of one cluster should match.",
+    fix="If the change was intended, refresh the baseline. Otherwise align the node with the fleet "
+    "(driver packages pinned, VBIOS from the vendor's firmware bundle).",
+)
+LINKS = Code(
+    "GD013",
+    "baseline-links-changed",
+    "NVLink and PCIe links are those of the baseline",
+    what="Compares each GPU's number of active NVLinks, its PCIe maximum generation and width (of GPU and "
+    "slot together) and its current PCIe width (read at idle) with the baseline's. Fewer links or a "
+    "narrower link fails; more warns (the baseline was recorded degraded).",
+    why="A link that went down or trained narrower cuts all-reduce and P2P bandwidth on that GPU, and the "
+    "whole job waits for it, without any error.",
+    fix="NVLink: `nvidia-smi nvlink -s`, the fabric manager (GD106), a GPU reset or reboot, then the "
+    "vendor. PCIe: reseat the GPU and riser, check the BIOS link settings, compare `lspci -vv` LnkSta.",
+)
+BUSBW = Code(
+    "GD014",
+    "baseline-busbw-regressed",
+    "All-reduce busbw holds the baseline at every message size",
+    what="Compares the all-reduce sweep's busbw at each message size measured on both sides, when both "
+    "ran the same number of ranks with the same backend; a size whose busbw fell by more than the "
+    "tolerance (`--tolerance`, default 10%) fails.",
+    why="A regression against the machine's own earlier figure is the most sensitive sign of a link, "
+    "driver or configuration problem: it catches a 20% loss the absolute model still passes.",
+    fix="Read the facts comparison (GD011-GD013) and the topology and NCCL environment findings first; "
+    "then `gpudoctor bench allreduce` for the whole curve. Re-run once: a single noisy size on a busy "
+    "machine is not a regression.",
+)
+DDP_STEP = Code(
+    "GD015",
+    "baseline-ddp-step-slower",
+    "The DDP sanity step is no slower than the baseline's",
+    what="Compares the DDP sanity run's step time (the slowest rank's mean) with the baseline's, for the "
+    "same number of ranks and backend; slower by more than the tolerance warns. The sanity run trains "
+    "a small model for a few steps, so this is a coarse signal.",
+    why="A slower step with the same ranks points at host contention, a throttled GPU or a slower collective path.",
+    fix="Look at the busbw comparison (GD014), GPU clocks (GD8) and host resources (GD5); re-run on an "
+    "idle machine before concluding.",
+)
+P2P = Code(
+    "GD016",
+    "baseline-p2p-regressed",
+    "P2P copy bandwidth holds the baseline on every GPU pair",
+    what="Compares the timed peer-to-peer copy bandwidth of each GPU pair measured on both sides; a pair "
+    "that fell by more than the tolerance fails.",
+    why="One slow pair slows every collective that crosses it; a change against the same pair's earlier "
+    "figure points at that link or at an ACS/IOMMU change.",
+    fix="See GD421/GD422 for the pair, `nvidia-smi topo -m` and `nvidia-smi nvlink -s`; check whether "
+    "the kernel's IOMMU settings changed (the finding's evidence holds them).",
+)
+CODES = [GPUS, SOFTWARE, LINKS, BUSBW, DDP_STEP, P2P]
+register_codes("baseline", CODES)
+
+FACT_CODES = {GPUS.code, SOFTWARE.code, LINKS.code}
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: what a report or snapshot says about its machine and run."""
+
+    label: str
+    kind: str  # "report" or "snapshot"
+    facts: dict[str, Any] | None
+    measurements: dict[str, Any]
+    written_by: str = ""  # the gpudoctor version that wrote it, when known
+
+
+def _refuse(path: str, why: str) -> UserError:
+    return UserError(f"cannot compare with {path}: {why}", EXIT_USAGE, "input")
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def load_side(path: str | Path) -> Side:
+    """A saved report or snapshot, refused in one line when it is neither or too new."""
+    label = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _refuse(label, "no such file") from None
+    except IsADirectoryError:
+        raise _refuse(label, "is a directory") from None
+    except PermissionError:
+        raise _refuse(label, "permission denied") from None
+    except UnicodeDecodeError:
+        raise _refuse(label, "not a text file") from None
+    except OSError as exc:
+        raise _refuse(label, exc.strerror or str(exc)) from None
+    try:
+        data = json.loads(text, parse_constant=_no_constants)
+    except json.JSONDecodeError as exc:
+        raise _refuse(label, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except (ValueError, RecursionError) as exc:
+        raise _refuse(label, f"not valid JSON: {exc}") from None
+    return side_from_json(data, label)
+
+
+def side_from_json(data: Any, label: str) -> Side:
+    if not isinstance(data, dict):
+        raise _refuse(label, "not a gpudoctor report or snapshot (the top level is not an object)")
+    if "command" in data or "checks" in data:
+        return _report_side(data, label)
+    if "gpus" in data:
+        from gpudoctor import snapshot as snap
+
+        try:
+            snapshot = snap.from_jsonable(data)
+        except snap.SnapshotError as exc:
+            raise _refuse(label, f"a snapshot that cannot be read: {exc}") from None
+        return Side(label, "snapshot", facts_from_snapshot(snapshot), {}, snapshot.software.gpudoctor)
+    raise _refuse(label, "not a gpudoctor report (`check --json`) or snapshot (`gpudoctor snapshot`)")
+
+
+def _report_side(data: dict[str, Any], label: str) -> Side:
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise _refuse(label, "a report without a schema_version")
+    if version not in READABLE_REPORT_VERSIONS:
+        newest = READABLE_REPORT_VERSIONS[-1]
+        if version > newest:
+            raise _refuse(
+                label,
+                f"report schema_version {version} is newer than this gpudoctor reads ({newest}): upgrade gpudoctor",
+            )
+        raise _refuse(label, f"report schema_version {version} is not one gpudoctor ever wrote")
+    if "checks" not in data and isinstance(data.get("error"), dict):
+        raise _refuse(label, f"the error document of a run that did not finish ({data['error'].get('message', '')})")
+    if data.get("command") != "check" or not isinstance(data.get("checks"), list):
+        raise _refuse(
+            label, f"a `gpudoctor {data.get('command')}` document; only `check` reports and snapshots compare"
+        )
+    facts = data.get("facts")
+    if facts is not None and not (isinstance(facts, dict) and isinstance(facts.get("gpus"), list)):
+        raise _refuse(label, "its `facts` are not an object with a list of GPUs")
+    measurements = data.get("measurements")
+    if not isinstance(measurements, dict):  # a schema 1 report from gpudoctor 0.1.0: recover them
+        measurements = measurements_from_checks(data["checks"])
+    return Side(label, "report", facts, measurements, str(data.get("gpudoctor_version", "")))
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing
+
+
+def _pct(change: float) -> str:
+    return f"{change:+.0%}"
+
+
+def _gpu_name(g: dict[str, Any]) -> str:
+    return f"GPU {g.get('index')} ({g.get('name')}, {g.get('pci_bus_id')})"
+
+
+def pair_gpus(
+    base: list[dict[str, Any]], cur: list[dict[str, Any]]
+) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(pairs, gone, new): by PCI bus id when the two sides share most bus ids, else by index."""
+    by_bus_b = {g.get("pci_bus_id"): g for g in base}
+    by_bus_c = {g.get("pci_bus_id"): g for g in cur}
+    shared = set(by_bus_b) & set(by_bus_c)
+    key = "pci_bus_id" if base and cur and len(shared) * 2 >= min(len(base), len(cur)) else "index"
+    b = {g.get(key): g for g in base}
+    c = {g.get(key): g for g in cur}
+    pairs = [(b[k], c[k]) for k in b if k in c]
+    return pairs, [b[k] for k in b if k not in c], [c[k] for k in c if k not in b]
+
+
+def _same_machine(base: dict[str, Any], cur: dict[str, Any]) -> bool:
+    hb, hc = base.get("hostname") or "", cur.get("hostname") or ""
+    if hb and hc:
+        return hb == hc
+    uuids_b = {g.get("uuid") for g in base.get("gpus", [])}
+    return bool(uuids_b & {g.get("uuid") for g in cur.get("gpus", [])})
+
+
+def _finding(
+    code: Code, status: Status, subject: str, message: str, evidence: dict[str, Any], hint: str = ""
+) -> Finding:
+    quiet = status in (Status.PASS, Status.SKIP)
+    return Finding(code.code, status, subject, message, "" if quiet else (hint or code.fix), evidence)
+
+
+HINT_GONE = "Look for XID 79 ('fallen off the bus') in the kernel log and `nvidia-smi -q`; reseat or RMA the GPU."
+HINT_NEW = "If the GPU was added on purpose, refresh the baseline (`gpudoctor check --json > base.json`)."
+HINT_OTHER_HW = "This is not the hardware the baseline describes: compare with the right baseline, or refresh it."
+HINT_SWAPPED = "Expected after a board swap: refresh the baseline once the node is verified."
+HINT_SOFTWARE = (
+    "If the change was intended (maintenance), refresh the baseline; otherwise align the node with the fleet "
+    "(pinned driver packages, the vendor's VBIOS bundle)."
+)
+HINT_FEWER_LINKS = (
+    "NVLink: `nvidia-smi nvlink -s`, the fabric manager (GD106), a GPU reset or reboot. PCIe: reseat the GPU and "
+    "riser, check the BIOS link settings, compare `lspci -vv` LnkSta."
+)
+HINT_MORE_LINKS = "The baseline was recorded with fewer or narrower links: refresh it from a healthy run."
+
+
+@dataclass(frozen=True)
+class _Change:
+    """One fact that differs on one GPU; equal changes on several GPUs become one finding."""
+
+    code: Code
+    status: Status
+    field: str
+    words: str
+    baseline: Any
+    current: Any
+    hint: str
+
+
+def _grouped(changes: list[tuple[_Change, int]]) -> list[Finding]:
+    groups: dict[_Change, list[int]] = {}
+    for change, index in changes:
+        groups.setdefault(change, []).append(index)
+    out = []
+    for c, gpus in groups.items():
+        who = f"GPU {gpus[0]}" if len(gpus) == 1 else f"GPUs {', '.join(str(i) for i in sorted(gpus))}"
+        out.append(
+            _finding(
+                c.code,
+                c.status,
+                gpu_subject(gpus[0]) if len(gpus) == 1 else "host",
+                f"{who} {c.words}: {c.baseline} in the baseline, {c.current} now",
+                {"field": c.field, "baseline": c.baseline, "current": c.current, "gpus": sorted(gpus)},
+                c.hint,
+            )
+        )
+    return out
+
+
+def compare_gpus(base: dict[str, Any], cur: dict[str, Any]) -> list[Finding]:
+    gb, gc = base.get("gpus", []), cur.get("gpus", [])
+    pairs, gone, new = pair_gpus(gb, gc)
+    out = []
+    counts = {"baseline_count": len(gb), "count": len(gc)}
+    for g in gone:
+        message = f"{_gpu_name(g)} of the baseline is gone: {len(gc)} GPU(s) now, {len(gb)} in the baseline"
+        out.append(_finding(GPUS, Status.FAIL, gpu_subject(g["index"]), message, {"baseline": g, **counts}, HINT_GONE))
+    for g in new:
+        message = f"{_gpu_name(g)} is new: {len(gc)} GPU(s) now, {len(gb)} in the baseline"
+        out.append(_finding(GPUS, Status.WARN, gpu_subject(g["index"]), message, {"current": g, **counts}, HINT_NEW))
+    same = _same_machine(base, cur)
+    changes = []
+    for b, c in pairs:
+        for words, key in (("model", "name"), ("memory (MiB)", "memory_total_mib")):
+            if b.get(key) is not None and c.get(key) is not None and b[key] != c[key]:
+                changes.append((_Change(GPUS, Status.FAIL, key, words, b[key], c[key], HINT_OTHER_HW), c["index"]))
+    out += _grouped(changes)
+    if same:
+        for b, c in pairs:
+            if b.get("uuid") != c.get("uuid"):
+                out.append(
+                    _finding(
+                        GPUS,
+                        Status.WARN,
+                        gpu_subject(c["index"]),
+                        f"GPU {c['index']} was replaced: UUID {b.get('uuid')} in the baseline, {c.get('uuid')} now",
+                        {"field": "uuid", "baseline": b.get("uuid"), "current": c.get("uuid")},
+                        HINT_SWAPPED,
+                    )
+                )
+    if not out:
+        models = ", ".join(sorted({str(g.get("name")) for g in gc})) or "no GPU"
+        uuids = "same UUIDs" if same else "another machine, UUIDs not compared"
+        out.append(
+            _finding(
+                GPUS,
+                Status.PASS,
+                "host",
+                f"{len(gc)} GPU(s) as in the baseline: {models}; {uuids}",
+                {"count": len(gc), "baseline_hostname": base.get("hostname"), "hostname": cur.get("hostname")},
+            )
+        )
+    return out
+
+
+def compare_software(base: dict[str, Any], cur: dict[str, Any]) -> list[Finding]:
+    out = []
+    changed = {
+        key: (base.get(key), cur.get(key))
+        for key in ("driver_version", "cuda_driver_version")
+        if base.get(key) is not None and cur.get(key) is not None and base.get(key) != cur.get(key)
+    }
+    if changed:
+        words = {"driver_version": "driver", "cuda_driver_version": "CUDA (driver)"}
+        text = ", ".join(f"{words[k]} {b} -> {c}" for k, (b, c) in changed.items())
+        evidence = {k: {"baseline": b, "current": c} for k, (b, c) in changed.items()}
+        out.append(_finding(SOFTWARE, Status.WARN, "host", f"{text} since the baseline", evidence, HINT_SOFTWARE))
+    pairs, _, _ = pair_gpus(base.get("gpus", []), cur.get("gpus", []))
+    out += _grouped(
+        [
+            (_Change(SOFTWARE, Status.WARN, "vbios", "VBIOS", b["vbios"], c["vbios"], HINT_SOFTWARE), c["index"])
+            for b, c in pairs
+            if b.get("vbios") and c.get("vbios") and b["vbios"] != c["vbios"]
+        ]
+    )
+    if not out:
+        out.append(
+            _finding(
+                SOFTWARE,
+                Status.PASS,
+                "host",
+                f"driver {cur.get('driver_version') or '?'} and VBIOS as in the baseline",
+                {"driver_version": cur.get("driver_version")},
+            )
+        )
+    return out
+
+
+# (key, words, status when lower than the baseline): a lower current width at idle only warns.
+LINK_FIELDS = (
+    ("nvlinks_active", "active NVLinks", Status.FAIL),
+    ("pcie_gen_max", "PCIe max generation", Status.FAIL),
+    ("pcie_width_max", "PCIe max width", Status.FAIL),
+    ("pcie_width_current", "PCIe width (idle)", Status.WARN),
+)
+
+
+def compare_links(base: dict[str, Any], cur: dict[str, Any]) -> list[Finding]:
+    changes = []
+    pairs, _, _ = pair_gpus(base.get("gpus", []), cur.get("gpus", []))
+    for b, c in pairs:
+        for key, words, lower in LINK_FIELDS:
+            vb, vc = b.get(key), c.get(key)
+            if vb is None or vc is None or vb == vc:
+                continue
+            fewer = vc < vb
+            status, hint = (lower, HINT_FEWER_LINKS) if fewer else (Status.WARN, HINT_MORE_LINKS)
+            changes.append((_Change(LINKS, status, key, words, vb, vc, hint), c["index"]))
+    out = _grouped(changes)
+    if not out:
+        out.append(
+            _finding(LINKS, Status.PASS, "host", f"NVLink and PCIe links of {len(pairs)} GPU(s) as in the baseline", {})
+        )
+    return out
+
+
+def _size(n: int) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:g} {unit}"
+    return f"{n} B"
+
+
+def _comparable(base: dict[str, Any], cur: dict[str, Any], what: str) -> str:
+    """Why two runs' measurements cannot be compared ('' when they can)."""
+    for key, words in (("device", "device"), ("backend", "backend"), ("ranks", "ranks")):
+        if base.get(key) is not None and cur.get(key) is not None and base[key] != cur[key]:
+            return f"{what} not compared: the baseline ran {words} {base[key]}, this run {cur[key]}"
+    return ""
+
+
+def compare_busbw(base: dict[str, Any], cur: dict[str, Any], tolerance: float) -> Finding:
+    why = _comparable(base, cur, "busbw")
+    if why:
+        return _finding(
+            BUSBW, Status.SKIP, "host", why, {"baseline_ranks": base.get("ranks"), "ranks": cur.get("ranks")}
+        )
+    b = {s["bytes"]: s["busbw_gbps"] for s in base.get("sizes", [])}
+    rows = []
+    for s in cur.get("sizes", []):
+        if s["bytes"] in b and b[s["bytes"]] > 0:
+            change = s["busbw_gbps"] / b[s["bytes"]] - 1
+            rows.append(
+                {
+                    "bytes": s["bytes"],
+                    "baseline_gbps": b[s["bytes"]],
+                    "measured_gbps": s["busbw_gbps"],
+                    "change": round(change, 4),
+                }
+            )
+    evidence: dict[str, Any] = {"tolerance": tolerance, "backend": cur.get("backend"), "ranks": cur.get("ranks")}
+    if not rows:
+        return _finding(
+            BUSBW, Status.SKIP, "host", "busbw not compared: no message size measured on both sides", evidence
+        )
+    evidence["sizes"] = rows
+    fell = sorted((r for r in rows if r["change"] < -tolerance), key=lambda r: r["change"])
+    if fell:
+        worst = ", ".join(
+            f"{_size(r['bytes'])} {r['baseline_gbps']:.2f} -> {r['measured_gbps']:.2f} GB/s ({_pct(r['change'])})"
+            for r in fell[:3]
+        )
+        more = f" (+{len(fell) - 3} more)" if len(fell) > 3 else ""
+        message = f"busbw fell more than {tolerance:.0%} at {len(fell)} of {len(rows)} size(s): {worst}{more}"
+        return _finding(BUSBW, Status.FAIL, "host", message, evidence)
+    best_b, best_c = max(r["baseline_gbps"] for r in rows), max(r["measured_gbps"] for r in rows)
+    message = (
+        f"busbw within {tolerance:.0%} of the baseline (or better) at {len(rows)} size(s): "
+        f"best {best_c:.2f} GB/s, baseline {best_b:.2f}"
+    )
+    return _finding(BUSBW, Status.PASS, "host", message, evidence)
+
+
+def compare_ddp(base: dict[str, Any], cur: dict[str, Any], tolerance: float) -> Finding:
+    why = _comparable(base, cur, "DDP step time")
+    evidence = {"tolerance": tolerance, "baseline_step_s": base["step_s"], "step_s": cur["step_s"]}
+    if why:
+        return _finding(DDP_STEP, Status.SKIP, "host", why, evidence)
+    change = cur["step_s"] / base["step_s"] - 1 if base["step_s"] > 0 else 0.0
+    evidence["change"] = round(change, 4)
+    values = f"{base['step_s'] * 1000:.1f} ms in the baseline, {cur['step_s'] * 1000:.1f} ms now ({_pct(change)})"
+    if change > tolerance:
+        return _finding(
+            DDP_STEP, Status.WARN, "host", f"DDP step slower by more than {tolerance:.0%}: {values}", evidence
+        )
+    return _finding(DDP_STEP, Status.PASS, "host", f"DDP step time {values}", evidence)
+
+
+def compare_p2p(base: dict[str, Any], cur: dict[str, Any], tolerance: float) -> list[Finding]:
+    out = []
+    common = [p for p in cur if p in base and base[p]["p2p_gbps"] > 0]
+    for pair in common:
+        b, c = base[pair]["p2p_gbps"], cur[pair]["p2p_gbps"]
+        change = c / b - 1
+        if change < -tolerance:
+            out.append(
+                _finding(
+                    P2P,
+                    Status.FAIL,
+                    f"pair:{pair}",
+                    f"GPU {pair.replace('-', ' -> ')} P2P copy {b:.1f} GB/s in the baseline, {c:.1f} GB/s now "
+                    f"({_pct(change)}, tolerance {tolerance:.0%})",
+                    {"baseline_gbps": b, "measured_gbps": c, "change": round(change, 4), "path": cur[pair].get("path")},
+                )
+            )
+    if not common:
+        return [_finding(P2P, Status.SKIP, "host", "P2P not compared: no GPU pair measured on both sides", {})]
+    if not out:
+        out.append(
+            _finding(
+                P2P,
+                Status.PASS,
+                "host",
+                f"P2P copies within {tolerance:.0%} of the baseline (or better) on {len(common)} pair(s)",
+                {"tolerance": tolerance, "pairs": len(common)},
+            )
+        )
+    return out
+
+
+def compare(base: Side, cur: Side, tolerance: float = DEFAULT_TOLERANCE) -> list[CheckResult]:
+    """The comparison as two check results: machine facts, then measurements."""
+    results = []
+    facts: list[Finding]
+    if base.facts is None or cur.facts is None:
+        old = base if base.facts is None else cur
+        why = (
+            f"{old.label} records no machine facts (written by gpudoctor {old.written_by or 'before 0.2'}); "
+            "save a new report with this gpudoctor to compare them"
+        )
+        facts = [_finding(GPUS, Status.SKIP, "host", why, {})]
+    else:
+        facts = compare_gpus(base.facts, cur.facts) + compare_software(base.facts, cur.facts)
+        facts += compare_links(base.facts, cur.facts)
+    results.append(CheckResult("baseline_facts", f"Machine facts against {base.label}", facts, 0.0))
+    results.append(
+        CheckResult(
+            "baseline_measurements",
+            f"Measurements against {base.label}",
+            compare_measurements(base, cur, tolerance),
+            0.0,
+        )
+    )
+    return results
+
+
+def compare_measurements(base: Side, cur: Side, tolerance: float) -> list[Finding]:
+    mb, mc = base.measurements, cur.measurements
+    if not mb and not mc:
+        why = "nothing measured on either side (snapshots, or runs with --quick/--snapshot): facts only"
+        return [_finding(BUSBW, Status.SKIP, "host", why, {})]
+    out: list[Finding] = []
+    for key, code, what in (
+        ("allreduce", BUSBW, "all-reduce sweep"),
+        ("ddp", DDP_STEP, "DDP run"),
+        ("p2p", P2P, "P2P"),
+    ):
+        if key not in mb or key not in mc:
+            where = "the baseline" if key not in mb else "this run"
+            out.append(_finding(code, Status.SKIP, "host", f"{what} not compared: none in {where}", {}))
+        elif key == "allreduce":
+            out.append(compare_busbw(mb[key], mc[key], tolerance))
+        elif key == "ddp":
+            out.append(compare_ddp(mb[key], mc[key], tolerance))
+        else:
+            out.extend(compare_p2p(mb[key], mc[key], tolerance))
+    return out

@@ -1,0 +1,156 @@
+"""What a report records so that two runs can be compared: machine facts and measurements.
+
+`facts` (from the snapshot): the GPUs NVML sees with their identity, firmware and links, and the
+driver. `measurements` (from the active checks): the all-reduce sweep with its expectation, the
+DDP step time, the P2P copy bandwidth per pair. Both are plain JSON, written into every `check`
+report (report.schema.json, `facts` and `measurements`), read back by `--baseline` and `diff`
+(compare.py) and by the Prometheus renderer.
+
+A report written before these blocks existed (gpudoctor 0.1.0) has no `facts`; its measurements
+are recovered from the check details it does hold (`measurements_from_checks`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpudoctor.snapshot import Gpu, Snapshot, known
+
+if TYPE_CHECKING:
+    from gpudoctor.launch import LaunchResult
+
+
+def _value(v: Any) -> Any:
+    return v if known(v) else None
+
+
+def gpu_facts(gpu: Gpu) -> dict[str, Any]:
+    links = gpu.nvlinks if known(gpu.nvlinks) else None
+    return {
+        "index": gpu.index,
+        "uuid": gpu.uuid,
+        "name": gpu.name,
+        "pci_bus_id": gpu.pci_bus_id,
+        "memory_total_mib": _value(gpu.memory_total_mib),
+        "vbios": _value(gpu.vbios),
+        "nvlinks_active": None if links is None else sum(1 for link in links if link.active),
+        "pcie_gen_max": _value(gpu.pcie_gen_max),
+        "pcie_width_max": _value(gpu.pcie_width_max),
+        "pcie_width_current": _value(gpu.pcie_width_current),
+    }
+
+
+def facts_from_snapshot(snapshot: Snapshot) -> dict[str, Any]:
+    """Every GPU NVML sees (visibility aside: the hardware), and the driver stack."""
+    return {
+        "hostname": snapshot.host.hostname,
+        "nvml_status": snapshot.driver.nvml_status,
+        "driver_version": _value(snapshot.driver.driver_version),
+        "cuda_driver_version": _value(snapshot.driver.cuda_driver_version),
+        "gpus": [gpu_facts(g) for g in sorted(snapshot.gpus, key=lambda g: g.index)],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurements, from a report's checks (JSON), so old reports read the same way as new ones
+
+
+def _check(checks: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    return next((c for c in checks if c.get("name") == name), None)
+
+
+def _findings(checks: list[dict[str, Any]], code: str) -> list[dict[str, Any]]:
+    return [f for c in checks for f in c.get("findings", []) if f.get("code") == code]
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def allreduce_measurement(checks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    check = _check(checks, "allreduce")
+    sweep = (check or {}).get("details", {}).get("sweep")
+    if not isinstance(sweep, dict) or not sweep.get("rows"):
+        return None
+    sizes = [
+        {"bytes": int(r["bytes"]), "busbw_gbps": float(r["busbw_gbps"]), "algbw_gbps": float(r["algbw_gbps"])}
+        for r in sweep["rows"]
+        if _number(r.get("bytes")) is not None and _number(r.get("busbw_gbps")) is not None
+    ]
+    if not sizes:
+        return None
+    out: dict[str, Any] = {
+        "device": sweep.get("device"),
+        "backend": sweep.get("backend"),
+        "ranks": sweep.get("world_size"),
+        "dtype": sweep.get("dtype"),
+        "sizes": sizes,
+        "best_busbw_gbps": max(s["busbw_gbps"] for s in sizes),
+    }
+    verdict = next((f for f in _findings(checks, "GD601") if f.get("status") != "skip"), None)
+    evidence = (verdict or {}).get("evidence", {})
+    if _number(evidence.get("expected_busbw_gbps")) is not None:
+        out["expected_busbw_gbps"] = float(evidence["expected_busbw_gbps"])
+    if isinstance(evidence.get("nodes"), int):
+        out["nodes"] = evidence["nodes"]
+    return out
+
+
+def ddp_measurement(checks: list[dict[str, Any]], run: LaunchResult | None = None) -> dict[str, Any] | None:
+    """The DDP sanity run's mean step time per rank; the slowest rank is the run's step time."""
+    per_rank: dict[int, float] = {}
+    backend = None
+    if run is not None:
+        backend = run.backend
+        for r in run.ranks:
+            step = (r.results.get("ddp") or {}).get("step_s_mean")
+            if _number(step) is not None:
+                per_rank[r.rank] = float(step)
+    else:  # a report without `measurements`: the rank table it printed ("step ms" column)
+        details = (_check(checks, "ddp") or {}).get("details", {})
+        backend = (details.get("launch") or {}).get("backend")
+        for table in details.get("tables", []):
+            columns = table.get("columns", [])
+            if "rank" not in columns or "step ms" not in columns:
+                continue
+            at_rank, at_step = columns.index("rank"), columns.index("step ms")
+            for row in table.get("rows", []):
+                try:
+                    per_rank[int(row[at_rank])] = float(row[at_step]) / 1000
+                except (ValueError, TypeError, IndexError):
+                    continue
+    if not per_rank:
+        return None
+    return {
+        "backend": backend,
+        "ranks": len(per_rank),
+        "step_s": max(per_rank.values()),
+        "step_s_per_rank": {str(k): round(v, 6) for k, v in sorted(per_rank.items())},
+    }
+
+
+def p2p_measurement(checks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    out = {}
+    for f in _findings(checks, "GD421"):
+        evidence = f.get("evidence", {})
+        subject = str(f.get("subject", ""))
+        if subject.startswith("pair:") and _number(evidence.get("p2p_gbps")) is not None:
+            out[subject.removeprefix("pair:")] = {
+                "p2p_gbps": float(evidence["p2p_gbps"]),
+                "staged_gbps": _number(evidence.get("staged_gbps")),
+                "path": evidence.get("path"),
+            }
+    return out or None
+
+
+def measurements_from_checks(checks: list[dict[str, Any]], run: LaunchResult | None = None) -> dict[str, Any]:
+    """The measurements in a report's checks (as JSON); `run` gives the DDP step times directly."""
+    out = {}
+    for name, value in (
+        ("allreduce", allreduce_measurement(checks)),
+        ("ddp", ddp_measurement(checks, run)),
+        ("p2p", p2p_measurement(checks)),
+    ):
+        if value is not None:
+            out[name] = value
+    return out

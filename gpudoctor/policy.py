@@ -1,0 +1,408 @@
+"""The team's policy: what "good" means for its machines, from a TOML file.
+
+Where it comes from (the rule ruff uses for its own configuration, see
+tests/reference/config-discovery.md):
+
+- `--config FILE` names it: a `pyproject.toml` is read from its `[tool.gpudoctor]` table, any
+  other file from its top level. `--no-config` uses none.
+- Otherwise the nearest directory, from the current one up to the filesystem root, that holds a
+  `gpudoctor.toml`, or a `pyproject.toml` with a `[tool.gpudoctor]` table, gives it. In one
+  directory `gpudoctor.toml` wins. Files are never merged: the nearest one is the policy.
+
+Command-line flags win over the file. Every key is the long option's name where one exists
+(`fail-on`, `expect-gpus`, `min-busbw`, ...). A bad file is a usage error (exit 2) that names the
+file, the line and the key: an unknown key, a value of the wrong type, an unknown finding code.
+Checks never read this file: its values reach them through `CheckOptions` (registry.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.errors import EXIT_USAGE, UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover  (3.10: the same parser, from PyPI; declared in pyproject.toml)
+    import tomli as tomllib
+
+DEDICATED = "gpudoctor.toml"
+PYPROJECT = "pyproject.toml"
+TABLE = ("tool", "gpudoctor")
+SEVERITIES = ("warn", "fail")
+
+
+class PolicyError(UserError):
+    """A policy file that cannot be used: one line naming the file, the line and the key."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_USAGE, "input")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a policy file sets; None (or empty) where it says nothing."""
+
+    path: Path | None = None
+    fail_on: str | None = None
+    expect_gpus: int | None = None
+    expect_model: str | None = None
+    min_busbw_gbps: float | None = None  # absolute floor, GB/s
+    min_busbw_share: float | None = None  # or a share of the expected busbw (0-1]
+    ram_per_gpu_gb: float | None = None
+    min_shm_gb: float | None = None
+    timeout_s: float | None = None
+    allow_mig: bool | None = None
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    tolerance: float | None = None  # baseline comparisons (a fraction)
+    collectives: tuple[str, ...] | None = None
+    severity: dict[str, str] = field(default_factory=dict)  # code -> "warn" | "fail"
+    watch: dict[str, float] = field(default_factory=dict)  # watch.analysis.Thresholds field -> value
+
+    def to_json(self) -> dict[str, Any] | None:
+        """What the report records: the file and the keys it set."""
+        if self.path is None:
+            return None
+        values = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "path" or value is None or value == () or value == {}:
+                continue
+            values[f.name] = list(value) if isinstance(value, tuple) else value
+        return {"path": str(self.path), "set": values}
+
+
+NO_POLICY = Policy()
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding the file
+
+
+def discover(start: Path | None = None) -> Path | None:
+    """The nearest gpudoctor.toml, or pyproject.toml with a [tool.gpudoctor] table, upwards of `start`."""
+    try:
+        here = (start or Path.cwd()).resolve()
+    except OSError:  # the current directory was removed under us
+        return None
+    for directory in (here, *here.parents):
+        dedicated = directory / DEDICATED
+        if dedicated.is_file():
+            return dedicated
+        pyproject = directory / PYPROJECT
+        if pyproject.is_file() and _mentions_table(pyproject):
+            return pyproject
+    return None
+
+
+_TABLE_RE = re.compile(r"^\s*\[\s*tool\s*\.\s*gpudoctor\s*[\].]|^\s*tool\s*\.\s*gpudoctor\s*\.", re.MULTILINE)
+
+
+def _mentions_table(path: Path) -> bool:
+    """Cheap test before parsing: a pyproject.toml that never names tool.gpudoctor is not a policy."""
+    try:
+        return _TABLE_RE.search(path.read_text(encoding="utf-8", errors="replace")) is not None
+    except OSError:
+        return False
+
+
+def load(config: str | Path | None = None, *, use_config: bool = True, start: Path | None = None) -> Policy:
+    """The policy in force: `config` if given, else the discovered file, else NO_POLICY."""
+    if not use_config:
+        return NO_POLICY
+    path = Path(config) if config is not None else discover(start)
+    if path is None:
+        return NO_POLICY
+    return parse_file(path)
+
+
+def parse_file(path: Path) -> Policy:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PolicyError(f"policy file {path}: no such file") from None
+    except IsADirectoryError:
+        raise PolicyError(f"policy file {path}: is a directory") from None
+    except PermissionError:
+        raise PolicyError(f"policy file {path}: permission denied") from None
+    except UnicodeDecodeError:
+        raise PolicyError(f"policy file {path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise PolicyError(f"policy file {path}: {exc.strerror}") from None
+    return parse_text(text, path)
+
+
+def parse_text(text: str, path: Path) -> Policy:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib says "(at line L, column C)"; keep the file:line form of the other errors.
+        message = str(exc)
+        match = re.search(r"\(at line (\d+), column \d+\)", message)
+        where = f"{path}:{match.group(1)}" if match else str(path)
+        raise PolicyError(f"{where}: not valid TOML: {re.sub(r' ?[(]at line .*', '', message)}") from None
+    prefix: tuple[str, ...] = ()
+    if path.name == PYPROJECT:
+        table: Any = data
+        for part in TABLE:
+            table = table.get(part, {}) if isinstance(table, dict) else {}
+        if not isinstance(table, dict):
+            raise PolicyError(f"{path}:1: tool.gpudoctor must be a table")
+        data, prefix = table, TABLE
+    return _Reader(path, text, prefix).policy(data)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the keys
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def parse_share(value: Any, what: str = "a share") -> float:
+    """'10%' or 0.1 -> 0.1. A bare number of 1 or more is refused: 10 could mean 10% or 1000%."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.endswith("%"):
+            raise ValueError(f"{what} is a fraction (0.1) or a percentage ('10%'), got {value!r}")
+        try:
+            number = float(text[:-1]) / 100
+        except ValueError:
+            raise ValueError(f"{what} is a fraction (0.1) or a percentage ('10%'), got {value!r}") from None
+    elif _finite(value):
+        number = float(value)
+        if number >= 1:
+            raise ValueError(f"{what} {value!r} is ambiguous: write a fraction (0.1) or a percentage ('10%')")
+    else:
+        raise ValueError(f"{what} is a fraction (0.1) or a percentage ('10%'), got {value!r}")
+    if not (0 < number < 1) or not math.isfinite(number):
+        raise ValueError(f"{what} must be above 0% and below 100%, got {value!r}")
+    return number
+
+
+def parse_busbw(value: Any) -> tuple[float | None, float | None]:
+    """min-busbw: a number of GB/s, or 'NN%' of the expected busbw -> (absolute, share)."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        text = value.strip()[:-1]
+        try:
+            share = float(text) / 100
+        except ValueError:
+            raise ValueError(f"expected GB/s (a number) or a share of the expectation ('80%'), got {value!r}") from None
+        if not (0 < share <= 1) or not math.isfinite(share):
+            raise ValueError(f"a share of the expected busbw must be above 0% and at most 100%, got {value!r}")
+        return None, share
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"expected GB/s (a number) or a share of the expectation ('80%'), got {value!r}") from None
+    if not _finite(value) or value < 0:
+        raise ValueError(f"expected GB/s (a finite number, at least 0) or a share ('80%'), got {value!r}")
+    return float(value), None
+
+
+def _number(minimum: float, *, integer: bool = False, above: bool = False) -> Callable[[Any], float]:
+    def read(value: Any) -> float:
+        kind = "an integer" if integer else "a number"
+        if integer and (not isinstance(value, int) or isinstance(value, bool)):
+            raise ValueError(f"expected {kind}, got {value!r}")
+        if not _finite(value):
+            raise ValueError(f"expected a finite number, got {value!r}")
+        if value < minimum or (above and value == minimum):
+            raise ValueError(f"expected {kind} {'above' if above else 'at least'} {minimum:g}, got {value!r}")
+        return int(value) if integer else float(value)
+
+    return read
+
+
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def read(value: Any) -> str:
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+        return value
+
+    return read
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ValueError(f"expected a list of strings, got {value!r}")
+    return tuple(v.strip() for v in value)
+
+
+# key -> (Policy field, reader). Keys are the long option names, kebab-case like ruff's.
+SCALARS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "fail-on": ("fail_on", _choice("warn", "fail")),
+    "expect-gpus": ("expect_gpus", _number(1, integer=True)),
+    "expect-model": ("expect_model", _text),
+    "ram-per-gpu": ("ram_per_gpu_gb", _number(0)),
+    "min-shm": ("min_shm_gb", _number(0, above=True)),
+    "timeout": ("timeout_s", _number(1)),
+    "allow-mig": ("allow_mig", _flag),
+    "select": ("select", _strings),
+    "ignore": ("ignore", _strings),
+    "tolerance": ("tolerance", lambda v: parse_share(v, "tolerance")),
+    "collectives": ("collectives", _strings),
+}
+TABLES = ("severity", "watch")
+KEYS = (*SCALARS, "min-busbw", *TABLES)
+
+
+def watch_keys() -> dict[str, tuple[str, type]]:
+    """[watch] keys: the fields of watch.analysis.Thresholds, kebab-case, so they follow that class."""
+    from gpudoctor.watch.analysis import Thresholds  # light: no textual, no NVML
+
+    return {f.name.replace("_", "-"): (f.name, type(f.default)) for f in dataclasses.fields(Thresholds)}
+
+
+class _Reader:
+    def __init__(self, path: Path, text: str, prefix: tuple[str, ...]) -> None:
+        self.path = path
+        self.prefix = prefix
+        self.lines = key_lines(text)
+
+    def fail(self, keys: tuple[str, ...], problem: str) -> PolicyError:
+        full = (*self.prefix, *keys)
+        line = self.lines.get(full) or self.lines.get(full[:-1]) or self.lines.get(self.prefix) or 1
+        return PolicyError(f"{self.path}:{line}: {'.'.join(full)}: {problem}")
+
+    def unknown(self, keys: tuple[str, ...], known: list[str]) -> PolicyError:
+        close = difflib.get_close_matches(keys[-1].replace("_", "-"), known, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else f" (known keys: {', '.join(known)})"
+        return self.fail(keys, f"unknown key{hint}")
+
+    def policy(self, data: dict[str, Any]) -> Policy:
+        values: dict[str, Any] = {"path": self.path}
+        for key, value in data.items():
+            if key in SCALARS:
+                name, read = SCALARS[key]
+                values[name] = self.read((key,), value, read)
+            elif key == "min-busbw":
+                values["min_busbw_gbps"], values["min_busbw_share"] = self.read((key,), value, parse_busbw)
+            elif key == "severity":
+                values["severity"] = self.severity(value)
+            elif key == "watch":
+                values["watch"] = self.watch(value)
+            else:
+                raise self.unknown((key,), list(KEYS))
+        policy = Policy(**values)
+        self.check_codes(policy)
+        return policy
+
+    def read(self, keys: tuple[str, ...], value: Any, read: Callable[[Any], Any]) -> Any:
+        try:
+            return read(value)
+        except ValueError as exc:
+            raise self.fail(keys, str(exc)) from None
+
+    def table(self, key: str, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail((key,), f"expected a table ([{'.'.join((*self.prefix, key))}]), got {value!r}")
+        return value
+
+    def severity(self, value: Any) -> dict[str, str]:
+        out = {}
+        for code, level in self.table("severity", value).items():
+            out[code.upper()] = self.read(("severity", code), level, _choice(*SEVERITIES))
+        return out
+
+    def watch(self, value: Any) -> dict[str, float]:
+        known = watch_keys()
+        out: dict[str, float] = {}
+        for key, number in self.table("watch", value).items():
+            if key not in known:
+                raise self.unknown(("watch", key), list(known))
+            name, kind = known[key]
+            integer = kind is int
+            read = _number(0, integer=integer, above=not integer)
+            value_read = self.read(("watch", key), number, read)
+            if name.endswith("_share") and value_read > 1:
+                raise self.fail(("watch", key), f"a share is at most 1, got {number!r}")
+            out[name] = value_read
+        return out
+
+    def check_codes(self, policy: Policy) -> None:
+        """Codes and check names must exist: a typo would silently select or ignore nothing."""
+        from gpudoctor.registry import CHECKS, CODES, Selection, SelectionError, load_all
+
+        load_all()
+        for key, tokens in (("select", policy.select), ("ignore", policy.ignore)):
+            for token in tokens:
+                try:
+                    Selection((token,)).validate()
+                except SelectionError as exc:
+                    raise self.fail((key,), str(exc)) from None
+        for code in policy.severity:
+            if code not in CODES:
+                what = "a check name" if code.lower() in CHECKS else "an unknown finding code"
+                raise self.fail(("severity", code), f"{what}: severity keys are finding codes like GD503")
+        if policy.collectives is not None:
+            known = collective_names()
+            for name in policy.collectives:
+                if name not in known:
+                    raise self.fail(("collectives",), f"unknown collective {name!r} (known: {', '.join(known)})")
+
+
+def collective_names() -> tuple[str, ...]:
+    """The collectives `check` can judge (issue 12's all-gather and reduce-scatter beside all-reduce)."""
+    return ("all-reduce", "all-gather", "reduce-scatter")
+
+
+# ---------------------------------------------------------------------------------------------
+# Lines of keys, for error messages (tomllib gives values, not positions)
+
+_HEADER_RE = re.compile(r"^\s*\[(?!\[)\s*([^\]]+?)\s*\]")
+_KEY_RE = re.compile(r"""^\s*((?:"[^"]*"|'[^']*'|[A-Za-z0-9_-]+)(?:\s*\.\s*(?:"[^"]*"|'[^']*'|[A-Za-z0-9_-]+))*)\s*=""")
+_PART_RE = re.compile(r"""\s*("[^"]*"|'[^']*'|[A-Za-z0-9_-]+)\s*""")
+
+
+def _parts(dotted: str) -> tuple[str, ...]:
+    return tuple(m.group(1).strip("\"'") for m in _PART_RE.finditer(dotted) if m.group(1))
+
+
+def key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """(table..., key) -> the line that defines it, for the simple TOML a policy is written in.
+
+    Headers and `key =` lines at the start of a line are found; a key inside a multi-line string
+    or array is not (the error then names the table's line)."""
+    out: dict[tuple[str, ...], int] = {}
+    table: tuple[str, ...] = ()
+    open_string = ""  # the delimiter of a multi-line string we are inside
+    for number, line in enumerate(text.splitlines(), start=1):
+        if open_string:
+            if line.count(open_string) % 2:
+                open_string = ""
+            continue
+        header = _HEADER_RE.match(line)
+        key = None if header else _KEY_RE.match(line)
+        if header:
+            table = _parts(header.group(1))
+            out.setdefault(table, number)
+        elif key:
+            out.setdefault((*table, *_parts(key.group(1))), number)
+        open_string = next((d for d in ('"""', "'''") if line.count(d) % 2), "")
+    return out
