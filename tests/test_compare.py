@@ -1,0 +1,305 @@
+"""--baseline and diff: changed facts and measured regressions, from recorded reports and snapshots.
+
+tests/fixtures/reports/ holds two reports written by gpudoctor 0.1.0 (report schema 1, before
+`facts` and `measurements` existed): a static check of the 8x H100 fixture, and a real CPU run
+with 2 gloo ranks (all-reduce sweep and DDP run) on the development machine.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudoctor import compare
+from tests.clirun import FIXTURES, fixture, load, run_cli, with_gpu, write_variant
+
+REPORTS = FIXTURES / "reports"
+V1_STATIC = REPORTS / "v1-h100-static.json"
+V1_CPU = REPORTS / "v1-cpu-2ranks.json"
+H100 = str(fixture("h100_sxm_8x"))
+
+
+def save(tmp_path: Path, name: str, doc: dict[str, Any]) -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def codes(findings: list[dict[str, Any]], status: str | None = None) -> set[str]:
+    return {f["code"] for f in findings if status is None or f["status"] == status}
+
+
+@pytest.fixture(autouse=True)
+def _no_policy(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)  # no policy file above a fresh directory
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+
+
+# --- reading old and new reports -------------------------------------------------------------
+
+
+def test_a_v1_report_is_read_and_its_measurements_recovered() -> None:
+    side = compare.load_side(V1_CPU)
+    assert side.kind == "report" and side.facts is None and side.written_by == "0.1.0"
+    ar = side.measurements["allreduce"]
+    assert (
+        ar["backend"] == "gloo"
+        and ar["ranks"] == 2
+        and [s["bytes"] for s in ar["sizes"]]
+        == [
+            65536,
+            262144,
+            1048576,
+            4194304,
+        ]
+    )
+    assert ar["sizes"][-1]["busbw_gbps"] == pytest.approx(1.277545)
+    ddp = side.measurements["ddp"]
+    assert ddp["ranks"] == 2 and ddp["step_s"] == pytest.approx(0.0022)  # the rank table's "2.2" ms
+
+
+def test_a_new_report_carries_facts_and_measurements(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = run_cli(capsys, "check", "--snapshot", H100, "--json").doc
+    assert doc["schema_version"] == 1
+    assert len(doc["facts"]["gpus"]) == 8 and doc["facts"]["driver_version"] == "550.54.15"
+    assert doc["facts"]["gpus"][0]["nvlinks_active"] == 18 and doc["measurements"] == {}
+
+
+def test_baseline_against_a_v1_report_compares_what_it_holds(capsys: pytest.CaptureFixture[str]) -> None:
+    r = run_cli(capsys, "check", "--snapshot", H100, "--json", "--baseline", str(V1_STATIC))
+    assert r.exit_code == 0
+    gd011 = r.one("GD011")
+    assert gd011["status"] == "skip" and "records no machine facts" in gd011["message"]
+
+
+# --- facts -----------------------------------------------------------------------------------
+
+
+def diff_json(capsys: pytest.CaptureFixture[str], a: str, b: str, *extra: str) -> Any:
+    return run_cli(capsys, "diff", a, b, "--json", *extra)
+
+
+def test_the_same_snapshot_twice_is_all_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    r = diff_json(capsys, H100, H100)
+    assert r.exit_code == 0 and r.doc["command"] == "diff"
+    assert codes(r.findings(), "pass") == {"GD011", "GD012", "GD013"}
+    assert "same UUIDs" in r.one("GD011")["message"]
+
+
+def test_a_gpu_that_fell_off_the_bus_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    h100 = load("h100_sxm_8x")
+    gone = replace(h100, gpus=h100.gpus[:7], pairs=[p for p in h100.pairs if 7 not in (p.a, p.b)])
+    r = diff_json(capsys, H100, write_variant(tmp_path, gone))
+    assert r.exit_code == 1
+    (f,) = r.findings("GD011")
+    assert f["status"] == "fail" and f["subject"] == "gpu:7"
+    assert "is gone: 7 GPU(s) now, 8 in the baseline" in f["message"]
+    assert f["evidence"]["baseline"]["pci_bus_id"] == h100.gpus[7].pci_bus_id
+
+
+def test_links_down_and_a_narrower_slot_fail_with_both_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    h100 = load("h100_sxm_8x")
+    links = h100.gpu(3).nvlinks
+    assert isinstance(links, list)
+    fewer = [replace(link, active=link.link < 12) for link in links]
+    variant = with_gpu(with_gpu(h100, 3, nvlinks=fewer), 5, pcie_width_max=8)
+    r = diff_json(capsys, H100, write_variant(tmp_path, variant))
+    by_field = {f["evidence"]["field"]: f for f in r.findings("GD013")}
+    assert by_field["nvlinks_active"]["status"] == "fail" and by_field["nvlinks_active"]["subject"] == "gpu:3"
+    assert "active NVLinks: 18 in the baseline, 12 now" in by_field["nvlinks_active"]["message"]
+    width = by_field["pcie_width_max"]
+    assert width["status"] == "fail" and width["subject"] == "gpu:5"
+    assert (width["evidence"]["baseline"], width["evidence"]["current"]) == (16, 8)
+    assert r.exit_code == 1
+
+
+def test_more_links_than_the_baseline_only_warn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    h100 = load("h100_sxm_8x")
+    links = h100.gpu(0).nvlinks
+    assert isinstance(links, list)
+    degraded = with_gpu(h100, 0, nvlinks=[replace(link, active=link.link < 17) for link in links])
+    r = diff_json(capsys, write_variant(tmp_path, degraded), H100)
+    (f,) = r.findings("GD013")
+    assert f["status"] == "warn" and "refresh" in f["hint"] and r.exit_code == 0
+
+
+def test_driver_and_vbios_changes_warn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    h100 = load("h100_sxm_8x")
+    updated = replace(h100, driver=replace(h100.driver, driver_version="560.35.03"))
+    updated = replace(updated, gpus=[replace(g, vbios="96.00.99.00.01") for g in updated.gpus])
+    r = diff_json(capsys, H100, write_variant(tmp_path, updated))
+    found = {f["message"]: f for f in r.findings("GD012")}
+    assert any("driver 550.54.15 -> 560.35.03" in m for m in found)
+    vbios = next(f for f in found.values() if f["evidence"].get("field") == "vbios")
+    assert vbios["subject"] == "host" and vbios["evidence"]["gpus"] == list(range(8))  # one finding for 8 GPUs
+    assert {f["status"] for f in found.values()} == {"warn"} and r.exit_code == 0
+
+
+def test_a_replaced_board_warns_on_the_same_host_and_another_host_is_not_uuid_compared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    h100 = load("h100_sxm_8x")
+    swapped = with_gpu(h100, 2, uuid="GPU-00000000-1111-2222-3333-444444444444")
+    r = diff_json(capsys, H100, write_variant(tmp_path, swapped, "swapped"))
+    (f,) = r.findings("GD011")
+    assert f["status"] == "warn" and f["subject"] == "gpu:2" and "was replaced" in f["message"]
+    other = replace(
+        h100,
+        host=replace(h100.host, hostname="node-b"),
+        gpus=[replace(g, uuid=f"GPU-{g.index:08d}-0000-0000-0000-000000000000") for g in h100.gpus],
+    )
+    r = diff_json(capsys, H100, write_variant(tmp_path, other, "other"))
+    assert r.one("GD011")["status"] == "pass" and "another machine" in r.one("GD011")["message"]
+
+
+def test_diff_text_output_names_both_sides(capsys: pytest.CaptureFixture[str]) -> None:
+    a100 = str(fixture("a100_sxm_8x"))
+    r = run_cli(capsys, "diff", H100, a100)
+    assert r.exit_code == 1
+    lines = r.out.splitlines()
+    assert lines[0].endswith(f"diff on {H100} -> {a100}")
+    assert any("GPUs 0, 1, 2, 3, 4, 5, 6, 7 model: NVIDIA H100 80GB HBM3 in the baseline" in line for line in lines)
+    assert len(lines) < 20  # equal changes on 8 GPUs are one finding each
+
+
+# --- measurements ----------------------------------------------------------------------------
+
+
+def regressed(doc: dict[str, Any], busbw_factor: dict[int, float], step_factor: float = 1.0) -> dict[str, Any]:
+    """The recorded CPU report with chosen sizes' busbw and the DDP step time scaled."""
+    out = copy.deepcopy(doc)
+    for check in out["checks"]:
+        if check["name"] == "allreduce":
+            for row in check["details"]["sweep"]["rows"]:
+                row["busbw_gbps"] *= busbw_factor.get(row["bytes"], 1.0)
+        if check["name"] == "ddp":
+            for row in check["details"]["tables"][0]["rows"]:
+                row[5] = f"{float(row[5]) * step_factor:.1f}"
+    return out
+
+
+def test_busbw_and_step_time_regressions_from_a_recorded_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = json.loads(V1_CPU.read_text())
+    worse = save(tmp_path, "worse.json", regressed(base, {1 << 20: 0.5, 4 << 20: 0.85}, step_factor=1.5))
+    r = diff_json(capsys, str(V1_CPU), worse)
+    assert r.exit_code == 1
+    busbw = r.one("GD014")
+    assert busbw["status"] == "fail"
+    assert "at 2 of 4 size(s)" in busbw["message"] and "1 MiB 0.52 -> 0.26 GB/s (-50%)" in busbw["message"]
+    rows = {row["bytes"]: row for row in busbw["evidence"]["sizes"]}
+    assert rows[4 << 20]["baseline_gbps"] == pytest.approx(1.277545)
+    assert rows[4 << 20]["measured_gbps"] == pytest.approx(1.277545 * 0.85)
+    step = r.one("GD015")
+    assert step["status"] == "warn" and "2.2 ms in the baseline, 3.3 ms now (+50%)" in step["message"]
+    # The same figures within a 60% tolerance pass.
+    assert diff_json(capsys, str(V1_CPU), worse, "--tolerance", "60%").exit_code == 0
+
+
+def test_a_faster_run_is_not_a_regression(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    better = save(tmp_path, "better.json", regressed(json.loads(V1_CPU.read_text()), {1 << 20: 2.0}, 0.5))
+    r = diff_json(capsys, str(V1_CPU), better)
+    assert r.exit_code == 0 and r.one("GD014")["status"] == "pass" and r.one("GD015")["status"] == "pass"
+
+
+def test_runs_of_different_shapes_are_not_compared(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = json.loads(V1_CPU.read_text())
+    wider = copy.deepcopy(doc)
+    for check in wider["checks"]:
+        if check["name"] == "allreduce":
+            check["details"]["sweep"]["world_size"] = 4
+    r = diff_json(capsys, str(V1_CPU), save(tmp_path, "wider.json", wider))
+    busbw = r.one("GD014")
+    assert busbw["status"] == "skip" and "ranks 2, this run 4" in busbw["message"]
+
+
+def p2p_report(gbps: dict[str, float]) -> dict[str, Any]:
+    doc = json.loads(V1_STATIC.read_text())
+    doc["measurements"] = {
+        "p2p": {pair: {"p2p_gbps": v, "staged_gbps": 20.0, "path": "NV18"} for pair, v in gbps.items()}
+    }
+    return doc
+
+
+def test_p2p_regression_names_the_pair(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = save(tmp_path, "base.json", p2p_report({"0-1": 380.0, "0-2": 381.0}))
+    now = save(tmp_path, "now.json", p2p_report({"0-1": 379.0, "0-2": 190.0}))
+    r = diff_json(capsys, base, now)
+    (f,) = [f for f in r.findings("GD016") if f["status"] == "fail"]
+    assert f["subject"] == "pair:0-2" and "381.0 GB/s in the baseline, 190.0 GB/s now" in f["message"]
+
+
+def test_check_with_a_baseline_adds_the_comparison_to_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = run_cli(capsys, "check", "--snapshot", H100, "--json").out
+    path = tmp_path / "base.json"
+    path.write_text(base)
+    r = run_cli(capsys, "check", "--snapshot", H100, "--json", "--baseline", str(path))
+    assert r.exit_code == 0
+    names = [c["name"] for c in r.doc["checks"]]
+    assert names[-2:] == ["baseline_facts", "baseline_measurements"]
+    assert r.one("GD014")["status"] == "skip"  # --snapshot measures nothing
+    only = run_cli(capsys, "check", "--snapshot", H100, "--json", "--baseline", str(path), "--ignore", "GD01")
+    assert "baseline_facts" not in [c["name"] for c in only.doc["checks"]]
+
+
+# --- refusals --------------------------------------------------------------------------------
+
+
+def refusal_cases(tmp_path: Path) -> dict[str, tuple[str, str]]:
+    newer = json.loads(V1_STATIC.read_text()) | {"schema_version": 99}
+    error = {"schema_version": 1, "command": "check", "exit_code": 2, "error": {"kind": "usage", "message": "x"}}
+    bench = {"schema_version": 1, "command": "bench", "exit_code": 0, "results": {}}
+    (tmp_path / "nan.json").write_text('{"schema_version": 1, "command": "check", "checks": [], "x": NaN}')
+    (tmp_path / "text.json").write_text("not json at all")
+    return {
+        "newer": (save(tmp_path, "newer.json", newer), "newer than this gpudoctor reads (1): upgrade gpudoctor"),
+        "error": (save(tmp_path, "error.json", error), "the error document of a run that did not finish"),
+        "bench": (save(tmp_path, "bench.json", bench), "a `gpudoctor bench` document"),
+        "nan": (str(tmp_path / "nan.json"), "NaN is not a number JSON allows"),
+        "text": (str(tmp_path / "text.json"), "not valid JSON"),
+        "other": (save(tmp_path, "other.json", {"hello": 1}), "not a gpudoctor report"),
+        "missing": (str(tmp_path / "missing.json"), "no such file"),
+        "bad snapshot": (save(tmp_path, "snap.json", {"schema_version": 1, "gpus": "x"}), "cannot be read"),
+    }
+
+
+@pytest.mark.parametrize("case", ["newer", "error", "bench", "nan", "text", "other", "missing", "bad snapshot"])
+def test_an_unusable_baseline_is_refused_in_one_line_before_any_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    path, why = refusal_cases(tmp_path)[case]
+    r = run_cli(capsys, "check", "--snapshot", H100, "--baseline", path)
+    assert r.exit_code == 2 and r.out == ""
+    assert r.err.count("\n") == 1 and f"cannot compare with {path}: " in r.err and why in r.err, r.err
+    d = run_cli(capsys, "diff", path, H100, "--json")
+    assert d.exit_code == 2 and why in d.doc["error"]["message"]
+
+
+@pytest.mark.parametrize("value", ["10", "0", "100%", "abc", "-5%"])
+def test_a_bad_tolerance_is_a_usage_error(capsys: pytest.CaptureFixture[str], value: str) -> None:
+    r = run_cli(capsys, "diff", H100, H100, "--tolerance", value)
+    assert r.exit_code == 2 and "tolerance" in r.err and r.err.count("\n") == 1
+
+
+def test_pairing_by_bus_id_survives_a_missing_gpu_in_the_middle() -> None:
+    gpus = [{"index": i, "pci_bus_id": f"0000:{i:02x}:00.0"} for i in range(4)]
+    after = [dict(g, index=n) for n, g in enumerate(g for g in gpus if g["index"] != 1)]  # NVML renumbers
+    pairs, gone, new = compare.pair_gpus(gpus, after)
+    assert [g["pci_bus_id"] for g in gone] == ["0000:01:00.0"] and not new
+    assert [(b["index"], c["index"]) for b, c in pairs] == [(0, 0), (2, 1), (3, 2)]
+
+
+def test_a_snapshot_side_reads_like_a_report() -> None:
+    side = compare.side_from_json(json.loads(Path(H100).read_text()), "x")
+    assert side.kind == "snapshot" and side.measurements == {} and side.facts is not None
+    assert side.facts == compare.load_side(H100).facts
