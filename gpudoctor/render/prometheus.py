@@ -41,8 +41,9 @@ class Metrics:
     def __init__(self) -> None:
         self.families: dict[str, tuple[str, list[str]]] = {}
 
-    def add(self, name: str, help_text: str, value: float, **labels: Any) -> None:
-        name = f"gpudoctor_{name}"
+    def add(self, metric: str, help_text: str, value: float, /, **labels: Any) -> None:
+        # Positional-only: a label may be called "name" (the GPU's model).
+        name = f"gpudoctor_{metric}"
         if name not in self.families:
             self.families[name] = (help_text, [])
         rendered = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
