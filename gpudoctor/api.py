@@ -45,6 +45,9 @@ class PreflightError(RuntimeError):
         super().__init__("\n".join(lines))
 
 
+PreflightError.__module__ = "gpudoctor"  # tracebacks name it as users import it: gpudoctor.PreflightError
+
+
 def run_checks(
     *,
     snapshot: str | Path | Snapshot | None = None,
