@@ -279,6 +279,13 @@ def watch_keys() -> dict[str, tuple[str, type]]:
     return {f.name.replace("_", "-"): (f.name, type(f.default)) for f in dataclasses.fields(Thresholds)}
 
 
+def watch_thresholds(policy: Policy) -> Any:
+    """`gpudoctor watch`'s thresholds with the policy's [watch] values applied (the one line to wire)."""
+    from gpudoctor.watch.analysis import DEFAULT
+
+    return dataclasses.replace(DEFAULT, **policy.watch)
+
+
 class _Reader:
     def __init__(self, path: Path, text: str, prefix: tuple[str, ...]) -> None:
         self.path = path

@@ -157,6 +157,8 @@ def test_watch_thresholds_are_read_from_the_watch_table(tmp_path: Path) -> None:
     policy = pol.load(path)
     assert policy.watch == {"straggler_gap": 25.0, "min_samples": 10}
     assert set(pol.watch_keys()) == {f.replace("_", "-") for f in Thresholds.__dataclass_fields__}
+    th = pol.watch_thresholds(policy)
+    assert th.straggler_gap == 25.0 and th.min_samples == 10 and th.window_s == Thresholds().window_s
 
 
 # --- bad files: exit 2, naming the file, the line and the key ---------------------------------
