@@ -90,6 +90,8 @@ def run_checks(
         selection.validate()
     except SelectionError as exc:
         raise UserError(str(exc), EXIT_USAGE, "usage") from None
+    if device not in ("auto", "cuda", "cpu"):
+        raise UserError(f"device must be 'auto', 'cuda' or 'cpu', got {device!r}", EXIT_USAGE, "usage")
     if ranks is not None and device != "cpu":
         raise UserError("--ranks needs --device cpu (on GPUs there is one rank per visible GPU)", EXIT_USAGE, "usage")
     status_on = _fail_on(fail_on or policy.fail_on or "fail")
@@ -113,15 +115,7 @@ def run_checks(
         ram_per_gpu_gb=ram_per_gpu_gb,
     )
     ctx = CheckContext(snap_obj, options, progress=progress or (lambda message: None))
-    results = run_registered(ctx, selection)
-    if not results:
-        # A gate that checked nothing must not say READY.
-        from gpudoctor.registry import CHECKS
-
-        active = [c.name for c in CHECKS.values() if c.active and selection.wants_check(c)]
-        why = f" ({', '.join(active)} run workloads, which --quick and --snapshot skip)" if active else ""
-        raise UserError(f"no check ran: --select/--ignore left nothing to run{why}", EXIT_USAGE, "usage")
-    report = build_report(ctx, results, source, status_on, policy)
+    report = build_report(ctx, run_registered(ctx, selection), source, status_on, policy)
     if base is not None:
         from gpudoctor.compare import Side, compare
 
@@ -130,6 +124,13 @@ def run_checks(
             result.findings = [f for f in result.findings if selection.wants(f.code)]
             if result.findings:
                 report.checks.append(result)
+    if not report.checks:
+        # A gate that checked nothing must not say READY.
+        from gpudoctor.registry import CHECKS
+
+        active = [c.name for c in CHECKS.values() if c.active and selection.wants_check(c)]
+        why = f" ({', '.join(active)} run workloads, which --quick and --snapshot skip)" if active else ""
+        raise UserError(f"no check ran: --select/--ignore left nothing to run{why}", EXIT_USAGE, "usage")
     report.checks = apply_severity(report.checks, policy)
     return report
 
@@ -306,6 +307,10 @@ def diff_report(
     results = compare(base, cur, _tolerance(tolerance, policy))
     for result in results:
         result.findings = [f for f in result.findings if selection.wants(f.code)]
+    if not any(r.findings for r in results):
+        raise UserError(
+            "no comparison left: --ignore (or the policy's ignore) left out every code", EXIT_USAGE, "usage"
+        )
     report = Report(
         command="diff",
         source=f"{before} -> {after}",

@@ -303,3 +303,37 @@ def test_a_snapshot_side_reads_like_a_report() -> None:
     side = compare.side_from_json(json.loads(Path(H100).read_text()), "x")
     assert side.kind == "snapshot" and side.measurements == {} and side.facts is not None
     assert side.facts == compare.load_side(H100).facts
+
+
+def test_select_gd01_runs_only_the_comparison(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    r = run_cli(capsys, "check", "--snapshot", H100, "--json", "--baseline", H100, "--select", "GD01")
+    assert r.exit_code == 0
+    assert [c["name"] for c in r.doc["checks"]] == ["baseline_facts", "baseline_measurements"]
+    empty = run_cli(capsys, "diff", H100, H100, "--ignore", "GD01")
+    assert empty.exit_code == 2 and "no comparison left" in empty.err
+
+
+@pytest.mark.slow
+def test_a_real_cpu_run_against_the_recorded_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both sides measured for real (gloo, 2 ranks): the comparison runs on live figures.
+
+    The tolerance is wide on purpose: CPU timings on a shared machine vary by a factor; what is
+    tested is that every measurement is compared, size by size and step by step, both values kept.
+    """
+    prom = tmp_path / "m.prom"
+    r = run_cli(
+        capsys,
+        *("check", "--device", "cpu", "--ranks", "2", "--json", "--tolerance", "99%"),
+        *("--baseline", str(V1_CPU), "--prometheus", str(prom), "--select", "allreduce,ddp,GD01"),
+    )
+    doc = r.doc  # validates against the schema, measurements included
+    measured = doc["measurements"]
+    assert [s["bytes"] for s in measured["allreduce"]["sizes"]] == [65536, 262144, 1048576, 4194304]
+    assert measured["ddp"]["ranks"] == 2 and measured["ddp"]["step_s"] > 0
+    busbw = r.one("GD014")
+    assert busbw["status"] == "pass" and len(busbw["evidence"]["sizes"]) == 4
+    assert {row["baseline_gbps"] for row in busbw["evidence"]["sizes"]} == {
+        s["busbw_gbps"] for s in compare.load_side(V1_CPU).measurements["allreduce"]["sizes"]
+    }
+    assert r.one("GD015")["evidence"]["baseline_step_s"] == pytest.approx(0.0022)
+    assert "gpudoctor_allreduce_busbw_bytes_per_second" in prom.read_text()
