@@ -13,7 +13,6 @@ Reports of every schema version up to this gpudoctor's are read; a report withou
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,32 +119,15 @@ def _refuse(path: str, why: str) -> UserError:
     return UserError(f"cannot compare with {path}: {why}", EXIT_USAGE, "input")
 
 
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
 def load_side(path: str | Path) -> Side:
     """A saved report or snapshot, refused in one line when it is neither or too new."""
-    label = str(path)
+    from gpudoctor.user_files import UserFileError, read_json
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise _refuse(label, "no such file") from None
-    except IsADirectoryError:
-        raise _refuse(label, "is a directory") from None
-    except PermissionError:
-        raise _refuse(label, "permission denied") from None
-    except UnicodeDecodeError:
-        raise _refuse(label, "not a text file") from None
-    except OSError as exc:
-        raise _refuse(label, exc.strerror or str(exc)) from None
-    try:
-        data = json.loads(text, parse_constant=_no_constants)
-    except json.JSONDecodeError as exc:
-        raise _refuse(label, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except (ValueError, RecursionError) as exc:
-        raise _refuse(label, f"not valid JSON: {exc}") from None
-    return side_from_json(data, label)
+        data = read_json(path)
+    except UserFileError as exc:
+        raise _refuse(str(path), str(exc)) from None
+    return side_from_json(data, str(path))
 
 
 def side_from_json(data: Any, label: str) -> Side:

@@ -126,18 +126,12 @@ def load(config: str | Path | None = None, *, use_config: bool = True, start: Pa
 
 
 def parse_file(path: Path) -> Policy:
+    from gpudoctor.user_files import UserFileError, read_text
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PolicyError(f"policy file {path}: no such file") from None
-    except IsADirectoryError:
-        raise PolicyError(f"policy file {path}: is a directory") from None
-    except PermissionError:
-        raise PolicyError(f"policy file {path}: permission denied") from None
-    except UnicodeDecodeError:
-        raise PolicyError(f"policy file {path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise PolicyError(f"policy file {path}: {exc.strerror}") from None
+        text = read_text(path)
+    except UserFileError as exc:
+        raise PolicyError(f"policy file {path}: {exc}") from None
     return parse_text(text, path)
 
 
