@@ -337,3 +337,12 @@ def test_a_real_cpu_run_against_the_recorded_one(tmp_path: Path, capsys: pytest.
     }
     assert r.one("GD015")["evidence"]["baseline_step_s"] == pytest.approx(0.0022)
     assert "gpudoctor_allreduce_busbw_bytes_per_second" in prom.read_text()
+
+
+@pytest.mark.parametrize("path", [V1_STATIC, V1_CPU], ids=lambda p: p.name)
+def test_reports_of_gpudoctor_0_1_still_validate_against_the_schema(path: Path) -> None:
+    import jsonschema
+
+    from gpudoctor.render.json import report_schema
+
+    jsonschema.validate(json.loads(path.read_text()), report_schema())  # schema 1 grew, it did not break
