@@ -52,6 +52,9 @@ def run_checks(
     *,
     snapshot: str | Path | Snapshot | None = None,
     quick: bool = False,
+    level: int | None = None,
+    duration_s: float | None = None,
+    mem_share: float | None = None,
     expect_gpus: int | None = None,
     expect_model: str | None = None,
     select: Sequence[str] = (),
@@ -72,7 +75,9 @@ def run_checks(
     """Run the checks of `gpudoctor check` and return the report (`report.exit_code`, `report.findings`).
 
     snapshot: a recorded snapshot (path or object) instead of probing this machine (implies quick).
-    quick: only the static checks: no ranks spawned, no torch import.
+    quick: only the static checks: no ranks spawned, no torch import (level 1).
+    level: 1 static, 2 + active checks (the default), 3 + deep checks under load (docs/deep-checks.md);
+    duration_s, mem_share: level 3's seconds of load (60) and share of free GPU memory tested (0.8).
     select/ignore: codes (GD401), prefixes (GD4) or check names; `ignore` adds to the policy's.
     min_busbw: GB/s, or a share of the expected busbw such as "80%".
     baseline: a saved `check --json` report or a snapshot to compare with (GD011-GD016),
@@ -101,10 +106,14 @@ def run_checks(
         from gpudoctor.compare import load_side
 
         base = load_side(baseline)
+    chosen = check_level(level, quick, snapshot is not None, duration_s, mem_share)
     snap_obj, source = _snapshot(snapshot)
     options = check_options(
         policy,
-        quick=quick or snapshot is not None,  # workloads on a recording would measure this machine
+        quick=chosen == 1,
+        level=chosen,
+        duration_s=duration_s,
+        mem_share=mem_share,
         expect_gpus=expect_gpus,
         expect_model=expect_model,
         device=device,
@@ -128,8 +137,9 @@ def run_checks(
         # A gate that checked nothing must not say READY.
         from gpudoctor.registry import CHECKS
 
-        active = [c.name for c in CHECKS.values() if c.active and selection.wants_check(c)]
-        why = f" ({', '.join(active)} run workloads, which --quick and --snapshot skip)" if active else ""
+        above = [c for c in CHECKS.values() if c.level > chosen and selection.wants_check(c)]
+        names = ", ".join(c.name for c in above)
+        why = f" ({names} run at --level {max(c.level for c in above)}; this run is level {chosen})" if above else ""
         raise UserError(f"no check ran: --select/--ignore left nothing to run{why}", EXIT_USAGE, "usage")
     report.checks = apply_severity(report.checks, policy)
     return report
@@ -193,10 +203,31 @@ def _snapshot(snapshot: str | Path | Snapshot | None) -> tuple[Snapshot, str]:
         raise UserError(f"cannot use snapshot {exc}", EXIT_USAGE, "input") from None
 
 
+def check_level(
+    level: int | None, quick: bool, recorded: bool, duration_s: float | None, mem_share: float | None
+) -> int:
+    """The level `check` runs at (1 static, 2 active, 3 deep); contradictory options are usage errors."""
+    if level not in (None, 1, 2, 3):
+        raise UserError(f"level must be 1, 2 or 3, got {level!r}", EXIT_USAGE, "usage")
+    if quick and level not in (None, 1):
+        raise UserError(f"--quick is --level 1; it cannot be combined with --level {level}", EXIT_USAGE, "usage")
+    if recorded and level not in (None, 1):
+        # Workloads on a recorded snapshot would measure this machine, not the recorded one.
+        raise UserError(f"--snapshot runs the static checks only (level 1), not --level {level}", EXIT_USAGE, "usage")
+    chosen = 1 if quick or recorded else (level or 2)
+    for name, value in (("--duration", duration_s), ("--mem-share", mem_share)):
+        if value is not None and chosen < 3:
+            raise UserError(f"{name} sets level 3's load tests: add --level 3", EXIT_USAGE, "usage")
+    return chosen
+
+
 def check_options(
     policy: Policy,
     *,
     quick: bool,
+    level: int | None = None,
+    duration_s: float | None = None,
+    mem_share: float | None = None,
     expect_gpus: int | None = None,
     expect_model: str | None = None,
     device: str = "auto",
@@ -222,6 +253,9 @@ def check_options(
     return CheckOptions(
         expect_gpus=expect_gpus if expect_gpus is not None else policy.expect_gpus,
         quick=quick,
+        level=1 if quick else _first(level, defaults.level),
+        duration_s=_first(duration_s, defaults.duration_s),
+        mem_share=_first(mem_share, defaults.mem_share),
         device=device,
         ranks=ranks,
         timeout_s=_first(timeout_s, policy.timeout_s, defaults.timeout_s),

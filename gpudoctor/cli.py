@@ -46,7 +46,26 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     default=None,
     help="GitHub Actions job summary and annotations (default: on when GITHUB_ACTIONS=true).",
 )
-@click.option("--quick", is_flag=True, help="Skip the checks that run workloads (no torch import).")
+@click.option("--quick", is_flag=True, help="Skip the checks that run workloads (no torch import): --level 1.")
+@click.option(
+    "--level",
+    type=click.IntRange(1, 3),
+    help="1 static checks (--quick), 2 adds the active checks (default), 3 adds the deep checks under "
+    "load: GEMM, silent data corruption, GPU memory, host links (docs/deep-checks.md).",
+)
+@click.option(
+    "--duration",
+    "duration_s",
+    type=FiniteFloat(min=1, max=86400),
+    metavar="SECONDS",
+    help="How long level 3's sustained load runs (default 60); the whole level takes about 1.5x this.",
+)
+@click.option(
+    "--mem-share",
+    type=FiniteFloat(min=0.01, max=0.95),
+    metavar="FRACTION",
+    help="Share of free GPU memory level 3's memory test writes and verifies (default 0.8).",
+)
 @click.option("--select", multiple=True, metavar="CODES", help="Only these codes, prefixes (GD4) or check names.")
 @click.option("--ignore", multiple=True, metavar="CODES", help="Leave out these codes, prefixes or check names.")
 @click.option("--expect-gpus", type=click.IntRange(min=1), help="Fail when fewer GPUs are visible.")
@@ -64,7 +83,8 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     "--timeout",
     "timeout_s",
     type=FiniteFloat(min=1),
-    help="Deadline in seconds for all workloads together.  [default: 120]",
+    help="Deadline in seconds for all workloads together (level 3's run gets this plus its planned load).  "
+    "[default: 120]",
 )
 @click.option(
     "--min-busbw",
@@ -96,6 +116,9 @@ def check(
     prometheus_path: str | None,
     github: bool | None,
     quick: bool,
+    level: int | None,
+    duration_s: float | None,
+    mem_share: float | None,
     select: tuple[str, ...],
     ignore: tuple[str, ...],
     expect_gpus: int | None,
@@ -125,6 +148,9 @@ def check(
     report = run_checks(
         snapshot=snapshot_path,
         quick=quick,
+        level=level,
+        duration_s=duration_s,
+        mem_share=mem_share,
         expect_gpus=expect_gpus,
         expect_model=expect_model,
         select=_split(select),
@@ -264,11 +290,11 @@ def snapshot_cmd(output: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def list_checks(as_json: bool) -> None:
     """List every check and the finding codes it can give."""
-    from gpudoctor.registry import CHECKS, load_all
+    from gpudoctor.registry import CHECKS, LEVELS, load_all
 
     load_all()
     rows = [
-        {"code": c.code, "name": c.name, "check": chk.name, "active": chk.active, "title": c.title}
+        {"code": c.code, "name": c.name, "check": chk.name, "active": chk.active, "level": chk.level, "title": c.title}
         for chk in CHECKS.values()
         for c in chk.codes
     ]
@@ -276,7 +302,7 @@ def list_checks(as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     for r in rows:
-        kind = "active" if r["active"] else "static"
+        kind = LEVELS[r["level"]]
         click.echo(f"{r['code']}  {r['check']:<14} {kind:<6}  {r['title']}")
 
 

@@ -17,6 +17,8 @@ def explain_text(code: str) -> str | None:
     owner = CODE_OWNER[code]
     chk = CHECKS.get(owner)
     kind = "active: runs a workload, skipped by --quick" if chk and chk.active else "static"
+    if chk and chk.level >= 3:
+        kind = "deep: runs under sustained load, only with `--level 3`"
     check_line = f"check `{owner}` ({kind})" if chk else f"`gpudoctor {owner}`"
     return (
         f"# {info.code} {info.name}: {info.title}\n\n"

@@ -9,6 +9,10 @@ A check module declares its codes and registers its function:
 
 A static check reads only `ctx.snapshot` (and `ctx.visible`). An active check
 (`active=True`) runs a workload and is skipped by `--quick`.
+
+Levels (`check --level N`, docs/deep-checks.md): 1 the static checks (`--quick`), 2 adds the
+active checks, 3 adds the deep checks under sustained load (`level=3`). A check runs when its
+level is at most the one asked for.
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ CHECK_MODULES = [
     "allreduce",
     "ddp",
     "link_probes",
+    "deep_load",
+    "deep_sdc",
+    "deep_memory",
+    "deep_links",
 ]
 
 
@@ -82,6 +90,7 @@ class Check:
     # Runs only when the options ask for it (e.g. a policy's expect-model); otherwise it is not
     # part of the run at all, rather than a check that passes having looked at nothing.
     wanted: Callable[[CheckOptions], bool] | None = None
+    level: int = 1  # 1 static, 2 active, 3 deep (under load); runs when <= --level
 
     @property
     def code_ids(self) -> tuple[str, ...]:
@@ -109,6 +118,8 @@ CODE_OWNER[CHECK_CRASHED.code] = "check"
 
 
 NEEDS = ("", "gpus", "visible")
+LEVELS = {1: "static", 2: "active", 3: "deep"}
+DEFAULT_LEVEL = 2  # `check` without --level or --quick: static and active checks
 
 
 def check(
@@ -119,10 +130,14 @@ def check(
     active: bool = False,
     needs: str = "",
     wanted: Callable[[CheckOptions], bool] | None = None,
+    level: int | None = None,
 ) -> Callable[[Callable[[CheckContext], Any]], Callable[[CheckContext], Any]]:
     codes = tuple(codes)
     if needs not in NEEDS:
         raise ValueError(f"check {name!r}: needs must be one of {NEEDS}")
+    level = level if level is not None else (2 if active else 1)
+    if level not in LEVELS or (level >= 2) != active:
+        raise ValueError(f"check {name!r}: level {level} (levels 2 and 3 run workloads: active=True)")
 
     def register(func: Callable[[CheckContext], Any]) -> Callable[[CheckContext], Any]:
         if name in CHECKS:
@@ -132,7 +147,7 @@ def check(
                 raise ValueError(f"finding code {c.code} registered twice")
             CODES[c.code] = c
             CODE_OWNER[c.code] = name
-        CHECKS[name] = Check(name, title, codes, func, active, needs, wanted)
+        CHECKS[name] = Check(name, title, codes, func, active, needs, wanted, level)
         return func
 
     return register
@@ -158,7 +173,7 @@ def load_all() -> None:
 @dataclass
 class CheckOptions:
     expect_gpus: int | None = None
-    quick: bool = False  # skip checks that run workloads
+    quick: bool = False  # skip checks that run workloads (level 1)
     device: str = "auto"  # "auto", "cuda" or "cpu" for workloads
     ranks: int | None = None  # CPU ranks for --device cpu
     timeout_s: float = 120.0  # the whole of the active checks
@@ -171,6 +186,9 @@ class CheckOptions:
     expect_model: str | None = None  # every visible GPU's name contains this (GD010)
     min_shm_bytes: int | None = None  # /dev/shm wanted (GD501's max(512 MiB, 128 MiB per GPU) otherwise)
     collectives: tuple[str, ...] | None = None  # the collectives `check` judges (issue 12)
+    level: int = DEFAULT_LEVEL  # run the checks of this level and below (`quick` means 1)
+    duration_s: float = 60.0  # how long level 3's load tests run
+    mem_share: float = 0.8  # share of free GPU memory level 3's memory test writes and verifies
 
 
 @dataclass
@@ -181,6 +199,11 @@ class CheckContext:
     # The one launch the active checks share (all-reduce and DDP in one process group): set by
     # the first of them to run (checks/active_common.py); the report's node rows come from it.
     active_run: LaunchResult | None = None
+    # Launches other checks share, by name (the deep checks' one run: checks/deep_common.py).
+    runs: dict[str, Any] = field(default_factory=dict)
+    # The names of the checks this run will run (set by run_checks), so a shared launch starts
+    # only the workloads of selected checks.
+    planned: tuple[str, ...] = ()
 
     @cached_property
     def visible(self) -> Visibility:
@@ -274,18 +297,27 @@ def run_one(chk: Check, ctx: CheckContext, selection: Selection) -> CheckResult:
     return CheckResult(chk.name, chk.title, list(findings), time.perf_counter() - start, details)
 
 
+def max_level(options: CheckOptions) -> int:
+    return 1 if options.quick else options.level
+
+
+def selected(options: CheckOptions, selection: Selection = Selection()) -> list[Check]:
+    """The checks a run with these options and this selection runs, in order."""
+    load_all()
+    return [
+        c
+        for c in CHECKS.values()
+        if selection.wants_check(c) and c.level <= max_level(options) and (c.wanted is None or c.wanted(options))
+    ]
+
+
 def run_checks(
     ctx: CheckContext, selection: Selection = Selection(), *, on_start: Callable[[Check], None] | None = None
 ) -> list[CheckResult]:
-    load_all()
     results = []
-    for chk in CHECKS.values():
-        if not selection.wants_check(chk):
-            continue
-        if chk.active and ctx.options.quick:
-            continue
-        if chk.wanted is not None and not chk.wanted(ctx.options):
-            continue
+    chosen = selected(ctx.options, selection)
+    ctx.planned = tuple(c.name for c in chosen)
+    for chk in chosen:
         if on_start is not None:
             on_start(chk)
         results.append(run_one(chk, ctx, selection))
