@@ -15,4 +15,8 @@ WORKLOADS: dict[str, str] = {
     "ddp": "gpudoctor.workloads.ddp:run",
     "link_pcie": "gpudoctor.workloads.link_probes:pcie",
     "link_p2p": "gpudoctor.workloads.link_probes:p2p",
+    "deep_gemm": "gpudoctor.workloads.deep_gemm:run",
+    "deep_allreduce": "gpudoctor.workloads.deep_allreduce:run",
+    "deep_memory": "gpudoctor.workloads.deep_memory:run",
+    "deep_links": "gpudoctor.workloads.deep_links:run",
 }

@@ -3,7 +3,10 @@
     GPUDOCTOR_FAULT="<rank>:<action>[@<when>][,...]"
 
 actions: `hang` (sleep forever), `exit` (exit with status 17), `corrupt` (send wrong DDP
-gradients), `wrongsum` (add a wrong value to its all-reduce input). `when` for hang/exit:
+gradients), `wrongsum` (add a wrong value to its all-reduce input), `sdc` (silent data
+corruption in level 3's deep checks: flip one bit of its GEMM result from the second check on,
+of its all-reduce result from the second iteration on, and of its memory-test buffer after the
+first pattern is written). `when` for hang/exit:
 `start` (before importing torch), `import` (while importing torch: an import that never ends),
 or `joined` (after joining, the default: the peers then wait in a collective). Used by the
 tests and by users who want to watch each failure path.
@@ -16,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 ENV = "GPUDOCTOR_FAULT"
-ACTIONS = ("hang", "exit", "corrupt", "wrongsum")
+ACTIONS = ("hang", "exit", "corrupt", "wrongsum", "sdc")
 WHEN = ("start", "import", "joined")
 EXIT_STATUS = 17
 
