@@ -1,0 +1,360 @@
+"""What level 3's deep checks share: one launch of the selected deep workloads, NVML sampled by
+the parent while it runs, the time budget, and the findings for a run that did not finish.
+
+The deep checks (deep_load, deep_sdc, deep_memory, deep_links) run in ONE set of spawned ranks
+(one torch import and CUDA start per rank), started by whichever of them runs first and kept in
+`ctx.runs["deep"]`. Only the workloads of the checks this run selected are started (`ctx.planned`).
+The order is the order of a burn-in: the sustained GEMM first (it heats the GPUs), then the long
+all-reduce, the memory test and the host links. While the ranks run, the parent reads every GPU
+through the watch sampler (gpudoctor.probe.sampler.NvmlSampler: clocks, throttle reasons, power
+against the limit, temperature, XID events) once a second and says on stderr what it sees.
+
+Not a check module: it is not in CHECK_MODULES.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudoctor import clock_reasons
+from gpudoctor.checks.active_common import Plan, plan, skip_finding, world_size
+from gpudoctor.checks.link_probes import p2p_pairs
+from gpudoctor.findings import Finding, Status, gpu_subject
+from gpudoctor.launch import LaunchResult, RankOutcome, Task, launch
+from gpudoctor.registry import CheckContext, Code
+
+RUN_KEY = "deep"
+# Deep check -> the workloads it needs, in run order (the GEMM heats the GPUs for the rest).
+TASKS_OF = {
+    "deep_load": ("deep_gemm",),
+    "deep_sdc": ("deep_gemm", "deep_allreduce"),
+    "deep_memory": ("deep_memory",),
+    "deep_links": ("deep_links",),
+}
+ORDER = ("deep_gemm", "deep_allreduce", "deep_memory", "deep_links")
+# Shares of --duration: the GEMM load runs the whole of it; the long all-reduce and the memory
+# test a fifth each (the memory test always finishes one pass of its patterns).
+ALLREDUCE_SHARE = 0.2
+MEMORY_SHARE = 0.2
+# The host-link copies are fixed work: about 8 timed figures per GPU and 2 per pair.
+LINKS_S_PER_GPU = 3.0
+LINKS_S_PER_PAIR = 1.0
+SAMPLE_INTERVAL_S = 1.0
+PROGRESS_EVERY_S = 10.0
+# Rank-side sizes: big enough to load a GPU, small enough for 2 CPU cores running the tests.
+GEMM_N = {"cuda": 8192, "cpu": 384}
+ALLREDUCE_BYTES = {"cuda": 256 << 20, "cpu": 1 << 20}
+CPU_MEMTEST_BYTES = 16 << 20
+LINK_BYTES = 256 << 20
+LINK_ITERS = 5
+
+Reading = Mapping[str, Any]  # one GPU's NVML reading: the keys of watch's GpuReading
+SampleStream = Sequence[tuple[float, Sequence[Reading]]]  # (epoch seconds, readings)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Seconds each deep workload is given (its own time; not counting torch import and joins)."""
+
+    gemm_s: float = 0.0
+    allreduce_s: float = 0.0
+    memory_s: float = 0.0
+    links_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.gemm_s + self.allreduce_s + self.memory_s + self.links_s
+
+
+def budget(tasks: Sequence[str], duration_s: float, gpus: int, pairs: int) -> Budget:
+    return Budget(
+        gemm_s=duration_s if "deep_gemm" in tasks else 0.0,
+        allreduce_s=max(1.0, duration_s * ALLREDUCE_SHARE) if "deep_allreduce" in tasks else 0.0,
+        memory_s=max(1.0, duration_s * MEMORY_SHARE) if "deep_memory" in tasks else 0.0,
+        links_s=LINKS_S_PER_GPU * gpus + LINKS_S_PER_PAIR * pairs if "deep_links" in tasks else 0.0,
+    )
+
+
+@dataclass
+class DeepRun:
+    plan: Plan
+    tasks: tuple[str, ...]
+    budget: Budget
+    launch: LaunchResult
+    samples: list[tuple[float, list[dict[str, Any]]]] = field(default_factory=list)
+    sampling: str = ""  # why there are no NVML readings ("" when there are)
+
+    def results(self, task: str) -> dict[str, Any] | None:
+        return self.launch.results(task)
+
+    def gpu_of(self) -> dict[int, int | None]:
+        """Global rank -> the NVML index of its GPU (ranks on this node; None on CPU)."""
+        return {r.rank: r.gpu for r in self.launch.ranks}
+
+
+def deep_tasks(planned: Sequence[str], device: str, world: int) -> tuple[str, ...]:
+    """The workloads the selected deep checks need, in run order."""
+    names = [c for c in planned if c in TASKS_OF] or list(TASKS_OF)
+    wanted = {t for c in names for t in TASKS_OF[c]}
+    if world < 2:
+        wanted.discard("deep_allreduce")  # nothing to reduce across
+    if device != "cuda":
+        wanted.discard("deep_links")  # no host links on CPU ranks
+    return tuple(t for t in ORDER if t in wanted)
+
+
+def task_list(
+    tasks: Sequence[str], b: Budget, p: Plan, ctx: CheckContext, pairs: Sequence[tuple[int, int]]
+) -> list[Task]:
+    params: dict[str, dict[str, Any]] = {
+        "deep_gemm": {"seconds": b.gemm_s, "n": GEMM_N},
+        "deep_allreduce": {"seconds": b.allreduce_s, "bytes": ALLREDUCE_BYTES},
+        "deep_memory": {
+            "seconds": b.memory_s,
+            "share": ctx.options.mem_share,
+            "cpu_bytes": CPU_MEMTEST_BYTES,
+            "gpus": p.gpus,
+        },
+        "deep_links": {"bytes": LINK_BYTES, "iters": LINK_ITERS, "pairs": [list(x) for x in pairs], "gpus": p.gpus},
+    }
+    return [Task(t, params[t]) for t in tasks]
+
+
+def deadline_s(ctx: CheckContext, b: Budget) -> float:
+    """--timeout for starting, joining and the overheads, plus the planned load time."""
+    return ctx.options.timeout_s + b.total_s * 1.25
+
+
+def shared_deep_run(ctx: CheckContext) -> DeepRun | None:
+    """The deep run of this check run (started by the first deep check), or None when the plan
+    runs nothing (the caller gives the plan's skip)."""
+    if RUN_KEY in ctx.runs:
+        return ctx.runs[RUN_KEY]
+    p = plan(ctx)
+    if p.skip:
+        return None
+    world = world_size(ctx, p)
+    tasks = deep_tasks(ctx.planned, p.device, world)
+    link_pairs = p2p_pairs(ctx.snapshot, list(ctx.visible.gpus)) if "deep_links" in tasks else []
+    b = budget(tasks, ctx.options.duration_s, len(p.gpus), len(link_pairs))
+    ctx.progress(
+        f"level 3: {', '.join(tasks)} on {world} rank(s), about {b.total_s:.0f} s of load "
+        f"(deadline {deadline_s(ctx, b):.0f} s)"
+    )
+    local = _local_gpus(p)
+    sampler = LoadSampler(local, progress=ctx.progress) if p.device == "cuda" and local else None
+    if sampler is not None:
+        sampler.start()
+    try:
+        result = launch(
+            task_list(tasks, b, p, ctx, link_pairs),
+            device=p.device,
+            ranks=p.ranks,
+            timeout_s=deadline_s(ctx, b),
+            gpus=p.gpus,
+            gpu_uuids=p.uuids,
+            progress=ctx.progress,
+        )
+    finally:
+        samples, note = sampler.stop() if sampler is not None else ([], "CPU ranks: no NVML readings")
+    run = DeepRun(p, tasks, b, result, samples, note)
+    ctx.runs[RUN_KEY] = run
+    return run
+
+
+def skipped(ctx: CheckContext, check_name: str, what: str) -> Finding:
+    """The skip of a deep check whose plan runs nothing (no GPU, MIG across GPUs)."""
+    return skip_finding(ctx, check_name, plan(ctx), what)
+
+
+def _local_gpus(p: Plan) -> list[int]:
+    """The GPUs this process's ranks drive (one under torchrun/srun: its local rank's)."""
+    from gpudoctor.launch import torchrun_env
+
+    if torchrun_env(os.environ):
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        return [p.gpus[local]] if local < len(p.gpus) else []
+    return list(p.gpus)
+
+
+class LoadSampler:
+    """NVML readings of the GPUs under load, by the parent, from a thread, once a second.
+
+    Uses watch's sampler (the one NVML reader for live data). A failure to read is a note, never
+    an exception: the deep checks then judge without readings and say so.
+    """
+
+    def __init__(
+        self,
+        indices: list[int],
+        *,
+        interval_s: float = SAMPLE_INTERVAL_S,
+        progress: Callable[[str], None] = lambda message: None,
+        factory: Callable[..., Any] | None = None,
+    ) -> None:
+        self.indices = indices
+        self.interval_s = interval_s
+        self.progress = progress
+        self.factory = factory
+        self.samples: list[tuple[float, list[dict[str, Any]]]] = []
+        self.note = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="deep-nvml-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, wait_s: float = 5.0) -> tuple[list[tuple[float, list[dict[str, Any]]]], str]:
+        self._stop.set()
+        self._thread.join(wait_s)
+        if self._thread.is_alive():
+            self.note = self.note or f"NVML sampling did not stop within {wait_s:g} s (a stuck NVML call)"
+        return list(self.samples), self.note
+
+    def _loop(self) -> None:
+        if self.factory is None:
+            from gpudoctor.probe.sampler import NvmlSampler  # lazy: only live GPU runs read NVML
+
+            self.factory = NvmlSampler
+        sampler = self.factory(indices=self.indices)
+        opened = sampler.open()
+        if not opened.ok:
+            self.note = f"NVML not readable ({opened.status}{': ' + opened.detail if opened.detail else ''})"
+            return
+        last_said = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                t = time.time()
+                try:
+                    readings = sampler.read()
+                except Exception as exc:  # noqa: BLE001  (a reading gone wrong ends sampling, not the run)
+                    self.note = f"NVML sampling stopped: {type(exc).__name__}: {exc}"
+                    return
+                self.samples.append((t, readings))
+                if time.monotonic() - last_said >= PROGRESS_EVERY_S:
+                    self.progress(describe_readings(readings))
+                    last_said = time.monotonic()
+                self._stop.wait(self.interval_s)
+        finally:
+            sampler.close()
+
+
+def describe_readings(readings: Sequence[Reading]) -> str:
+    """One progress line: the ranges of temperature, power and SM clock, and any slowdown."""
+
+    def span(key: str, unit: str) -> str:
+        values = [r[key] for r in readings if r.get(key) is not None]
+        if not values:
+            return ""
+        low, high = min(values), max(values)
+        return f"{key.replace('_', ' ')} {low:g}{'' if low == high else f'-{high:g}'}{unit}"
+
+    parts = [s for s in (span("temp", " C"), span("power", " W"), span("sm_clock", " MHz")) if s]
+    slow = [
+        f"GPU {r['index']} {', '.join(x.label for x in clock_reasons.slowdowns(r['throttle']))}"
+        for r in readings
+        if isinstance(r.get("throttle"), int) and clock_reasons.slowdowns(r["throttle"])
+    ]
+    if slow:
+        parts.append("slowdown: " + "; ".join(slow))
+    return "under load: " + (", ".join(parts) or "no readings")
+
+
+# -- naming ranks and GPUs in findings ------------------------------------------------------------
+
+
+def with_gpus(rows: Sequence[dict[str, Any]], run: DeepRun) -> list[dict[str, Any]]:
+    """Rows with "gpu" (NVML index) filled in from the launch where the workload did not say."""
+    gpu_of = run.gpu_of()
+    return [{**r, "gpu": r.get("gpu", gpu_of.get(r["rank"]))} for r in rows]
+
+
+def subject(row: Mapping[str, Any]) -> str:
+    return gpu_subject(row["gpu"]) if row.get("gpu") is not None else f"rank:{row['rank']}"
+
+
+def who(row: Mapping[str, Any]) -> str:
+    if row.get("gpu") is not None:
+        return f"GPU {row['gpu']}"
+    return f"rank {row['rank']}" + (f" ({row['device']})" if row.get("device") not in (None, "cpu") else "")
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else 0.0
+
+
+# -- a run that did not finish ------------------------------------------------------------------
+
+
+def not_finished(code: Code, task: str, what: str, run: DeepRun) -> list[Finding]:
+    """Why `task` gave no result: the rank that failed in it (FAIL), or, when the run stopped
+    before it in another test, a SKIP that says where (that test's check has the FAIL)."""
+    result = run.launch
+    if result.setup_error is not None:
+        err = result.setup_error
+        return [Finding(code.code, Status.FAIL, "host", f"{what} did not start: {err['message']}", code.fix, dict(err))]
+    suspects = result.suspects() or result.failed_ranks()
+    if not suspects:
+        return [
+            Finding(code.code, Status.ERROR, "host", f"{what} gave no result", code.fix, {"launch": result.to_json()})
+        ]
+    first_task = run.tasks[0] if run.tasks else task
+    stopped_in = suspects[0].phase
+    if stopped_in in run.tasks and stopped_in != task and run.tasks.index(stopped_in) < run.tasks.index(task):
+        return [
+            Finding(
+                code.code,
+                Status.SKIP,
+                "host",
+                f"{what} not run: the deep run stopped earlier, in {stopped_in} ({_describe(suspects)})",
+                "",
+                {"stopped_in": stopped_in},
+            )
+        ]
+    if stopped_in not in run.tasks and task != first_task:
+        return [
+            Finding(
+                code.code,
+                Status.SKIP,
+                "host",
+                f"{what} not run: the deep run stopped before its tests ({_describe(suspects)}; see {first_task})",
+                "",
+                {"stopped_in": stopped_in},
+            )
+        ]
+    victims = [r for r in result.failed_ranks() if r not in suspects]
+    return [_rank_failure(code, what, r, result, victims) for r in suspects]
+
+
+def _describe(ranks: Sequence[RankOutcome]) -> str:
+    return ", ".join(r.label for r in ranks)
+
+
+def _rank_failure(
+    code: Code, what: str, r: RankOutcome, result: LaunchResult, victims: Sequence[RankOutcome]
+) -> Finding:
+    evidence = {
+        "rank": r.rank,
+        "gpu": r.gpu,
+        "state": r.state,
+        "phase": r.phase,
+        "error": r.error[:1000],
+        "error_kind": r.error_kind,
+        "exit_code": r.exit_code,
+        "log_tail": r.log_tail[-1500:],
+        "deadline_s": result.deadline_s,
+        "timed_out": result.timed_out,
+        "others_stopped": [v.rank for v in victims],
+    }
+    if r.state == "hung":
+        how = f"{r.hang_reason()} within the {result.deadline_s:g} s deadline (last phase: {r.phase})"
+    else:
+        how = f"failed in phase {r.phase}: {r.error[:300]}"
+    row = {"rank": r.rank, "gpu": r.gpu}
+    return Finding(code.code, Status.FAIL, subject(row), f"{what} did not finish: {r.label} {how}", code.fix, evidence)
