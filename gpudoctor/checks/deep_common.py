@@ -89,6 +89,7 @@ class DeepRun:
     launch: LaunchResult
     samples: list[tuple[float, list[dict[str, Any]]]] = field(default_factory=list)
     sampling: str = ""  # why there are no NVML readings ("" when there are)
+    owners: dict[str, str] = field(default_factory=dict)  # task -> the check that reports its failure
 
     def results(self, task: str) -> dict[str, Any] | None:
         return self.launch.results(task)
@@ -107,6 +108,12 @@ def deep_tasks(planned: Sequence[str], device: str, world: int) -> tuple[str, ..
     if device != "cuda":
         wanted.discard("deep_links")  # no host links on CPU ranks
     return tuple(t for t in ORDER if t in wanted)
+
+
+def task_owners(planned: Sequence[str], tasks: Sequence[str]) -> dict[str, str]:
+    """Which check reports a failure in each task: the first selected check that needs it."""
+    checks = [c for c in planned if c in TASKS_OF] or list(TASKS_OF)
+    return {t: next(c for c in checks if t in TASKS_OF[c]) for t in tasks}
 
 
 def task_list(
@@ -163,7 +170,7 @@ def shared_deep_run(ctx: CheckContext) -> DeepRun | None:
         )
     finally:
         samples, note = sampler.stop() if sampler is not None else ([], "CPU ranks: no NVML readings")
-    run = DeepRun(p, tasks, b, result, samples, note)
+    run = DeepRun(p, tasks, b, result, samples, note, task_owners(ctx.planned, tasks))
     ctx.runs[RUN_KEY] = run
     return run
 
@@ -261,9 +268,8 @@ def describe_readings(readings: Sequence[Reading]) -> str:
         for r in readings
         if isinstance(r.get("throttle"), int) and clock_reasons.slowdowns(r["throttle"])
     ]
-    if slow:
-        parts.append("slowdown: " + "; ".join(slow))
-    return "under load: " + (", ".join(parts) or "no readings")
+    line = "under load: " + (", ".join(parts) or "no readings")
+    return line + ("; slowdown: " + "; ".join(slow) if slow else "")
 
 
 # -- naming ranks and GPUs in findings ------------------------------------------------------------
@@ -292,9 +298,9 @@ def median(values: Sequence[float]) -> float:
 # -- a run that did not finish ------------------------------------------------------------------
 
 
-def not_finished(code: Code, task: str, what: str, run: DeepRun) -> list[Finding]:
-    """Why `task` gave no result: the rank that failed in it (FAIL), or, when the run stopped
-    before it in another test, a SKIP that says where (that test's check has the FAIL)."""
+def not_finished(code: Code, task: str, what: str, run: DeepRun, check_name: str) -> list[Finding]:
+    """Why `task` gave no result. The check that owns the task the run stopped in gets a FAIL
+    naming the rank that failed; the others get a SKIP that says where to look."""
     result = run.launch
     if result.setup_error is not None:
         err = result.setup_error
@@ -304,26 +310,17 @@ def not_finished(code: Code, task: str, what: str, run: DeepRun) -> list[Finding
         return [
             Finding(code.code, Status.ERROR, "host", f"{what} gave no result", code.fix, {"launch": result.to_json()})
         ]
-    first_task = run.tasks[0] if run.tasks else task
     stopped_in = suspects[0].phase
-    if stopped_in in run.tasks and stopped_in != task and run.tasks.index(stopped_in) < run.tasks.index(task):
+    blamed = stopped_in if stopped_in in run.tasks else run.tasks[0]
+    owner = run.owners.get(blamed, check_name)
+    if owner != check_name or (blamed != task and run.tasks.index(blamed) < run.tasks.index(task)):
+        where = f"in {blamed}" if stopped_in in run.tasks else "before its tests"
         return [
             Finding(
                 code.code,
                 Status.SKIP,
                 "host",
-                f"{what} not run: the deep run stopped earlier, in {stopped_in} ({_describe(suspects)})",
-                "",
-                {"stopped_in": stopped_in},
-            )
-        ]
-    if stopped_in not in run.tasks and task != first_task:
-        return [
-            Finding(
-                code.code,
-                Status.SKIP,
-                "host",
-                f"{what} not run: the deep run stopped before its tests ({_describe(suspects)}; see {first_task})",
+                f"{what} not run: the deep run stopped {where} ({_describe(suspects)}; see {owner})",
                 "",
                 {"stopped_in": stopped_in},
             )

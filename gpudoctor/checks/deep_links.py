@@ -5,9 +5,10 @@ Expectations (what the hardware should reach when healthy, never the link as it 
 - host link: the GPU's maximum PCIe generation x width from the snapshot, at the per-lane rates
   of gpudoctor.expectations (x16 Gen4 31.5 GB/s, Gen5 63 GB/s). Healthy pinned copies reach
   0.76-0.88 of it (8x RTX 4090 Gen4: 23.9-26.4 GB/s H2D, NVIDIA/nvbandwidth#15; A100 Gen4 25.9,
-  SuperBench baseline; H200 Gen5 55.4, ml-engineering). Below HOST_WARN_RATIO (0.65) warns,
-  below HOST_FAIL_RATIO (0.4: about what a link trained to half its width or one generation
-  down gives) fails.
+  SuperBench baseline; H200 Gen5 55.4, ml-engineering). Below HOST_WARN_RATIO (0.65) warns
+  (a link trained to half its width or one generation down measures about 0.4 of its nominal
+  rate), below HOST_FAIL_RATIO (0.3) fails (a quarter: x4 of x16 or two generations down,
+  about 0.2; GD420 fails a link at a quarter of its bandwidth the same way).
 - all at once: a GPU that keeps less than SHARED_WARN_RATIO (0.5, heuristic: half means it shares
   its path with at least one other GPU) of its alone bandwidth when every GPU copies warns,
   naming the GPUs behind the same PCIe switch (PIX/PXB).
@@ -38,7 +39,7 @@ HOST_BANDWIDTH = Code(
     "Each GPU copies to and from host memory at its PCIe link's rate",
     what="Times host-to-device and device-to-host copies of 256 MiB from pinned memory for each GPU "
     "alone, and compares the slower direction with the GPU's maximum PCIe generation x width "
-    "(x16 Gen4 31.5 GB/s, Gen5 63 GB/s). Below 0.65 of it warns, below 0.4 fails. Pageable-memory "
+    "(x16 Gen4 31.5 GB/s, Gen5 63 GB/s). Below 0.65 of it warns, below 0.3 fails. Pageable-memory "
     "copies are measured and reported beside them.",
     why="Every batch, every checkpoint load and every CPU offload crosses this link. A GPU whose "
     "link runs at a fraction of its rate (trained down, a riser, a bad slot) starves on input "
@@ -84,7 +85,7 @@ NOT_DONE = Code(
 CODES = [HOST_BANDWIDTH, HOST_SHARED, D2D_BANDWIDTH, NOT_DONE]
 
 HOST_WARN_RATIO = 0.65
-HOST_FAIL_RATIO = 0.4
+HOST_FAIL_RATIO = 0.3
 SHARED_WARN_RATIO = 0.5
 D2D_WARN_RATIO = 0.6
 D2D_FAIL_RATIO = 0.35
@@ -111,10 +112,9 @@ def judge_host(snapshot: Snapshot, rows: Sequence[Mapping[str, Any]]) -> list[Fi
     for r in rows:
         alone = r["alone"]
         slower = min(alone["h2d_pinned"], alone["d2h_pinned"])
-        figures = (
-            f"H2D {alone['h2d_pinned']:.1f} / D2H {alone['d2h_pinned']:.1f} GB/s pinned, "
-            f"{alone['h2d_pageable']:.1f} / {alone['d2h_pageable']:.1f} pageable"
-        )
+        figures = f"H2D {alone['h2d_pinned']:.1f} / D2H {alone['d2h_pinned']:.1f} GB/s pinned"
+        if alone.get("h2d_pageable") is not None and alone.get("d2h_pageable") is not None:
+            figures += f", {alone['h2d_pageable']:.1f} / {alone['d2h_pageable']:.1f} pageable"
         evidence: dict[str, Any] = {"alone": alone}
         expect = host_rate(snapshot, r.get("gpu"))
         if expect is None:
@@ -248,8 +248,9 @@ def judge_d2d(snapshot: Snapshot, pairs: Sequence[Mapping[str, Any]]) -> list[Fi
 
 
 def links_table(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    def cells(figures: Mapping[str, float]) -> list[str]:
-        return [f"{figures[k]:.1f}" for k in ("h2d_pinned", "d2h_pinned", "h2d_pageable", "d2h_pageable")]
+    def cells(figures: Mapping[str, float | None]) -> list[str]:
+        keys = ("h2d_pinned", "d2h_pinned", "h2d_pageable", "d2h_pageable")
+        return ["-" if figures.get(k) is None else f"{figures[k]:.1f}" for k in keys]
 
     return {
         "title": "host links, GB/s (alone | all at once)",
@@ -281,7 +282,7 @@ def deep_links(ctx: CheckContext) -> tuple[list[Finding], dict[str, Any]]:
         return [skipped(ctx, "deep_links", "host-link test")], {}
     data = run.results("deep_links")
     if data is None:
-        return not_finished(NOT_DONE, "deep_links", "the host-link test", run), {}
+        return not_finished(NOT_DONE, "deep_links", "the host-link test", run, "deep_links"), {}
     rows = with_gpus(data["rows"], run)
     snap = ctx.snapshot
     findings = judge_host(snap, rows) + judge_shared(snap, rows) + judge_d2d(snap, data["pairs"])

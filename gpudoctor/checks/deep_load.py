@@ -211,7 +211,13 @@ def judge_load(
             Finding(c.code, Status.SKIP, "host", f"not judged: {why}", "", {})
             for c in (THERMAL, POWER, HW_SLOWDOWN, XID_UNDER_LOAD)
         ]
-    findings += judge_thermal(gpus) + judge_power(gpus) + judge_hw_slowdown(gpus)
+    if any(g.masks for g in gpus.values()):
+        findings += judge_thermal(gpus) + judge_power(gpus) + judge_hw_slowdown(gpus)
+    else:
+        findings += [
+            Finding(c.code, Status.SKIP, "host", "not judged: NVML gave no clock event reasons under load", "", {})
+            for c in (THERMAL, POWER, HW_SLOWDOWN)
+        ]
     return findings + judge_xids(samples, start, gpus)
 
 
@@ -497,7 +503,8 @@ def deep_load(ctx: CheckContext) -> tuple[list[Finding], dict[str, Any]]:
         return [skipped(ctx, "deep_load", "sustained GEMM load")], {}
     data = run.results("deep_gemm")
     if data is None:
-        return not_finished(NOT_DONE, "deep_gemm", "the sustained GEMM load", run), {"launch": run.launch.to_json()}
+        findings = not_finished(NOT_DONE, "deep_gemm", "the sustained GEMM load", run, "deep_load")
+        return findings, {"launch": run.launch.to_json()}
     rows = with_gpus(data["rows"], run)
     findings = judge_load(run.samples, rows, sampling=run.sampling)
     gpus = under_load(run.samples, min(r["start"] for r in rows), max(r["end"] for r in rows))

@@ -195,6 +195,6 @@ def deep_memory(ctx: CheckContext) -> tuple[list[Finding], dict[str, Any]]:
         return [skipped(ctx, "deep_memory", "memory test")], {}
     data = run.results("deep_memory")
     if data is None:
-        return not_finished(NOT_DONE, "deep_memory", "the memory test", run), {}
+        return not_finished(NOT_DONE, "deep_memory", "the memory test", run, "deep_memory"), {}
     rows = with_gpus(data["rows"], run)
     return judge_patterns(rows) + judge_ecc(rows), {"tables": [memory_table(rows)], "memory": rows}

@@ -252,7 +252,7 @@ def deep_sdc(ctx: CheckContext) -> tuple[list[Finding], dict[str, Any]]:
         return [skipped(ctx, "deep_sdc", "silent-data-corruption tests")], {}
     gemm = run.results("deep_gemm")
     if gemm is None:
-        return not_finished(NOT_DONE, "deep_gemm", "the GEMM comparison", run), {}
+        return not_finished(NOT_DONE, "deep_gemm", "the GEMM comparison", run, "deep_sdc"), {}
     gemm_rows = with_gpus(gemm["rows"], run)
     findings = judge_gemm(gemm_rows)
     reduce_rows: list[dict[str, Any]] = []
@@ -260,7 +260,7 @@ def deep_sdc(ctx: CheckContext) -> tuple[list[Finding], dict[str, Any]]:
         message = "all-reduce comparison skipped: one rank, nothing to reduce"
         findings.append(Finding(ALLREDUCE_SDC.code, Status.SKIP, "host", message))
     elif (data := run.results("deep_allreduce")) is None:
-        findings += not_finished(NOT_DONE, "deep_allreduce", "the long all-reduce run", run)
+        findings += not_finished(NOT_DONE, "deep_allreduce", "the long all-reduce run", run, "deep_sdc")
     else:
         reduce_rows = with_gpus(data["rows"], run)
         findings += judge_allreduce(reduce_rows)

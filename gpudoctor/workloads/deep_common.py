@@ -21,10 +21,13 @@ BLOCK_ROWS = 4096  # rows reduced at a time (16 MiB of words), to bound the temp
 
 
 def digest(tensor: Any) -> str:
-    """A bitwise digest of `tensor` (any dtype whose size is a multiple of 4 bytes in all)."""
+    """A bitwise digest of `tensor` (any dtype and shape; the dtype and shape are part of it)."""
     import torch
 
-    words = tensor.detach().contiguous().view(-1).view(torch.int32)
+    raw = tensor.detach().contiguous().view(-1).view(torch.uint8)
+    if raw.numel() % 4:  # whole 32-bit words: pad the last one with zero bytes
+        raw = torch.cat([raw, torch.zeros(4 - raw.numel() % 4, dtype=torch.uint8, device=raw.device)])
+    words = raw.view(torch.int32)
     full = words.numel() - words.numel() % ROW_WORDS
     weights = torch.arange(1, ROW_WORDS + 1, dtype=torch.int64, device=words.device)
     h = hashlib.sha256(f"{tensor.dtype}:{tuple(tensor.shape)}".encode())
@@ -39,10 +42,11 @@ def digest(tensor: Any) -> str:
 
 
 def flip_bit(tensor: Any, word: int, bit: int) -> None:
-    """Flip one bit of `tensor` in place (the `sdc` fault: what silent data corruption does)."""
+    """Flip one bit of 32-bit word `word` of `tensor` in place (the `sdc` fault: what silent data
+    corruption does); the tensor's size in bytes must be a multiple of 4."""
     import torch
 
-    words = tensor.view(-1).view(torch.int32)
+    words = tensor.view(-1).view(torch.uint8).view(torch.int32)
     word %= words.numel()
     words[word : word + 1].bitwise_xor_(1 << bit if bit < 31 else -(1 << 31))  # int32: bit 31 is the sign
 
@@ -58,7 +62,7 @@ def device_info(ctx: RankContext) -> dict[str, Any]:
         "device": "cpu",
         "sm_count": None,
         # cuBLAS promises the same bits only within one toolkit version: part of the peer key.
-        "toolkit": f"torch {torch.__version__}, CUDA {torch.version.cuda}",
+        "toolkit": f"torch {torch.__version__}" + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
     }
     if ctx.device.type == "cuda":
         props = torch.cuda.get_device_properties(ctx.device)

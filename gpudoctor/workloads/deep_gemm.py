@@ -55,6 +55,18 @@ def _deterministic() -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
+def seeded(n: int, dtype: Any, device: Any, gen: Any) -> Any:
+    """An n x n matrix of uniform values in [-1, 1) drawn on the host from `gen`, so it is the
+    same bits on every rank; drawn in blocks of rows to keep host memory small."""
+    import torch
+
+    out = torch.empty(n, n, dtype=dtype, device=device)
+    for row in range(0, n, 512):
+        rows = min(512, n - row)
+        out[row : row + rows].copy_((torch.rand(rows, n, generator=gen) * 2 - 1).to(dtype))
+    return out
+
+
 def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
@@ -67,8 +79,8 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
     dtype_name = precision(ctx)
     dtype = getattr(torch, dtype_name)
     gen = torch.Generator().manual_seed(int(params.get("seed", SEED)))
-    a = (torch.rand(n, n, generator=gen) * 2 - 1).to(dtype).to(ctx.device)
-    b = (torch.rand(n, n, generator=gen) * 2 - 1).to(dtype).to(ctx.device)
+    a = seeded(n, dtype, ctx.device, gen)
+    b = seeded(n, dtype, ctx.device, gen)
     out = torch.empty(n, n, dtype=dtype, device=ctx.device)
     flops = 2.0 * n**3
     sdc = ctx.faults.has("sdc")
