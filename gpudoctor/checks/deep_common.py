@@ -298,6 +298,19 @@ def median(values: Sequence[float]) -> float:
 # -- a run that did not finish ------------------------------------------------------------------
 
 
+def deep_data(
+    ctx: CheckContext, check_name: str, task: str, code: Code, what: str
+) -> tuple[DeepRun, dict[str, Any]] | list[Finding]:
+    """The shared deep run and `task`'s result, or the findings that say why there is none."""
+    run = shared_deep_run(ctx)
+    if run is None:
+        return [skipped(ctx, check_name, what)]
+    data = run.results(task)
+    if data is None:
+        return not_finished(code, task, what, run, check_name)
+    return run, data
+
+
 def not_finished(code: Code, task: str, what: str, run: DeepRun, check_name: str) -> list[Finding]:
     """Why `task` gave no result. The check that owns the task the run stopped in gets a FAIL
     naming the rank that failed; the others get a SKIP that says where to look."""
@@ -337,13 +350,7 @@ def _rank_failure(
     code: Code, what: str, r: RankOutcome, result: LaunchResult, victims: Sequence[RankOutcome]
 ) -> Finding:
     evidence = {
-        "rank": r.rank,
-        "gpu": r.gpu,
-        "state": r.state,
-        "phase": r.phase,
-        "error": r.error[:1000],
-        "error_kind": r.error_kind,
-        "exit_code": r.exit_code,
+        **r.to_json(),
         "log_tail": r.log_tail[-1500:],
         "deadline_s": result.deadline_s,
         "timed_out": result.timed_out,

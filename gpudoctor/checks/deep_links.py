@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpudoctor import topology
-from gpudoctor.checks.deep_common import not_finished, shared_deep_run, skipped, subject, who, with_gpus
+from gpudoctor.checks.deep_common import deep_data, subject, who, with_gpus
 from gpudoctor.checks.link_probes import link_gbps
 from gpudoctor.expectations import NVLINK_GBPS_PER_LINK
 from gpudoctor.findings import Finding, Status, pair_subject
@@ -277,12 +277,10 @@ def links_table(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def deep_links(ctx: CheckContext) -> tuple[list[Finding], dict[str, Any]]:
     if ctx.options.device == "cpu":
         return [Finding(HOST_BANDWIDTH.code, Status.SKIP, "host", "host links not measured: --device cpu")], {}
-    run = shared_deep_run(ctx)
-    if run is None:
-        return [skipped(ctx, "deep_links", "host-link test")], {}
-    data = run.results("deep_links")
-    if data is None:
-        return not_finished(NOT_DONE, "deep_links", "the host-link test", run, "deep_links"), {}
+    got = deep_data(ctx, "deep_links", "deep_links", NOT_DONE, "the host-link test")
+    if isinstance(got, list):
+        return got, {}
+    run, data = got
     rows = with_gpus(data["rows"], run)
     snap = ctx.snapshot
     findings = judge_host(snap, rows) + judge_shared(snap, rows) + judge_d2d(snap, data["pairs"])

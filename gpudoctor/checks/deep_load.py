@@ -33,10 +33,8 @@ from gpudoctor import xid as xids
 from gpudoctor.checks.deep_common import (
     SAMPLE_INTERVAL_S,
     SampleStream,
+    deep_data,
     median,
-    not_finished,
-    shared_deep_run,
-    skipped,
     subject,
     who,
     with_gpus,
@@ -498,13 +496,10 @@ def load_table(rows: Sequence[Mapping[str, Any]], gpus: Mapping[int, GpuUnderLoa
 
 @check("deep_load", "Sustained GEMM load (deep)", codes=CODES, active=True, level=3)
 def deep_load(ctx: CheckContext) -> tuple[list[Finding], dict[str, Any]]:
-    run = shared_deep_run(ctx)
-    if run is None:
-        return [skipped(ctx, "deep_load", "sustained GEMM load")], {}
-    data = run.results("deep_gemm")
-    if data is None:
-        findings = not_finished(NOT_DONE, "deep_gemm", "the sustained GEMM load", run, "deep_load")
-        return findings, {"launch": run.launch.to_json()}
+    got = deep_data(ctx, "deep_load", "deep_gemm", NOT_DONE, "the sustained GEMM load")
+    if isinstance(got, list):
+        return got, {}
+    run, data = got
     rows = with_gpus(data["rows"], run)
     findings = judge_load(run.samples, rows, sampling=run.sampling)
     gpus = under_load(run.samples, min(r["start"] for r in rows), max(r["end"] for r in rows))

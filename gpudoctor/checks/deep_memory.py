@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpudoctor.checks.deep_common import not_finished, shared_deep_run, skipped, subject, who, with_gpus
+from gpudoctor.checks.deep_common import deep_data, subject, who, with_gpus
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, Code, check
 
@@ -190,11 +190,9 @@ def memory_table(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 @check("deep_memory", "GPU memory test (deep)", codes=CODES, active=True, level=3)
 def deep_memory(ctx: CheckContext) -> tuple[list[Finding], dict[str, Any]]:
-    run = shared_deep_run(ctx)
-    if run is None:
-        return [skipped(ctx, "deep_memory", "memory test")], {}
-    data = run.results("deep_memory")
-    if data is None:
-        return not_finished(NOT_DONE, "deep_memory", "the memory test", run, "deep_memory"), {}
+    got = deep_data(ctx, "deep_memory", "deep_memory", NOT_DONE, "the memory test")
+    if isinstance(got, list):
+        return got, {}
+    run, data = got
     rows = with_gpus(data["rows"], run)
     return judge_patterns(rows) + judge_ecc(rows), {"tables": [memory_table(rows)], "memory": rows}

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpudoctor.checks.deep_common import not_finished, shared_deep_run, skipped, subject, who, with_gpus
+from gpudoctor.checks.deep_common import deep_data, not_finished, subject, who, with_gpus
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, Code, check
 
@@ -247,12 +247,10 @@ def sdc_table(gemm: Sequence[Mapping[str, Any]], allreduce: Sequence[Mapping[str
 
 @check("deep_sdc", "Silent data corruption (deep)", codes=CODES, active=True, level=3)
 def deep_sdc(ctx: CheckContext) -> tuple[list[Finding], dict[str, Any]]:
-    run = shared_deep_run(ctx)
-    if run is None:
-        return [skipped(ctx, "deep_sdc", "silent-data-corruption tests")], {}
-    gemm = run.results("deep_gemm")
-    if gemm is None:
-        return not_finished(NOT_DONE, "deep_gemm", "the GEMM comparison", run, "deep_sdc"), {}
+    got = deep_data(ctx, "deep_sdc", "deep_gemm", NOT_DONE, "the GEMM comparison")
+    if isinstance(got, list):
+        return got, {}
+    run, gemm = got
     gemm_rows = with_gpus(gemm["rows"], run)
     findings = judge_gemm(gemm_rows)
     reduce_rows: list[dict[str, Any]] = []
