@@ -246,3 +246,15 @@ def test_the_load_sampler_says_why_when_nvml_cannot_be_opened() -> None:
     samples, note = sampler.stop()
     assert samples == []
     assert note == "NVML not readable (no_driver: NVIDIA driver not loaded)"
+
+
+def test_one_reading_of_software_thermal_slowdown_is_a_blip_two_are_a_warning() -> None:
+    def stream_with(marked: int) -> list[tuple[float, list[dict[str, Any]]]]:
+        return [(float(t), [{"index": 0, "throttle": 0x20 if t < marked else 0, "temp": 84}]) for t in range(20)]
+
+    rows = [row(0, 700.0, start=0.0, end=20.0)]
+    (blip,) = only(judge_load(stream_with(1), rows), "GD851")
+    assert blip.status is Status.PASS
+    assert blip.message.endswith("; GPU 0 touched software thermal slowdown in 1 reading")
+    (warn,) = only(judge_load(stream_with(2), rows), "GD851")
+    assert (warn.status, warn.subject) == (Status.WARN, "gpu:0")
