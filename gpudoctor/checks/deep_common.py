@@ -15,7 +15,6 @@ Not a check module: it is not in CHECK_MODULES.
 from __future__ import annotations
 
 import os
-import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -292,7 +291,12 @@ def who(row: Mapping[str, Any]) -> str:
 
 
 def median(values: Sequence[float]) -> float:
-    return float(statistics.median(values)) if values else 0.0
+    """The median (0.0 of nothing); not statistics.median, whose import costs `check --quick` ~10 ms."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    if not ordered:
+        return 0.0
+    return float(ordered[mid]) if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
 
 
 # -- a run that did not finish ------------------------------------------------------------------
