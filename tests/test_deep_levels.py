@@ -184,3 +184,15 @@ def test_the_gemm_comparison_defers_to_the_load_check_when_both_run() -> None:
     alone = fake_run("error", "deep_gemm", tasks, ("deep_sdc",))
     (g,) = not_finished(GD863, "deep_gemm", "the GEMM comparison", alone, "deep_sdc")
     assert g.status is Status.FAIL
+
+
+def test_the_python_api_takes_the_level_and_refuses_the_same_contradictions() -> None:
+    import gpudoctor
+    from gpudoctor.errors import UserError
+
+    report = gpudoctor.run_checks(snapshot=fixture("h100_sxm_8x"), level=1, use_config=False)
+    assert {c.name for c in report.checks} <= names(level=1)
+    with pytest.raises(UserError, match="--snapshot runs the static checks only"):
+        gpudoctor.run_checks(snapshot=fixture("h100_sxm_8x"), level=3, use_config=False)
+    with pytest.raises(UserError, match="--duration sets level 3's load tests"):
+        gpudoctor.run_checks(quick=True, duration_s=5.0, use_config=False)
