@@ -97,8 +97,9 @@ def has_nvswitch(snapshot: Snapshot) -> bool:
 # nvmlDeviceGetNvLinkVersion, decides the generation: drivers answer that call differently
 # (older ones the plain generation, A100 -> 3, H100 -> 4; newer ones nvml.h's
 # nvmlNvlinkVersion_t enum, A100 -> 4 or 5, H100 -> 6; some report H100 as 7, the enum's 5.0).
-# 8.6 (A40, RTX 3090: NVLink 3 bridges at a lower rate per link) is left out on purpose.
-ARCH_NVLINK_GENERATION = {"6.0": 1, "7.0": 2, "8.0": 3, "9.0": 4}
+# 8.6 (GA102: RTX 3090, A6000, A40) is NVLink 3 over bridges; its lower rate per link (4 x 14.0625
+# GB/s, GA102 whitepaper) is in expectations.py, which keys rates on the compute capability.
+ARCH_NVLINK_GENERATION = {"6.0": 1, "7.0": 2, "8.0": 3, "8.6": 3, "9.0": 4}
 ARCH_NVLINK_GENERATION_BY_MAJOR = {10: 5}  # Blackwell datacentre: 10.0 B200, 10.3 B300
 
 # nvml.h nvmlNvlinkVersion_t: NVML_NVLINK_VERSION_1_0 = 1, 2_0 = 2, 2_2 = 3, 3_0 = 4, 3_1 = 5,

@@ -2,7 +2,7 @@
 
 Older drivers answer the plain generation (H100 -> 4), newer ones nvml.h's nvmlNvlinkVersion_t
 (H100 -> 6 = NVML_NVLINK_VERSION_4_0), and some answer 7 for an H100. Whatever the driver says,
-a healthy HGX H100 must be expected at NVLink 4's rate (18 x 25 GB/s), never NVLink 5's.
+a healthy HGX H100 must be expected at NVLink 4's rate (18 links x NCCL's 20.6 GB/s), never NVLink 5's.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from gpudoctor.snapshot import Missing, Snapshot
 from tests.fakes.fake_nvml import FakeNvml
 from tests.fakes.machines import h100_nvswitch_8x
 
-H100_NVLINK_BUSBW = 18 * 25.0 * 0.78  # 450 GB/s x NCCL's efficiency: ~351 GB/s
-B200_NVLINK_BUSBW = 18 * 50.0 * 0.78  # 900 GB/s: ~702 GB/s
+# 18 links x NCCL's rate per link (topo.h) x ring efficiency x NVLS gain on 8 GPUs (expectations.py)
+H100_NVLINK_BUSBW = 18 * 20.6 * 0.95 * 1.29  # ~454 GB/s
+B200_NVLINK_BUSBW = 18 * 40.1 * 0.95 * 1.29  # ~885 GB/s
 
 
 def with_links(source: Snapshot, *, raw: int | None = None, version: int | None = None, cc: object = None) -> Snapshot:
@@ -61,7 +62,7 @@ def test_h100_is_nvlink_4_whatever_the_driver_answers(raw: int, tmp_path: Path) 
     assert {link.version_raw for link in links} == {raw}  # the snapshot shows what the driver said
     busbw, link, basis = expectation(collected)
     assert link == "nvlink" and busbw == pytest.approx(H100_NVLINK_BUSBW)
-    assert basis.startswith("NVLink 4 x 18 links = 450 GB/s")
+    assert basis.startswith("18 NVLink 4 links per GPU through NVSwitch x 20.6 GB/s")
 
 
 def test_an_nvml_answer_that_fits_no_driver_style_is_named_in_the_basis(tmp_path: Path) -> None:
@@ -86,7 +87,7 @@ def test_a100_is_nvlink_3_whatever_the_driver_answers(raw: int, tmp_path: Path) 
     collected = probe(with_links(a100, raw=raw), tmp_path)
     assert {link.version for g in collected.gpus for link in g.nvlinks if link.active} == {3}
     busbw, _, basis = expectation(collected)
-    assert busbw == pytest.approx(12 * 25.0 * 0.78) and basis.startswith("NVLink 3 x 12 links")
+    assert busbw == pytest.approx(12 * 20.0 * 0.95) and basis.startswith("12 NVLink 3 links per GPU")
 
 
 def test_blackwell_is_nvlink_5_from_its_architecture(tmp_path: Path) -> None:

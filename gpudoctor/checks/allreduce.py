@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.checks.active_common import describe, plan, shared_launch, skip_finding, world_size
+from gpudoctor.checks.active_common import PLATEAU, describe, plan, shared_launch, skip_finding, world_size
 from gpudoctor.expectations import Expectation, expected_busbw, user_expectation
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, Code, check
@@ -15,31 +15,40 @@ from gpudoctor.registry import CheckContext, Code, check
 BANDWIDTH = Code(
     "GD601",
     "allreduce-busbw",
-    "All-reduce bus bandwidth reaches what the links should give",
-    what="Sweeps all-reduce message sizes (8 MiB to 1 GiB on GPUs, bounded by free memory; small "
-    "sizes on CPU) across one rank per visible GPU, with warm-up and timed iterations, and "
-    "reports algbw and busbw as nccl-tests defines them (busbw = algbw x 2(n-1)/n). The best "
-    "busbw is compared with `--min-busbw`, or with NVLink generation x links (or PCIe generation "
-    "x width) times the efficiency NCCL reaches in practice (docs/active-checks.md lists the "
-    "figures and sources). Below 0.8 of it warns, below 0.5 fails. On CPU (gloo), and across "
-    "nodes (torchrun/srun on several nodes, where the network between them caps busbw), the "
-    "figures are reported without a hardware verdict unless `--min-busbw` is given.",
+    "All-reduce bus bandwidth reaches what a healthy machine of this kind reaches",
+    what="Sweeps all-reduce message sizes across one rank per visible GPU (8 MiB up to 8 GiB on "
+    "GPUs, as far as free memory and the time budget allow, stopping once busbw has flattened; "
+    "small sizes on CPU), with warm-up and timed iterations, and reports algbw and busbw as "
+    "nccl-tests defines them (busbw = algbw x 2(n-1)/n). The plateau (the best busbw among the "
+    "largest sizes swept) is compared with `--min-busbw`, or with the healthy figure for this GPU "
+    "model, interconnect (NVSwitch, NVLink mesh, NVLink bridge, PCIe) and NCCL algorithm (ring or "
+    "NVLink SHARP), never with the links that happen to be up (docs/active-checks.md lists the "
+    "model and its sources; GD407 states the figure before any run). Below 0.8 of it warns, below "
+    "0.5 fails. On CPU (gloo), and across nodes (torchrun/srun on several nodes, where the network "
+    "between them caps busbw), the figures are reported without a hardware verdict unless "
+    "`--min-busbw` is given.",
     why="A machine whose GPUs talk at a fraction of their link speed trains slower in proportion "
     "to its communication share, without any error: a link trained down, NVLink missing, a "
     "transport disabled by an NCCL_* variable, P2P redirected by ACS/IOMMU.",
     fix="Look at the topology (GD4) and environment (NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, "
-    "NCCL_NVLS_ENABLE) findings; compare `nvidia-smi topo -m` with what the machine should have; "
-    "run `gpudoctor bench allreduce` to see the whole curve (small sizes never reach the peak).",
+    "NCCL_NVLS_ENABLE) findings; compare `nvidia-smi topo -m` and `nvidia-smi nvlink -s` with what "
+    "the machine should have; run `gpudoctor bench allreduce --max-bytes 8G` to see the whole "
+    "curve (small sizes never reach the peak).",
 )
 WRONG = Code(
     "GD602",
     "allreduce-wrong-values",
     "All-reduce sums are exact",
     what="Before timing each size, fills every rank's buffer with a known pattern, all-reduces it "
-    "once and counts the elements that differ from the exact sum (nccl-tests' #wrong).",
+    "once and counts the elements that differ from the exact sum (nccl-tests' #wrong). Each rank "
+    "also checks the values it sent against its own pattern, so a wrong sum names the rank (and "
+    "GPU) that contributed wrong values, or says that every input was right and the sum went "
+    "wrong on the way.",
     why="A wrong sum is silent corruption: training goes on with wrong gradients.",
-    fix="Re-run; a repeated failure points at hardware (run the health checks, GD8, and a GPU "
-    "memory test) or at a broken NCCL/driver install (reinstall, match versions).",
+    fix="Re-run; a repeated failure points at hardware: run the health checks (GD8) and a GPU "
+    "memory test on the named GPU, and take it out of service if it repeats. When every input was "
+    "right, suspect the links between the GPUs (NVLink/PCIe error counters) or a broken "
+    "NCCL/driver install (reinstall, match versions).",
 )
 NOT_RUN = Code(
     "GD603",
@@ -90,6 +99,43 @@ def verdict(best: float, expect: Expectation, warn_ratio: float, fail_ratio: flo
     return Status.WARN if ratio < warn_ratio else Status.PASS
 
 
+def plateau(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], list[int]]:
+    """The row the verdict judges and the sizes it was chosen from: the best busbw among the
+    largest sizes swept (the last four doublings), so neither a lucky small size nor one slow
+    repetition of the largest decides."""
+    largest = max(r["bytes"] for r in rows)
+    tail = [r for r in rows if r["bytes"] * 8 >= largest]
+    return max(tail, key=lambda r: r["busbw_gbps"]), [r["bytes"] for r in tail]
+
+
+def _labels(result: Any, ranks: list[int]) -> str:
+    by_rank = {r.rank: r for r in result.ranks}
+    return ", ".join(by_rank[r].label if r in by_rank else f"rank {r}" for r in ranks)
+
+
+def _wrong_finding(result: Any, rows: list[dict[str, Any]]) -> Finding:
+    bad_rows = [r for r in rows if r["wrong"]]
+    wrong = sum(r["wrong"] for r in bad_rows)
+    sizes = [_gib(r["bytes"]) for r in bad_rows]
+    senders = sorted({rank for r in bad_rows for rank in r.get("bad_input_ranks", [])})
+    receivers = sorted({rank for r in bad_rows for rank, n in enumerate(r.get("wrong_by_rank", [])) if n})
+    gpus = {r.rank: r.gpu for r in result.ranks}
+    msg = f"{wrong} wrong element(s) after all-reduce at size(s) {', '.join(sizes)}"
+    evidence: dict[str, Any] = {"wrong": wrong, "sizes": sizes}
+    subject = "host"
+    if senders:
+        msg += f": {_labels(result, senders)} sent values that differ from its pattern"
+        evidence["ranks"] = senders
+        evidence["gpus"] = [gpus.get(r) for r in senders]
+        if len(senders) == 1:
+            subject = f"rank:{senders[0]}"
+    elif receivers:
+        msg += f": every rank sent the right values; {_labels(result, receivers)} received wrong sums"
+        evidence["received_wrong_ranks"] = receivers
+        evidence["gpus"] = [gpus.get(r) for r in receivers]
+    return Finding(WRONG.code, Status.FAIL, subject, msg, WRONG.fix, evidence)
+
+
 @check("allreduce", "All-reduce bandwidth", codes=CODES, active=True)
 def allreduce(ctx: CheckContext) -> tuple[list[Finding], dict]:
     p = plan(ctx)
@@ -120,19 +166,8 @@ def allreduce(ctx: CheckContext) -> tuple[list[Finding], dict]:
         return [Finding(NOT_RUN.code, Status.FAIL, "host", msg, NOT_RUN.fix, {"launch": result.to_json()})], {}
     findings = []
     details = {"tables": [sweep_table(data)], "sweep": data}
-    wrong = sum(r["wrong"] for r in data["rows"])
-    if wrong:
-        bad = [_gib(r["bytes"]) for r in data["rows"] if r["wrong"]]
-        findings.append(
-            Finding(
-                WRONG.code,
-                Status.FAIL,
-                "host",
-                f"{wrong} wrong element(s) after all-reduce at size(s) {', '.join(bad)}",
-                WRONG.fix,
-                {"wrong": wrong, "sizes": bad},
-            )
-        )
+    if any(r["wrong"] for r in data["rows"]):
+        findings.append(_wrong_finding(result, data["rows"]))
     else:
         findings.append(
             Finding(
@@ -156,15 +191,21 @@ def allreduce(ctx: CheckContext) -> tuple[list[Finding], dict]:
             )
         )
         return findings, details
-    best = max(data["rows"], key=lambda r: r["busbw_gbps"])
+    best, judged = plateau(data["rows"])
     evidence: dict[str, Any] = {
         "measured_busbw_gbps": best["busbw_gbps"],
         "at_bytes": best["bytes"],
+        "plateau_sizes": judged,
         "ranks": data["world_size"],
         "backend": data["backend"],
         "nodes": result.node_count,
     }
-    where = f"best busbw {best['busbw_gbps']:.2f} GB/s at {_gib(best['bytes'])} over {data['world_size']} ranks"
+    if data.get("stopped"):
+        evidence["stopped"] = data["stopped"]
+    among = f", best of {_gib(judged[0])} to {_gib(judged[-1])}" if len(judged) > 1 else ""
+    where = (
+        f"plateau busbw {best['busbw_gbps']:.2f} GB/s at {_gib(best['bytes'])}{among} over {data['world_size']} ranks"
+    )
     opts = ctx.options
     expect: Expectation | None = None
     if opts.min_busbw_gbps is not None:
@@ -216,6 +257,12 @@ def allreduce(ctx: CheckContext) -> tuple[list[Finding], dict]:
     evidence["fail_below_ratio"] = opts.busbw_fail_ratio
     status = verdict(best["busbw_gbps"], expect, opts.busbw_warn_ratio, opts.busbw_fail_ratio)
     message = f"{where}; expected {expect.busbw_gbps:.1f} GB/s ({expect.basis}), ratio {ratio:.2f}"
+    largest = judged[-1]
+    if data["device"] == "cuda" and expect.link != "user" and largest < PLATEAU["from_bytes"]:
+        # Small messages never reach the peak: without a size of 1 GiB or more, only a warning.
+        evidence["largest_bytes"] = largest
+        message += f"; the sweep reached only {_gib(largest)} (free memory or time), below the 1 GiB plateau"
+        status = Status.WARN if status is Status.FAIL else status
     findings.append(
         Finding(BANDWIDTH.code, status, "host", message, "" if status is Status.PASS else BANDWIDTH.fix, evidence)
     )

@@ -1,0 +1,222 @@
+"""The all-reduce model held to published measurements (tests/reference/allreduce_busbw.json).
+
+For every measured machine: a snapshot of it (tests/reference_machines.py) is expected within
+[0.8, 1.25] of the published busbw, so a healthy machine passes GD601. Degraded copies of the
+same machines (a GPU's NVLinks down, half of them, a x8 slot, a pair fallen to PCIe across the
+sockets) keep the healthy expectation and so warn or fail on what they would measure. Then one
+test per point of the review in issue 8, each of which the model before it got wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gpudoctor.checks.active_common import CUDA_SIZES
+from gpudoctor.checks.allreduce import verdict
+from gpudoctor.expectations import NCCL_PCIE_GBPS_PER_LANE, Expectation, expected_busbw
+from gpudoctor.findings import Status
+from tests.reference_machines import Measured, build, corpus, links_down, measured, narrow_slot
+
+MACHINES = measured()
+BY_ID = {m.id: m for m in MACHINES}
+WARN, FAIL = 0.8, 0.5  # CheckOptions' defaults: measured/expected below these warns, fails
+
+
+def expect(m: Measured, snapshot: object = None) -> Expectation:
+    e = expected_busbw(snapshot or m.snapshot, m.indices, collective=m.collective)  # type: ignore[arg-type]
+    assert e is not None, m.id
+    return e
+
+
+def judged(measured_gbps: float, e: Expectation) -> Status:
+    return verdict(measured_gbps, e, WARN, FAIL)
+
+
+# ------------------------------------------------------------------------------ the corpus
+
+
+def test_the_corpus_covers_12_machines_across_every_interconnect() -> None:
+    independent = [e for e in corpus() if e["independent"]]
+    assert len(independent) >= 12
+    fabrics = {e["fabric"] for e in independent}
+    assert fabrics == {"nvswitch", "mesh", "bridge", "pcie"}
+    pcie_bound = {m.entry["pcie"][0] for m in MACHINES if m.entry["independent"] and expect(m).link == "pcie"}
+    assert pcie_bound >= {3, 4, 5}  # PCIe trees from Gen3 to Gen5
+    for e in corpus():
+        assert e["url"].startswith("https://github.com/") and e["excerpt"], e["id"]
+
+
+@pytest.mark.parametrize("m", MACHINES, ids=lambda m: m.id)
+def test_healthy_expectation_is_within_0_8_and_1_25_of_the_published_figure(m: Measured) -> None:
+    e = expect(m)
+    ratio = m.busbw_gbps / e.busbw_gbps
+    assert 0.8 <= ratio <= 1.25, f"{m.id}: published {m.busbw_gbps} vs expected {e.busbw_gbps:.1f} ({e.basis})"
+    assert judged(m.busbw_gbps, e) is Status.PASS
+    if "algorithm" in m.entry:
+        assert e.algorithm == m.entry["algorithm"], e.basis
+
+
+# ------------------------------------------------------------------------------ degraded copies
+
+NVLINK_RUNS = [m for m in MACHINES if expect(m).link == "nvlink"]
+# SXM modules are always wired, so a GPU with every link down is a fault. A PCIe card with every
+# bridge link down reads like a card without a bridge (NVML lists the links either way), so the
+# bridged runs are degraded by half their links only.
+SXM_RUNS = [m for m in NVLINK_RUNS if expect(m).fabric != "bridge"]
+PCIE_RUNS = [m for m in MACHINES if expect(m).link == "pcie"]
+
+
+def _pcie_rate(m: Measured) -> float:
+    gen, width = m.entry["pcie"]
+    return NCCL_PCIE_GBPS_PER_LANE[gen] * width  # NCCL's bound for one PCIe link, before any loss
+
+
+@pytest.mark.parametrize("m", SXM_RUNS, ids=lambda m: m.id)
+def test_a_gpu_that_lost_its_nvlinks_is_judged_against_the_healthy_figure(m: Measured) -> None:
+    healthy = expect(m)
+    broken = expect(m, links_down(m.snapshot, m.indices[0]))
+    assert broken.busbw_gbps == pytest.approx(healthy.busbw_gbps)
+    # Its share of every ring now crosses PCIe: at most one PCIe link's rate.
+    assert judged(_pcie_rate(m), broken) is Status.FAIL
+
+
+@pytest.mark.parametrize("m", NVLINK_RUNS, ids=lambda m: m.id)
+def test_a_gpu_with_half_its_nvlinks_warns_or_fails(m: Measured) -> None:
+    gpu = m.snapshot.gpu(m.indices[0])
+    half = len(gpu.nvlinks) // 2  # type: ignore[arg-type]
+    degraded = expect(m, links_down(m.snapshot, m.indices[0], keep=half))
+    assert degraded.busbw_gbps == pytest.approx(expect(m).busbw_gbps)
+    # The ring is as fast as its slowest GPU: half the links, about half the published figure.
+    assert judged(m.busbw_gbps / 2, degraded) in (Status.WARN, Status.FAIL)
+
+
+@pytest.mark.parametrize("m", PCIE_RUNS, ids=lambda m: m.id)
+def test_a_gpu_trained_at_x8_warns_or_fails(m: Measured) -> None:
+    degraded = expect(m, narrow_slot(m.snapshot, m.indices[0]))
+    assert degraded.busbw_gbps == pytest.approx(expect(m).busbw_gbps)  # judged against its x16 slot
+    assert judged(m.busbw_gbps / 2, degraded) in (Status.WARN, Status.FAIL)
+
+
+@pytest.mark.parametrize("m", [m for m in SXM_RUNS if expect(m).fabric == "mesh"], ids=lambda m: m.id)
+def test_an_nvlink_pair_fallen_to_pcie_across_the_sockets_fails(m: Measured) -> None:
+    a, b = m.indices[:2]
+    snap = links_down(m.snapshot, a)
+    pairs = [replace(p, pcie_level="SYS") if (p.a, p.b) == (a, b) else p for p in snap.pairs]
+    degraded = expect(m, replace(snap, pairs=pairs))
+    assert degraded.link == "nvlink" and degraded.busbw_gbps == pytest.approx(expect(m).busbw_gbps)
+    assert judged(_pcie_rate(m) * 0.8, degraded) is Status.FAIL  # a SYS hop: below one PCIe link
+
+
+# ------------------------------------------------------------------------------ the review (issue 8)
+
+
+def _machine(**entry: object) -> Measured:
+    base = {"id": entry.get("id", "x"), "pcie": [4, 16]}
+    base.update(entry)
+    snap = build(base)
+    return Measured(base["id"], base, snap, list(range(base["count"])), "allreduce", 0.0)  # type: ignore[arg-type]
+
+
+DGX1 = dict(
+    id="dgx1",
+    gpu="Tesla V100-SXM2-32GB",
+    cc="7.0",
+    count=8,
+    fabric="mesh",
+    pcie=[3, 16],
+    topo="topo/dgx1-8x-v100-hybrid-cube-mesh.reconstructed.txt",
+)
+
+
+def test_dgx1_hybrid_cube_mesh_is_expected_at_its_six_nvlinks_not_at_pcie() -> None:
+    # Was: one pair without NVLink sent the whole set to the PCIe model (4.7 GB/s).
+    e = expect(_machine(**DGX1))
+    assert (e.link, e.fabric) == ("nvlink", "mesh")
+    assert e.busbw_gbps == pytest.approx(6 * 20.0 * 0.95)  # 6 links x NCCL's sm_70 rate x ring
+
+
+def test_an_h100_box_whose_gpu0_lost_its_nvlinks_keeps_the_healthy_figure() -> None:
+    # Was: the PCIe model, 18.9 GB/s, so the broken machine passed GD601.
+    h100 = _machine(gpu="NVIDIA H100 80GB HBM3", cc="9.0", count=8, fabric="nvswitch", nvlinks_per_gpu=18, pcie=[5, 16])
+    healthy = expect(h100)
+    broken = expect(h100, links_down(h100.snapshot, 0))
+    assert broken.busbw_gbps == pytest.approx(healthy.busbw_gbps) and broken.busbw_gbps > 400
+    assert judged(40.0, broken) is Status.FAIL
+
+
+def test_a_4x_a100_nv4_mesh_counts_every_link_a_gpu_has() -> None:
+    # Was: min() over pairs, NV4 = 4 links: 78 GB/s for a board whose rings use all 12 links.
+    board = _machine(
+        gpu="NVIDIA A100-SXM4-80GB", cc="8.0", count=4, fabric="mesh", topo="topo/nccl-tests-331-4x-a100-nv4-mesh.txt"
+    )
+    assert expect(board).busbw_gbps == pytest.approx(12 * 20.0 * 0.95)
+    pair = expected_busbw(board.snapshot, [0, 1])
+    assert pair is not None and pair.busbw_gbps == pytest.approx(4 * 20.0 * 0.95)  # 2 of 4: their NV4 only
+
+
+def test_a_ga102_bridge_runs_four_links_at_its_own_rate() -> None:
+    # Was: 25 GB/s per link, 78 GB/s expected, so a healthy bridged RTX 3090 pair always warned.
+    pair = _machine(gpu="NVIDIA GeForce RTX 3090", cc="8.6", count=2, fabric="bridge", nvlinks_per_gpu=4)
+    e = expect(pair)
+    assert e.fabric == "bridge" and e.busbw_gbps == pytest.approx(4 * 12.0 * 0.95)  # NCCL's SM86_NVLINK_BW
+    line_rate = 4 * 14.0625  # GA102 whitepaper
+    assert e.busbw_gbps < line_rate
+    assert judged(0.85 * line_rate, e) is Status.PASS
+
+
+def test_a_healthy_bridged_h100_pcie_pair_passes() -> None:
+    # Was: 234 GB/s expected against 116 measured: the fail line.
+    m = BY_ID["nccl-1161-2x-h100-pcie-bridge"]
+    assert judged(m.busbw_gbps, expect(m)) is Status.PASS
+    assert judged(m.busbw_gbps / 2, expect(m)) is not Status.PASS
+
+
+def test_an_nvls_box_that_lost_40_percent_warns() -> None:
+    # Was: no NVLS in the model (351 GB/s expected), so 0.6 x 480 = 288 GB/s passed.
+    m = BY_ID["mleng-8x-h200-nvls"]
+    e = expect(m)
+    assert e.algorithm == "nvls"
+    assert judged(0.6 * 480, e) in (Status.WARN, Status.FAIL)
+
+
+@pytest.mark.parametrize(
+    ("env", "software", "indices", "algorithm"),
+    [
+        ({}, "2.21.5", range(8), "nvls"),
+        ({"NCCL_NVLS_ENABLE": "0"}, "2.21.5", range(8), "ring"),
+        ({"NCCL_ALGO": "Ring"}, "2.21.5", range(8), "ring"),
+        ({"NCCL_ALGO": "^nvls"}, "2.21.5", range(8), "ring"),
+        ({"NCCL_ALGO": "^ring"}, "2.21.5", range(8), "nvls"),
+        ({"NCCL_ALGO": "allreduce:tree;allgather:nvls"}, "2.24.3", range(8), "ring"),
+        ({"NCCL_ALGO": "ring;allreduce:nvls,ring"}, "2.24.3", range(8), "nvls"),
+        ({}, "2.16.5", range(8), "ring"),  # NVLS arrived in NCCL 2.17
+        ({}, "2.21.5", range(4), "ring"),  # NCCL rings 4 GPUs (ml-engineering H200 sweep)
+    ],
+)
+def test_nvls_runs_only_where_nccl_and_the_environment_let_it(
+    env: dict[str, str], software: str, indices: range, algorithm: str
+) -> None:
+    m = BY_ID["mleng-8x-h200-nvls"]
+    snap = replace(m.snapshot, env=env, software=replace(m.snapshot.software, torch_nccl=software))
+    e = expected_busbw(snap, list(indices))
+    assert e is not None and e.algorithm == algorithm, e.basis
+
+
+def test_an_a100_box_never_expects_nvls() -> None:
+    assert expect(BY_ID["azure-ndmv4-8x-a100-80gb"]).algorithm == "ring"
+
+
+def test_other_collectives_get_the_ring_bound() -> None:
+    m = BY_ID["mleng-8x-h200-nvls"]
+    ring = expected_busbw(m.snapshot, m.indices, collective="allgather")
+    assert ring is not None and ring.algorithm == "ring"
+    assert 0.8 <= 361.4 / ring.busbw_gbps <= 1.25  # all-gather on that node: 361.4 GB/s (ml-engineering)
+    with pytest.raises(ValueError, match="unknown collective"):
+        expected_busbw(m.snapshot, m.indices, collective="alltoall")
+
+
+def test_the_gpu_sweep_reaches_8_gib() -> None:
+    # Was: 1 GiB, where NVLink machines are still rising (nccl-tests#149).
+    assert max(CUDA_SIZES) == 8 << 30
