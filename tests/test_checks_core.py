@@ -10,8 +10,20 @@ from dataclasses import replace
 
 import pytest
 
-from gpudoctor.snapshot import GpuPair, NvLink
-from tests.clirun import MY_CHECKS, fixture, load, run_cli, with_env, with_gpu, write_variant
+from gpudoctor import snapshot as snapshot_io
+from gpudoctor.snapshot import GpuPair, Missing, NvLink
+from tests.clirun import FIXTURE_NAMES, FIXTURES, MY_CHECKS, fixture, load, run_cli, with_env, with_gpu, write_variant
+
+FAULT_NAMES = sorted(f"faults/{p.stem}" for p in (FIXTURES / "faults").glob("*.json"))
+
+
+def path_of(name: str):  # type: ignore[no-untyped-def]
+    return FIXTURES / f"{name}.json"
+
+
+def load_any(name: str) -> snapshot_io.Snapshot:
+    return snapshot_io.load(path_of(name))
+
 
 # ------------------------------------------------------------------------------ fixtures
 
@@ -216,6 +228,66 @@ def test_bridged_pairs_across_sockets_warn_about_sys(capsys, tmp_path) -> None: 
     assert f["status"] == "warn"
     assert f["evidence"]["pairs_without_nvlink"] == {"0-2": "SYS", "0-3": "SYS", "1-2": "SYS", "1-3": "SYS"}
     assert "4 of 6 GPU pairs have no NVLink while others have NV4; 4 cross SYS" in f["message"]
+
+
+def test_every_gpu_down_the_same_links_warns_against_the_healthy_count(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # All 8 A100s lost their last 2 links (a switch tray out): the majority no longer shows it.
+    base = load("a100_sxm_8x")
+    snap = base
+    for g in base.gpus:
+        snap = with_gpu(snap, g.index, nvlinks=[replace(link, active=link.link < 10) for link in g.nvlinks])
+    r = check_variant(capsys, tmp_path, snap)
+    found = r.findings("GD402")
+    assert [(f["status"], f["subject"]) for f in found] == [("warn", f"gpu:{i}") for i in range(8)]
+    assert found[0]["message"].startswith("GPU 0 has 10 of 12 NVLinks active, its peers 10")
+    assert found[0]["evidence"] == {"active_links": 10, "expected": 12, "links": 12}
+    # GD407 keeps the healthy figure: what GD601 will hold the run to.
+    assert r.one("GD407")["evidence"]["expected_busbw_gbps"] == 228.0
+
+
+def test_links_down_leave_the_expected_busbw_at_the_healthy_figure(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    base = load("h100_sxm_8x")
+    dead = [replace(link, active=False, remote_type=Missing("error")) for link in base.gpu(0).nvlinks]
+    r = check_variant(capsys, tmp_path, with_gpu(base, 0, nvlinks=dead))
+    assert (r.one("GD402")["status"], r.one("GD402")["subject"]) == ("fail", "gpu:0")
+    healthy = check_variant(capsys, tmp_path, base).one("GD407")["evidence"]
+    assert r.one("GD407")["evidence"] == healthy
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in FIXTURE_NAMES + FAULT_NAMES if len(load_any(n).gpus) >= 2], ids=lambda n: n
+)
+def test_every_fixture_with_two_gpus_states_its_expected_busbw(capsys, name: str) -> None:  # type: ignore[no-untyped-def]
+    r = run_cli(capsys, "check", "--snapshot", str(path_of(name)), "--json", "--select", "GD407")
+    f = r.one("GD407")
+    assert f["status"] == "pass" and f["evidence"]["expected_busbw_gbps"] > 0
+    assert f["evidence"]["basis"] and f["evidence"]["source"] and f["evidence"]["fabric"]
+    assert f"{f['evidence']['expected_busbw_gbps']:.1f} GB/s" in f["message"]
+
+
+def test_one_gpu_has_no_expected_busbw(capsys) -> None:  # type: ignore[no-untyped-def]
+    r = run_cli(capsys, "check", "--snapshot", str(fixture("single_gpu")), "--json", "--select", "GD407")
+    assert r.one("GD407")["status"] == "skip"
+
+
+def test_p2p_missing_exactly_across_the_sockets_says_so(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Four data-centre PCIe GPUs on two sockets: P2P within a socket, not across (NVML: TNS).
+    base = load("rtx4090_pcie_4x")
+    gpus = [replace(g, name="NVIDIA L40S", compute_capability="8.9") for g in base.gpus]
+
+    def pair(p: GpuPair) -> GpuPair:
+        same = p.a // 2 == p.b // 2
+        status = "ok" if same else "topology_not_supported"
+        return GpuPair(p.a, p.b, "NODE" if same else "SYS", status, status)
+
+    pairs = [pair(p) for p in base.pairs]
+    r = check_variant(capsys, tmp_path, replace(base, gpus=gpus, pairs=pairs))
+    f = r.one("GD406")
+    assert (f["status"], f["subject"]) == ("warn", "host")
+    assert f["message"].startswith("P2P is unsupported exactly on the 4 GPU pair(s) that cross the CPU sockets (SYS)")
+    assert "CPU interconnect" in f["hint"] and "GeForce" not in f["hint"]
+    assert f["evidence"]["cause"] == "cpu interconnect"
+    assert set(f["evidence"]["pairs"]) == {"0-2", "0-3", "1-2", "1-3"}
 
 
 def test_narrow_pcie_link_warns_and_busy_gen_drop_warns(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]

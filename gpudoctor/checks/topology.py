@@ -10,6 +10,7 @@ from collections import Counter
 from itertools import combinations
 from typing import Any
 
+from gpudoctor import expectations
 from gpudoctor import topology as topo
 from gpudoctor.expectations import PCIE_GBPS_PER_LANE
 from gpudoctor.findings import Finding, Status, gpu_subject, pair_subject
@@ -88,7 +89,24 @@ P2P = Code(
     "P2P is not disabled by a registry key, and for NVLink pairs that all links are up and the fabric "
     "manager is running.",
 )
-CODES = [MATRIX, FEWER_LINKS, NO_NVLINK_PAIRS, PCIE_WIDTH, PCIE_GEN, P2P]
+EXPECTED = Code(
+    "GD407",
+    "expected-busbw",
+    "What all-reduce bus bandwidth the visible GPUs reach when healthy",
+    what="States, before anything runs, the large-message all-reduce busbw (nccl-tests' definition) "
+    "that the visible GPUs reach when healthy, with its basis: the GPU model, the interconnect "
+    "(NVSwitch, NVLink mesh, NVLink bridge or PCIe tree, with NCCL's rate per link), and the NCCL "
+    "algorithm that will run (ring, or NVLink SHARP on Hopper and later NVSwitch systems with more "
+    "than 4 GPUs unless NCCL_NVLS_ENABLE=0 or NCCL_ALGO excludes it). The figure comes from the "
+    "hardware, not from the links that happen to be up, and the active check (GD601) judges its "
+    "measurement against the same figure. docs/active-checks.md lists the model and its sources.",
+    why="A number to hold a run to: nccl-tests, the training job or GD601 can be compared with it "
+    "(nccl-tests' NCCL_TESTS_MIN_BW takes such a figure), and a machine with links down shows up as "
+    "falling short of it rather than being judged against its own degraded links.",
+    fix="Informational. When a measurement falls short of it, see GD601 and the other GD4 findings "
+    "(links down, PCIe width or generation, P2P), and the NCCL environment findings (GD6).",
+)
+CODES = [MATRIX, FEWER_LINKS, NO_NVLINK_PAIRS, PCIE_WIDTH, PCIE_GEN, P2P, EXPECTED]
 
 
 @check("topology", "NVLink, PCIe and P2P topology", codes=CODES, needs="visible")
@@ -107,10 +125,11 @@ def topology(ctx: CheckContext) -> Any:
         },
     }
     out = [_summary(snap, indices)]
-    out += _fewer_links(gpus)
+    out += _fewer_links(snap, gpus)
     out += _pairs_without_nvlink(snap, indices)
     out += _pcie(gpus)
     out += _p2p(snap, indices)
+    out.append(_expected(snap, indices, ctx.visible.count))
     return out, details
 
 
@@ -135,22 +154,31 @@ def _summary(snap: Snapshot, indices: list[int]) -> Finding:
     return Finding(MATRIX.code, Status.PASS, "host", f"{len(indices)} GPUs: {text}", "", evidence)
 
 
-def _fewer_links(gpus: list[Gpu]) -> list[Finding]:
+def _fewer_links(snap: Snapshot, gpus: list[Gpu]) -> list[Finding]:
+    """Active links against the healthy count (expectations.healthy_nvlinks, the figure GD601 and
+    GD407 use) on SXM modules, whose links are always wired; PCIe cards, whose bridges are
+    optional, are compared with their peers."""
     counts = {g.index: topo.active_links(g) for g in gpus if isinstance(g.nvlinks, list)}
-    if len(counts) < 2 or not any(counts.values()):
+    if len(counts) < 2 or not any(counts.values()) and all(expectations.is_pcie_card(g) for g in gpus):
         return []
     tally = Counter(counts.values()).most_common()
     top = max(n for n, c in tally if c == tally[0][1])  # the usual count; ties go to the higher one
     out = []
-    for index, n in counts.items():
-        if n >= top:
+    for g in gpus:
+        if g.index not in counts:
             continue
-        status = Status.FAIL if n < 0.75 * top else Status.WARN
-        cost = "its traffic falls back to PCIe" if n == 0 else f"collectives through it run at about {n}/{top} speed"
-        total = len(next(g for g in gpus if g.index == index).nvlinks)  # type: ignore[arg-type]
-        msg = f"GPU {index} has {n} of {total} NVLinks active, its peers {top}: {cost}"
-        evidence = {"active_links": n, "expected": top, "links": total}
-        out.append(Finding(FEWER_LINKS.code, status, gpu_subject(index), msg, FEWER_LINKS.fix, evidence))
+        n = counts[g.index]
+        healthy = expectations.healthy_nvlinks(snap, g)
+        expected = top if expectations.is_pcie_card(g) or healthy is None else healthy
+        if n >= expected:
+            continue
+        status = Status.FAIL if n < 0.75 * expected else Status.WARN
+        cost = (
+            "its traffic falls back to PCIe" if n == 0 else f"collectives through it run at about {n}/{expected} speed"
+        )
+        msg = f"GPU {g.index} has {n} of {expected} NVLinks active, its peers {top}: {cost}"
+        evidence = {"active_links": n, "expected": expected, "links": len(g.nvlinks)}  # type: ignore[arg-type]
+        out.append(Finding(FEWER_LINKS.code, status, gpu_subject(g.index), msg, FEWER_LINKS.fix, evidence))
     if not out:
         msg = f"{len(counts)} GPUs with {top} active NVLinks each"
         out.append(Finding(FEWER_LINKS.code, Status.PASS, "host", msg, "", {"active_links": counts}))
@@ -266,6 +294,17 @@ def _p2p(snap: Snapshot, indices: list[int]) -> list[Finding]:
         hint = "Expected on GeForce cards: nothing to fix. Budget for slower collectives, or use GPUs with P2P/NVLink."
     statuses = sorted(set(pcie_only.values()))
     evidence = {"pairs": {f"{a}-{b}": s for (a, b), s in pcie_only.items()}, "expected": "ok"}
+    cross = _cross_socket_only(snap, indices, pcie_only)
+    if cross and not geforce:
+        listed = ", ".join(f"{a}-{b}" for a, b in pcie_only)
+        msg = (
+            f"P2P is unsupported exactly on the {len(pcie_only)} GPU pair(s) that cross the CPU sockets (SYS): "
+            f"{listed} ({', '.join(statuses)}); the pairs within a socket have it. NCCL stages the "
+            "cross-socket transfers through host memory"
+        )
+        evidence["cause"] = "cpu interconnect"
+        out.append(Finding(P2P.code, Status.WARN, "host", msg, CROSS_SOCKET_HINT, evidence))
+        return out
     if len(pcie_only) == known:
         msg = f"no GPU pair supports P2P ({', '.join(statuses)}): {cost}"
         out.append(Finding(P2P.code, Status.WARN, "host", msg, hint, evidence))
@@ -276,3 +315,46 @@ def _p2p(snap: Snapshot, indices: list[int]) -> list[Finding]:
                 Finding(P2P.code, Status.WARN, pair_subject(a, b), msg, P2P.fix, {"p2p": status, "expected": "ok"})
             )
     return out
+
+
+# P2P between GPUs under different CPU sockets goes over the CPU interconnect (QPI/UPI, xGMI),
+# which many platforms do not let carry peer-to-peer traffic: NVML reports such pairs as not
+# supported (often IOH_TOPOLOGY_NOT_SUPPORTED, nvidia-smi topo -p2p "TNS"), and NCCL itself does
+# not use P2P past PXB by default (nccl src/graph/paths.cc, ncclTopoCheckP2p).
+CROSS_SOCKET_HINT = (
+    "Not a GPU or driver fault: the CPU interconnect between the sockets does not carry "
+    "peer-to-peer traffic on this platform (nvidia-smi topo -p2p shows the same). Keep a job's GPUs "
+    "on one socket (CUDA_VISIBLE_DEVICES with the GPUs of one NUMA node, see the topology table's "
+    "NUMA affinity), or budget for host-memory speed between the sockets."
+)
+
+
+def _cross_socket_only(snap: Snapshot, indices: list[int], missing: dict[tuple[int, int], str]) -> bool:
+    """Whether P2P is missing on exactly the pairs that cross the CPU sockets (SYS)."""
+    sys_pairs = {
+        (a, b)
+        for a, b in combinations(indices, 2)
+        if topo.pcie_level(snap, a, b) == "SYS" and not topo.nvlink_count(snap, a, b)
+    }
+    return bool(missing) and set(missing) == sys_pairs
+
+
+def _expected(snap: Snapshot, indices: list[int], visible: int) -> Finding:
+    """GD407: the healthy all-reduce busbw of the visible GPUs (of the machine's, when fewer than
+    two are visible: MIG, or CUDA_VISIBLE_DEVICES naming one), with its basis."""
+    gpus = indices
+    scope = f"these {len(indices)} GPUs"
+    if len(indices) < 2 or visible < 2:
+        gpus = [g.index for g in snap.gpus if not g.lost]
+        if len(gpus) < 2:
+            return Finding(EXPECTED.code, Status.SKIP, "host", "one GPU: no all-reduce between GPUs to expect", "")
+        why = "MIG: one instance" if any(g.mig_mode_current is True for g in snap.gpus) else "one GPU"
+        scope = f"the machine's {len(gpus)} GPUs ({why} visible now; figure with all of them, MIG off)"
+    expect = expectations.expected_busbw(snap, gpus)
+    evidence: dict[str, Any] = {"gpus": gpus, "collective": "allreduce"}
+    if expect is None:
+        msg = f"no expected all-reduce busbw for {scope}: their NVLink/PCIe facts are not known"
+        return Finding(EXPECTED.code, Status.SKIP, "host", msg, "", evidence)
+    evidence.update(expect.to_json())
+    msg = f"all-reduce on {scope} should reach {expect.busbw_gbps:.1f} GB/s busbw at 1 GiB and above ({expect.basis})"
+    return Finding(EXPECTED.code, Status.PASS, "host", msg, "", evidence)
