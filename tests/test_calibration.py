@@ -17,7 +17,7 @@ from gpudoctor.checks.active_common import CUDA_SIZES
 from gpudoctor.checks.allreduce import verdict
 from gpudoctor.expectations import NCCL_PCIE_GBPS_PER_LANE, Expectation, expected_busbw
 from gpudoctor.findings import Status
-from tests.reference_machines import Measured, build, corpus, links_down, measured, narrow_slot
+from tests.reference_machines import REFERENCE, Measured, build, corpus, links_down, measured, narrow_slot
 
 MACHINES = measured()
 BY_ID = {m.id: m for m in MACHINES}
@@ -220,3 +220,26 @@ def test_other_collectives_get_the_ring_bound() -> None:
 def test_the_gpu_sweep_reaches_8_gib() -> None:
     # Was: 1 GiB, where NVLink machines are still rising (nccl-tests#149).
     assert max(CUDA_SIZES) == 8 << 30
+
+
+@pytest.mark.parametrize(
+    ("topo", "gpu", "cc", "pcie", "fabric", "busbw"),
+    [
+        ("nccl-tests-68-4x-v100-nv2-mesh.txt", "Tesla V100-SXM2-16GB", "7.0", [3, 16], "mesh", 6 * 20.0 * 0.95),
+        ("nccl-1617-4x-h100-nv6-mesh.txt", "NVIDIA H100 80GB HBM3", "9.0", [5, 16], "mesh", 18 * 20.6 * 0.95),
+        ("nccl-tests-307-8x-rtx4090-pix-sys.txt", "NVIDIA GeForce RTX 4090", "8.9", [4, 16], "pcie", 24 * 0.75 * 0.8),
+        ("nccl-428-4x-t4-sys-node.txt", "Tesla T4", "7.5", [3, 16], "pcie", 12 * 0.75 * 0.8),
+    ],
+)
+def test_real_matrices_read_as_their_interconnect(
+    topo: str, gpu: str, cc: str, pcie: list[int], fabric: str, busbw: float
+) -> None:
+    """Real `nvidia-smi topo -m` readings without a published busbw: the model reads their
+    interconnect right (a 4-GPU H100 mesh has no NVSwitch, so no NVLS; GeForce and SYS pairs go
+    through host memory)."""
+    count = sum(1 for line in (REFERENCE / "topo" / topo).read_text().splitlines() if line.startswith("GPU"))
+    p2p = "chipset_not_supported" if "GeForce" in gpu else "ok"
+    m = _machine(gpu=gpu, cc=cc, count=count, fabric=fabric, pcie=pcie, topo=f"topo/{topo}", p2p=p2p)
+    e = expect(m)
+    assert (e.fabric, e.algorithm) == (fabric, "ring")
+    assert e.busbw_gbps == pytest.approx(busbw)
