@@ -16,6 +16,8 @@ Interconnect classes (`fabric`), for the set of GPUs that run the collective:
 - "bridge": PCIe cards joined by NVLink bridges (A100 PCIe, H100 PCIe/NVL, GA102: RTX 3090,
   A6000, A40). Only when bridges join every GPU of the run; bridged islands joined over PCIe
   are bound by the PCIe hops ("pcie").
+  For meshes and bridges NVLink must carry a whole ring (every GPU once, NVLink pair to NVLink
+  pair); otherwise the ring's PCIe hop bounds it.
 - "pcie": the ring crosses PCIe: the slowest GPU's PCIe generation x width at NCCL's rates,
   times the efficiency of the transport (P2P, or host memory when P2P is not offered), and a
   further factor when a pair crosses the CPU interconnect (SYS).
@@ -323,28 +325,21 @@ def _nvlink_per_gpu(snapshot: Snapshot, gpus: list[Gpu], fabric: str) -> dict[in
         if usable == 0:
             return None
         out[gpu.index] = usable
-    if fabric != "nvswitch" and not _connected(snapshot, gpus):
+    if fabric != "nvswitch" and not _ring_on_nvlink(snapshot, gpus):
         return None
     return out
 
 
-def _connected(snapshot: Snapshot, gpus: list[Gpu]) -> bool:
-    """Whether NVLink joins the set into one ring: active links between its GPUs, where an SXM
-    GPU with links down counts as joined (its board is wired; the links are what failed)."""
-    if len(gpus) < 2:
-        return True
+def _ring_on_nvlink(snapshot: Snapshot, gpus: list[Gpu]) -> bool:
+    """Whether NCCL's ring can go around the set on NVLink alone (a ring through every GPU along
+    NVLink-joined pairs), where an SXM GPU with links down counts as joined to all: its board is
+    wired for it, the links are what failed. Bridged islands, or a chain, make the ring cross PCIe."""
     wild = {g.index for g in gpus if not is_pcie_card(g) and any(not link.active for link in _links(g))}
-    seen = {gpus[0].index}
-    todo = [gpus[0]]
-    while todo:
-        g = todo.pop()
-        for p in gpus:
-            if p.index in seen:
-                continue
-            if topology.nvlink_count(snapshot, g.index, p.index) or g.index in wild or p.index in wild:
-                seen.add(p.index)
-                todo.append(p)
-    return len(seen) == len(gpus)
+
+    def joined(a: int, b: int) -> bool:
+        return bool(topology.nvlink_count(snapshot, a, b)) or a in wild or b in wild
+
+    return topology.has_ring([g.index for g in gpus], joined)
 
 
 def _generation_note(snapshot: Snapshot, indices: list[int]) -> str:

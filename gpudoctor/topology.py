@@ -9,6 +9,7 @@ Pure functions over a `Snapshot`; GPUs are named by NVML index (nvidia-smi's num
     arch_nvlink_generation(cc)     -> int | None  NVLink generation of an architecture ("9.0" -> 4)
     decode_nvml_nvlink_version(raw, cc) -> int | None  a raw nvmlDeviceGetNvLinkVersion answer, decoded
     nvml_nvlink_version_agrees(raw, gen) -> bool  the raw answer fits the generation in some driver style
+    has_ring(nodes, joined)        -> bool  a ring over every node along joined pairs (NCCL's ring on NVLink)
     pcie_level(snap, a, b)         -> str   PIX/PXB/PHB/NODE/SYS, or "?" when not recorded
     link_label(snap, a, b)         -> str   what topo -m prints: "X", "NV18", "SYS", ...
     matrix(snap, indices)          -> list[list[str]]  labels for every ordered pair
@@ -25,6 +26,7 @@ pair shows NV<min(active links of a, of b)> (NV18 on HGX H100, NV12 on HGX A100)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gpudoctor.snapshot import Gpu, Missing, NvLink, Snapshot
@@ -184,6 +186,34 @@ def nvml_nvlink_disagreements(snapshot: Snapshot, indices: list[int] | None = No
         if bad:
             out[gpu.index] = bad
     return out
+
+
+def has_ring(nodes: list[int], joined: Callable[[int, int], bool]) -> bool:
+    """Whether a ring visits every node once over `joined` pairs (a Hamiltonian cycle): what an
+    NCCL ring needs to stay on NVLink. Two nodes need one joined pair. Exhaustive search for the
+    few GPUs of a mesh board (8 on a DGX-1); past 12 nodes, every node joined to two others and
+    all of them connected stands in for it."""
+    if len(nodes) < 3:
+        return len(nodes) < 2 or joined(nodes[0], nodes[1])
+    near = {a: [b for b in nodes if b != a and joined(a, b)] for a in nodes}
+    seen, todo = {nodes[0]}, [nodes[0]]
+    while todo:
+        for b in near[todo.pop()]:
+            if b not in seen:
+                seen.add(b)
+                todo.append(b)
+    if len(seen) < len(nodes) or any(len(n) < 2 for n in near.values()):
+        return False
+    if len(nodes) > 12:
+        return True
+    first = nodes[0]
+
+    def walk(at: int, left: frozenset[int]) -> bool:
+        if not left:
+            return first in near[at]
+        return any(walk(b, left - {b}) for b in near[at] if b in left)
+
+    return walk(first, frozenset(nodes[1:]))
 
 
 def pcie_level(snapshot: Snapshot, a: int, b: int) -> str:

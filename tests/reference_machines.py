@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -121,7 +122,7 @@ def build(entry: dict[str, Any]) -> Snapshot:
     gpus = [
         Gpu(
             index=i,
-            uuid=f"GPU-{i:08x}-0000-4000-8000-{abs(hash(entry['id'])) % 10**12:012d}",
+            uuid=f"GPU-{i:08x}-0000-4000-8000-{zlib.crc32(entry['id'].encode()):012x}",
             name=entry["gpu"],
             pci_bus_id=_bus(i),
             compute_capability=entry["cc"],

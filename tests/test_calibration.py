@@ -243,3 +243,28 @@ def test_real_matrices_read_as_their_interconnect(
     e = expect(m)
     assert (e.fabric, e.algorithm) == (fabric, "ring")
     assert e.busbw_gbps == pytest.approx(busbw)
+
+
+def test_a_subset_of_a_mesh_needs_a_ring_on_nvlink() -> None:
+    dgx1 = _machine(**DGX1).snapshot
+    # GPUs 0-3 are all NVLink-joined (NV1/NV2): a ring stays on NVLink, bound by GPU 0's 4 links there.
+    four = expected_busbw(dgx1, [0, 1, 2, 3])
+    assert four is not None and four.link == "nvlink" and four.busbw_gbps == pytest.approx(4 * 20.0 * 0.95)
+    # 0-1 and 1-5 are joined, 0-5 is not: the ring's last hop crosses the sockets on PCIe.
+    chain = expected_busbw(dgx1, [0, 1, 5])
+    assert chain is not None and chain.link == "pcie" and "SYS" in chain.basis
+
+
+@pytest.mark.parametrize(
+    ("edges", "nodes", "ring"),
+    [
+        ({(0, 1)}, [0, 1], True),
+        ({(0, 1), (1, 2)}, [0, 1, 2], False),  # a chain
+        ({(0, 1), (2, 3)}, [0, 1, 2, 3], False),  # bridged islands
+        ({(0, 1), (1, 2), (2, 3), (3, 0)}, [0, 1, 2, 3], True),
+    ],
+)
+def test_has_ring(edges: set[tuple[int, int]], nodes: list[int], ring: bool) -> None:
+    from gpudoctor.topology import has_ring
+
+    assert has_ring(nodes, lambda a, b: (a, b) in edges or (b, a) in edges) is ring

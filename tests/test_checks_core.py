@@ -290,6 +290,19 @@ def test_p2p_missing_exactly_across_the_sockets_says_so(capsys, tmp_path) -> Non
     assert set(f["evidence"]["pairs"]) == {"0-2", "0-3", "1-2", "1-3"}
 
 
+def test_a_mesh_with_pairs_without_nvlink_still_rings_on_nvlink(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tests.reference_machines import build
+    from tests.test_calibration import DGX1
+
+    dgx1 = build(DGX1)
+    r = check_variant(capsys, tmp_path, dgx1)
+    f = r.one("GD403")
+    assert f["status"] == "pass" and "12 of 28 GPU pairs have no direct NVLink, but a ring" in f["message"]
+    assert r.one("GD407")["evidence"]["fabric"] == "mesh"
+    chain = check_variant(capsys, tmp_path, with_env(dgx1, CUDA_VISIBLE_DEVICES="0,1,5"))
+    assert chain.one("GD403")["status"] == "warn"
+
+
 def test_narrow_pcie_link_warns_and_busy_gen_drop_warns(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
     snap = with_gpu(load("h100_sxm_8x"), 5, pcie_width_current=8)
     snap = with_gpu(snap, 6, pcie_gen_current=3, clock_event_reasons=0)

@@ -32,12 +32,16 @@ MATRIX = Code(
 FEWER_LINKS = Code(
     "GD402",
     "nvlink-fewer-links",
-    "Every GPU has as many active NVLinks as its peers",
-    what="Counts the active NVLink links of each visible GPU (nvmlDeviceGetNvLinkState) and compares "
-    "with the count most GPUs have.",
+    "Every GPU has all its NVLinks active",
+    what="Counts the active NVLink links of each visible GPU (nvmlDeviceGetNvLinkState) against the "
+    "number a healthy GPU of its model has: every link NVML lists, active or not (8 on A800/H800). "
+    "This is the same count the expected all-reduce busbw (GD407, GD601) is built on, so a GPU "
+    "down links here is one the bandwidth verdict holds to its healthy figure. PCIe cards, whose "
+    "NVLink bridges are optional, are compared with their peers instead.",
     why="A GPU with links down moves its share of every collective over fewer links (or over PCIe when "
-    "none is left), and the whole ring or tree waits for it. Warn below the peers' count, fail below "
-    "three quarters of it.",
+    "none is left), and the whole ring or tree waits for it. Warn below the healthy count, fail below "
+    "three quarters of it. Every GPU down the same links (a switch tray or fabric fault) is caught "
+    "too: a majority vote would call that normal.",
     fix="Links down on an SXM/HGX board are a hardware or fabric fault: check `nvidia-smi nvlink -s` and "
     "`nvidia-smi nvlink -e` (error counters), reset the GPU (`nvidia-smi -r`) or reboot, restart "
     "nvidia-fabricmanager on NVSwitch systems, and have the board serviced if links stay down.",
@@ -47,7 +51,9 @@ NO_NVLINK_PAIRS = Code(
     "pairs-without-nvlink",
     "No GPU pair falls back to PCIe while others use NVLink",
     what="On machines where some visible GPU pairs are joined by NVLink, lists the pairs that are not "
-    "and the PCIe path between them (SYS: across the CPU sockets).",
+    "and the PCIe path between them (SYS: across the CPU sockets). Where the NVLinks that are up "
+    "still join every GPU (a mesh such as the DGX-1 V100 hybrid cube mesh), rings stay on NVLink "
+    "and this passes; bridged islands, or a GPU cut off from the others, warn.",
     why="A ring or tree over all GPUs is as fast as its slowest hop: A100 pairs reach ~208 GB/s over "
     "NV12 but an all-reduce drops to ~20 GB/s once a GPU crosses SYS (nccl-tests#178).",
     fix="Run the job on GPUs that share NVLink (CUDA_VISIBLE_DEVICES with CUDA_DEVICE_ORDER=PCI_BUS_ID), "
@@ -195,6 +201,14 @@ def _pairs_without_nvlink(snap: Snapshot, indices: list[int]) -> list[Finding]:
         return [Finding(NO_NVLINK_PAIRS.code, Status.PASS, "host", f"all {len(pairs)} pairs joined by NVLink", "", {})]
     best = max(linked.values())
     levels = {f"{a}-{b}": topo.pcie_level(snap, a, b) for a, b in bare}
+    evidence = {"pairs_without_nvlink": levels, "nvlink_pairs": len(pairs) - len(bare), "best": f"NV{best}"}
+    if topo.has_ring(indices, lambda a, b: bool(linked[(min(a, b), max(a, b))])):
+        # A mesh (DGX-1 V100's hybrid cube mesh): rings go around on NVLink; no pair needs PCIe.
+        msg = (
+            f"{len(bare)} of {len(pairs)} GPU pairs have no direct NVLink, but a ring through all "
+            f"{len(indices)} GPUs runs on NVLink (a mesh): NCCL's rings stay off PCIe"
+        )
+        return [Finding(NO_NVLINK_PAIRS.code, Status.PASS, "host", msg, "", evidence)]
     sys_pairs = [p for p, level in levels.items() if level == "SYS"]
     where = f"; {len(sys_pairs)} cross SYS (the CPU interconnect)" if sys_pairs else ""
     listed = ", ".join(f"{p} {lvl}" for p, lvl in levels.items())
@@ -202,7 +216,6 @@ def _pairs_without_nvlink(snap: Snapshot, indices: list[int]) -> list[Finding]:
         f"{len(bare)} of {len(pairs)} GPU pairs have no NVLink while others have NV{best}{where}: "
         f"collectives over all GPUs run at PCIe speed ({listed})"
     )
-    evidence = {"pairs_without_nvlink": levels, "nvlink_pairs": len(pairs) - len(bare), "best": f"NV{best}"}
     return [Finding(NO_NVLINK_PAIRS.code, Status.WARN, "host", msg, NO_NVLINK_PAIRS.fix, evidence)]
 
 
