@@ -362,7 +362,7 @@ def _nvlink_expectation(
     links = per_gpu[slowest.index]
     gen = topology.nvlink_generation(snapshot, indices)
     what = f"NVLink {gen}" if gen else "NVLink"
-    where = {"nvswitch": "through NVSwitch", "mesh": "GPU to GPU", "bridge": "over bridges"}[fabric]
+    where = {"nvswitch": "through NVSwitch", "mesh": "direct to its peers", "bridge": "over bridges"}[fabric]
     pair = _bridge_pair(slowest) if fabric == "bridge" else None
     if pair is not None:
         healthy = healthy_nvlinks(snapshot, slowest) or links

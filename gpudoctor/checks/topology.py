@@ -370,8 +370,13 @@ def _expected(snap: Snapshot, indices: list[int], visible: int) -> Finding:
         gpus = [g.index for g in snap.gpus if not g.lost]
         if len(gpus) < 2:
             return Finding(EXPECTED.code, Status.SKIP, "host", "one GPU: no all-reduce between GPUs to expect", "")
-        why = "MIG: one instance" if any(g.mig_mode_current is True for g in snap.gpus) else "one GPU"
-        scope = f"the machine's {len(gpus)} GPUs ({why} visible now; figure with all of them, MIG off)"
+        mig = any(g.mig_mode_current is True for g in snap.gpus)
+        what = (
+            "one MIG instance is visible now; the figure is for all of them with MIG off"
+            if mig
+            else ("one GPU is visible now; the figure is for all of them")
+        )
+        scope = f"the machine's {len(gpus)} GPUs ({what})"
     expect = expectations.expected_busbw(snap, gpus)
     evidence: dict[str, Any] = {"gpus": gpus, "collective": "allreduce"}
     if expect is None:
