@@ -205,9 +205,11 @@ def test_the_sweep_stops_at_the_plateau_and_at_its_time_budget() -> None:
     flat = {"sizes": sizes, "warmup": 0, "iters": 1, "plateau": {"from_bytes": 64 << 10, "gain": 100.0}}
     short = {"sizes": sizes, "warmup": 0, "iters": 1, "budget_s": 1e-9}
     result = launch([Task("allreduce", flat)], device="cpu", ranks=2, timeout_s=90)
+    assert result.ok, result.to_json()
     plateau = result.results("allreduce")
     assert [r["bytes"] for r in plateau["rows"]] == sizes[:2] and plateau["stopped"] == "plateau"
     assert plateau["unswept_sizes"] == sizes[2:]
     result = launch([Task("allreduce", short)], device="cpu", ranks=2, timeout_s=90)
+    assert result.ok, result.to_json()
     budget = result.results("allreduce")
     assert [r["bytes"] for r in budget["rows"]] == sizes[:1] and budget["stopped"] == "time budget"
