@@ -28,7 +28,7 @@ from typing import Any
 from gpudoctor import topology
 from gpudoctor.checks.deep_common import deep_data, subject, who, with_gpus
 from gpudoctor.checks.link_probes import link_gbps
-from gpudoctor.expectations import NVLINK_GBPS_PER_LINK
+from gpudoctor.expectations import nvlink_link_gbps
 from gpudoctor.findings import Finding, Status, pair_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Snapshot, known
@@ -199,10 +199,12 @@ def judge_shared(snapshot: Snapshot, rows: Sequence[Mapping[str, Any]]) -> list[
 
 def d2d_rate(snapshot: Snapshot, a: int, b: int) -> tuple[float, str] | None:
     links = topology.nvlink_count(snapshot, a, b)
-    gen = topology.nvlink_generation(snapshot, [a, b])
-    if links and gen in NVLINK_GBPS_PER_LINK:
-        rate = links * NVLINK_GBPS_PER_LINK[gen]
-        return rate, f"NVLink {gen} x {links} links = {rate:g} GB/s"
+    per_link = nvlink_link_gbps(snapshot.gpu(a))
+    if links and per_link:
+        # NCCL's effective per-link rate (expectations.NCCL_NVLINK_GBPS, from NCCL's topo.h), the
+        # same basis as the all-reduce model, so GD432 and GD601 judge a link alike.
+        rate = links * per_link
+        return rate, f"{links} NVLinks x {per_link:g} GB/s (NCCL's per-link rate) = {rate:g} GB/s"
     rates = [x for x in (host_rate(snapshot, a), host_rate(snapshot, b)) if x is not None]
     return min(rates) if len(rates) == 2 else None
 
