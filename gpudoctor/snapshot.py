@@ -54,6 +54,22 @@ NOT_COLLECTED = Missing("not_collected")
 OMIT_NOT_COLLECTED = "omit_when_not_collected"
 
 
+def _later() -> Any:
+    """A field added after schema_version 1: left out of the JSON while not collected."""
+    return dataclasses.field(default=NOT_COLLECTED, metadata={OMIT_NOT_COLLECTED: True})
+
+
+@dataclass(frozen=True)
+class NvLinkErrors:
+    """nvmlDeviceGetNvLinkErrorCounter for one link: counts since the driver loaded (or the
+    counters were last reset), as `nvidia-smi nvlink -e` prints them."""
+
+    replay: int | Missing = NOT_COLLECTED  # NVML_NVLINK_ERROR_DL_REPLAY: packets resent
+    recovery: int | Missing = NOT_COLLECTED  # NVML_NVLINK_ERROR_DL_RECOVERY: link retrained
+    crc_flit: int | Missing = NOT_COLLECTED  # NVML_NVLINK_ERROR_DL_CRC_FLIT: flow-control CRC errors
+    crc_data: int | Missing = NOT_COLLECTED  # NVML_NVLINK_ERROR_DL_CRC_DATA: data CRC errors
+
+
 @dataclass(frozen=True)
 class NvLink:
     link: int
@@ -64,7 +80,11 @@ class NvLink:
     # What nvmlDeviceGetNvLinkVersion answered, undecoded: drivers differ (plain generation, or
     # nvml.h's nvmlNvlinkVersion_t enum), so a recording keeps what this driver said. Left out
     # of the JSON when not collected, so snapshots written before it read and write unchanged.
-    version_raw: int | Missing = dataclasses.field(default=NOT_COLLECTED, metadata={OMIT_NOT_COLLECTED: True})
+    version_raw: int | Missing = _later()
+    # The error counters, read twice: once with the GPU's other facts and once at the end of
+    # the probe (Gpu.error_window_s apart), so a link that is erroring now shows as a rise.
+    errors: NvLinkErrors | Missing = _later()
+    errors_later: NvLinkErrors | Missing = _later()
 
 
 @dataclass(frozen=True)
@@ -89,6 +109,40 @@ class RemappedRows:
     uncorrectable: int
     pending: bool
     failed: bool
+
+
+@dataclass(frozen=True)
+class SramEcc:
+    """nvmlDeviceGetSramEccErrorStatus: uncorrectable errors in on-chip SRAM (L2, SM register
+    files, microcontrollers), apart from the HBM/DRAM ones."""
+
+    aggregate_uncorrectable_parity: int
+    aggregate_uncorrectable_secded: int
+    volatile_uncorrectable_parity: int
+    volatile_uncorrectable_secded: int
+    # NVIDIA's RMA flag: more than 4 unique parity or 2 unique SEC-DED uncorrectable events in
+    # one address bank (GPU Memory Error Management, "RMA Policy").
+    threshold_exceeded: bool
+
+    @property
+    def aggregate_uncorrectable(self) -> int:
+        return self.aggregate_uncorrectable_parity + self.aggregate_uncorrectable_secded
+
+    @property
+    def volatile_uncorrectable(self) -> int:
+        return self.volatile_uncorrectable_parity + self.volatile_uncorrectable_secded
+
+
+@dataclass(frozen=True)
+class RemapHistogram:
+    """nvmlDeviceGetRowRemapperHistogram: how many DRAM banks have all, most, some, few or none
+    of their spare rows left ("Bank Remap Availability Histogram" in nvidia-smi -q)."""
+
+    max: int
+    high: int
+    partial: int
+    low: int
+    none: int
 
 
 @dataclass(frozen=True)
@@ -136,6 +190,20 @@ class Gpu:
     temperature_c: int | Missing = NOT_COLLECTED
     power_draw_w: float | Missing = NOT_COLLECTED
     lost: bool = False  # NVML answered GPU_IS_LOST for this device
+    # Fields added after schema_version 1 (left out of the JSON while not collected):
+    unreachable: str | Missing = _later()  # why NVML gave no handle; absent when it gave one
+    inforom_image: str | Missing = _later()  # "G520.0200.00.05"
+    gsp_firmware: str | Missing = _later()  # "550.54.15"; unsupported when GSP firmware is off
+    # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: "none", "gpu_reset", "node_reboot", "drain_p2p",
+    # "drain_and_reset" (and the newer "recover_imex_domain", "bus_reset", "system_reboot")
+    recovery_action: str | Missing = _later()
+    sram_ecc: SramEcc | Missing = _later()
+    ecc_uncorrected_dram_volatile: int | Missing = _later()
+    ecc_uncorrected_dram_aggregate: int | Missing = _later()
+    remap_histogram: RemapHistogram | Missing = _later()
+    pcie_replays: int | Missing = _later()  # nvmlDeviceGetPcieReplayCounter, first read
+    pcie_replays_later: int | Missing = _later()  # ...and again at the end of the probe
+    error_window_s: float | Missing = _later()  # seconds between the two reads of the error counters
 
 
 @dataclass(frozen=True)
@@ -205,6 +273,11 @@ class Host:
     network_interfaces: list[str] | Missing = NOT_COLLECTED
     xid_events: list[XidEvent] | Missing = NOT_COLLECTED  # from the kernel log
     master_port: PortStatus | Missing = NOT_COLLECTED
+    # Fields added after schema_version 1 (left out of the JSON while not collected):
+    cpu_arch: str | Missing = _later()  # platform.machine(): "x86_64", "aarch64", "ppc64le"
+    # x86: /proc/cpuinfo vendor_id as CPUID gives it ("GenuineIntel", "AuthenticAMD",
+    # "CentaurHauls", "  Shanghai  "); ARM: the "CPU implementer" code ("0x41")
+    cpu_vendor: str | Missing = _later()
 
 
 @dataclass(frozen=True)

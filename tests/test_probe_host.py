@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import platform
 from pathlib import Path
 
 import pytest
@@ -381,3 +382,33 @@ def test_every_variable_a_check_reads_is_allowed_into_the_snapshot() -> None:
                     read.add(name)
     assert read, "the scan found no variable names: the test itself is broken"
     assert sorted(n for n in read if not allowed(n)) == []
+
+
+@pytest.mark.parametrize(
+    "cpuinfo, vendor",
+    [
+        # x86: the vendor string CPUID gives, the first line of every processor block
+        ("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n", "GenuineIntel"),
+        ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n", "AuthenticAMD"),
+        ("processor\t: 0\nvendor_id\t:   Shanghai  \n", "Shanghai"),  # Zhaoxin pads its 12 characters
+        ("processor\t: 0\nvendor_id\t: CentaurHauls\n", "CentaurHauls"),
+        # ARM (Grace, Ampere Altra...): no vendor_id, the implementer code instead
+        ("processor\t: 0\nBogoMIPS\t: 2000.00\nCPU implementer\t: 0x41\nCPU architecture: 8\n", "0x41"),
+    ],
+)
+def test_cpu_vendor_from_proc_cpuinfo(tmp_path: Path, cpuinfo: str, vendor: str) -> None:
+    write(tmp_path, "proc/cpuinfo", cpuinfo)
+    assert host.cpu_vendor(tmp_path) == vendor
+
+
+def test_cpu_vendor_unreadable_or_unnamed_is_missing(tmp_path: Path) -> None:
+    assert host.cpu_vendor(tmp_path).reason == "unsupported"  # no /proc/cpuinfo at all
+    write(tmp_path, "proc/cpuinfo", "processor\t: 0\nmodel name\t: QEMU Virtual CPU\n")
+    assert host.cpu_vendor(tmp_path).reason == "unsupported"
+
+
+def test_this_machines_cpu_is_recorded() -> None:
+    facts = host.read_host(Path("/"), {}, isolated=False)
+    assert facts.cpu_arch == platform.machine()
+    if Path("/proc/cpuinfo").exists():
+        assert isinstance(facts.cpu_vendor, str) and facts.cpu_vendor

@@ -35,8 +35,9 @@ def reasons_only(value: Any) -> Any:
 def comparable_gpu(gpu: Gpu) -> Gpu:
     """Owner, command and local PID are resolved on the machine that probes, not recorded.
     NVLink version_raw is what the fake's driver style made of the recorded generation: the
-    tests below check it on its own."""
-    gpu = reasons_only(gpu)
+    tests below check it on its own. The time between the two readings of the error counters
+    is measured by the probe, not recorded."""
+    gpu = dataclasses.replace(reasons_only(gpu), error_window_s=Missing("unsupported"))
     if isinstance(gpu.nvlinks, list):
         gpu = dataclasses.replace(
             gpu, nvlinks=[dataclasses.replace(link, version_raw=Missing("unsupported")) for link in gpu.nvlinks]
@@ -275,3 +276,115 @@ def test_gpu_without_a_handle_carries_the_reason_and_the_rest_go_on(tmp_path: Pa
     assert collected.pair(0, 1).p2p_read.reason == "no_permission"
     assert collected.pair(0, 2).p2p_read == "ok"
     assert comparable_gpu(collected.gpu(2)) == comparable_gpu(source.gpu(2))
+
+
+def health_gpu(gpu: Gpu, **changes: Any) -> Gpu:
+    """A GPU with every fact added after schema 1 recorded, as an R570+ driver reports them."""
+    links = [
+        dataclasses.replace(link, errors=snap.NvLinkErrors(0, 0, 3, 1), errors_later=snap.NvLinkErrors(0, 0, 3, 1))
+        for link in gpu.nvlinks
+    ]
+    facts: dict[str, Any] = dict(
+        nvlinks=links,
+        inforom_image="G520.0200.00.05",
+        gsp_firmware="570.124.06",
+        recovery_action="none",
+        sram_ecc=snap.SramEcc(0, 0, 0, 0, False),
+        ecc_uncorrected_dram_volatile=0,
+        ecc_uncorrected_dram_aggregate=0,
+        remap_histogram=snap.RemapHistogram(2560, 0, 0, 0, 0),
+        pcie_replays=9,
+        pcie_replays_later=9,
+    )
+    facts.update(changes)
+    return dataclasses.replace(gpu, **facts)
+
+
+def test_health_facts_round_trip_and_the_counters_are_read_twice(tmp_path: Path) -> None:
+    source = h100_nvswitch_8x()
+    gpus = [health_gpu(g) for g in source.gpus]
+    # GPU 4's link 7 retrains and replays between the two readings: the second reading shows it.
+    link7 = dataclasses.replace(
+        gpus[4].nvlinks[7], errors=snap.NvLinkErrors(2, 0, 3, 1), errors_later=snap.NvLinkErrors(5, 1, 3, 1)
+    )
+    gpus[4] = dataclasses.replace(gpus[4], nvlinks=[*gpus[4].nvlinks[:7], link7, *gpus[4].nvlinks[8:]])
+    source = dataclasses.replace(source, gpus=gpus)
+    collected, fake = probe(source, tmp_path)
+    assert_round_trip(source, collected)
+    gpu = collected.gpu(4)
+    assert (gpu.inforom_image, gpu.gsp_firmware, gpu.recovery_action) == ("G520.0200.00.05", "570.124.06", "none")
+    assert gpu.sram_ecc == snap.SramEcc(0, 0, 0, 0, False) and gpu.remap_histogram.max == 2560
+    assert (gpu.nvlinks[7].errors.replay, gpu.nvlinks[7].errors_later.replay) == (2, 5)
+    assert gpu.nvlinks[7].errors_later.recovery == 1
+    assert (gpu.pcie_replays, gpu.pcie_replays_later) == (9, 9)
+    assert isinstance(gpu.error_window_s, float) and gpu.error_window_s >= 0
+    # Each counter of each active link was read exactly twice, the PCIe replay counter too.
+    assert set(fake.counter_reads.values()) == {2}
+    assert len(fake.counter_reads) == 8 * (18 * 4 + 1)
+
+
+def test_link_counters_a_gpu_does_not_support_are_asked_once(tmp_path: Path) -> None:
+    # NVML documents the per-link error counters as unsupported from Blackwell on.
+    source = dataclasses.replace(h100_nvswitch_8x(), pairs=[])
+    collected, fake = probe(source, tmp_path)  # the recorded H100 has no counters: NOT_SUPPORTED
+    gpu = collected.gpu(0)
+    assert all(link.errors.reason == "unsupported" for link in gpu.nvlinks)
+    asked = [c for c in fake.calls if c == "nvmlDeviceGetNvLinkErrorCounter"]
+    assert len(asked) == 8 * 4, "four counters of link 0 per GPU, then no more questions"
+    assert gpu.error_window_s == Missing("not_collected")  # nothing to read twice
+
+
+def test_an_older_driver_without_the_newer_calls_records_unsupported(tmp_path: Path) -> None:
+    source = dataclasses.replace(h100_nvswitch_8x(), gpus=[health_gpu(h100_nvswitch_8x().gpu(0))], pairs=[])
+    old = {
+        "nvmlDeviceGetFieldValues",
+        "nvmlDeviceGetSramEccErrorStatus",
+        "nvmlDeviceGetGspFirmwareVersion",
+        "nvmlDeviceGetRowRemapperHistogram",
+    }
+    gpu = probe(source, tmp_path, missing_functions=old)[0].gpu(0)
+    for name in ("recovery_action", "sram_ecc", "gsp_firmware", "remap_histogram"):
+        assert getattr(gpu, name).reason == "unsupported", name
+    assert gpu.inforom_image == "G520.0200.00.05" and gpu.ecc_uncorrected_dram_aggregate == 0
+
+
+def test_gsp_firmware_off_is_unsupported_not_an_empty_version(tmp_path: Path) -> None:
+    source = dataclasses.replace(h100_nvswitch_8x(), gpus=[health_gpu(h100_nvswitch_8x().gpu(0), gsp_firmware="N/A")])
+    gpu = probe(dataclasses.replace(source, pairs=[]), tmp_path)[0].gpu(0)
+    assert isinstance(gpu.gsp_firmware, Missing)
+
+
+def test_a_gpu_without_a_handle_is_named_by_the_kernel_drivers_bus_id(tmp_path: Path) -> None:
+    class LostGpu3(FakeNvml):  # fell off the bus before the probe: no handle at all
+        def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
+            if index == 3:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+            return super().nvmlDeviceGetHandleByIndex(index)
+
+    source = h100_nvswitch_8x()
+    for gpu in source.gpus:  # what /proc/driver/nvidia/gpus lists: lower-case, no 8-digit domain
+        (tmp_path / "proc/driver/nvidia/gpus" / gpu.pci_bus_id[4:].lower()).mkdir(parents=True)
+    collected = collect_machine(Nvml(LostGpu3(source)), {}, root=tmp_path, systemctl=lambda unit: "active")
+    lost = collected.gpu(3)
+    assert lost.lost and lost.uuid == "" and lost.pci_bus_id == source.gpu(3).pci_bus_id
+    assert lost.unreachable.startswith("nvmlDeviceGetHandleByIndex(3): ")
+    assert collected.gpu(2).unreachable == Missing("not_collected")  # the others answered
+    # Without the kernel's list (or when it disagrees with NVML's count), no bus id is guessed.
+    (tmp_path / "proc/driver/nvidia/gpus" / source.gpu(0).pci_bus_id[4:].lower()).rmdir()
+    again = collect_machine(Nvml(LostGpu3(source)), {}, root=tmp_path, systemctl=lambda unit: "active")
+    assert again.gpu(3).pci_bus_id == ""
+
+
+def test_a_gpu_lost_between_the_two_readings_is_marked_lost(tmp_path: Path) -> None:
+    source = dataclasses.replace(h100_nvswitch_8x(), gpus=[health_gpu(g) for g in h100_nvswitch_8x().gpus])
+
+    class LostLate(FakeNvml):
+        def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
+            if handle.gpu.index == 6 and self.counter_reads.get((6, "pcie")):
+                handle.lost = True  # the second reading finds it gone
+            return super().nvmlDeviceGetPcieReplayCounter(handle)
+
+    collected = collect_machine(Nvml(LostLate(source)), {}, root=tmp_path, systemctl=lambda unit: "active")
+    gpu = collected.gpu(6)
+    assert gpu.lost is True and gpu.pcie_replays == 9 and gpu.pcie_replays_later.reason == "gpu_lost"
+    assert not collected.gpu(5).lost

@@ -27,14 +27,25 @@ class DeviceReader:
         """nvml.call(name, handle, *args); a Missing once the device is lost."""
         if self.lost:
             return LOST
-        value = self.nvml.call(name, self.handle, *args)
-        if isinstance(value, Missing) and value.reason == "gpu_lost":
-            self.lost = True
-        return value
+        return self.noting_loss(self.nvml.call(name, self.handle, *args))
 
     def read(self, name: str, convert: Callable[[Any], T], *args: Any) -> T | Missing:
         """Call and convert the answer; a conversion that fails is an `error` Missing."""
         return convert_value(self.call(name, *args), convert, name)
+
+    def noting_loss(self, value: Any) -> Any:
+        """Remember a GPU_IS_LOST answer, so the remaining calls are not made."""
+        if isinstance(value, Missing) and value.reason == "gpu_lost":
+            self.lost = True
+        return value
+
+    def field(self, field_id: int) -> int | float | Missing:
+        """One NVML field value (Nvml.field_value) of this device."""
+        return LOST if self.lost else self.noting_loss(self.nvml.field_value(self.handle, field_id))
+
+    def struct(self, fn_name: str, struct_name: str) -> dict[str, int] | Missing:
+        """A versioned struct this device fills by reference (Nvml.struct_fields)."""
+        return LOST if self.lost else self.noting_loss(self.nvml.struct_fields(fn_name, struct_name, self.handle))
 
 
 def convert_value(value: Any, convert: Callable[[Any], T], what: str) -> T | Missing:

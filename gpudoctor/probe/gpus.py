@@ -5,14 +5,14 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpudoctor.probe.device import LOST, DeviceReader, bus_id, convert_value, text
 from gpudoctor.probe.fabric import fabric
-from gpudoctor.probe.links import nvlinks, pcie
+from gpudoctor.probe.links import nvlinks, pcie, read_error_counts, with_counts
 from gpudoctor.probe.nvml import Nvml
 from gpudoctor.probe.processes import processes
-from gpudoctor.snapshot import Gpu, MigDevice, Missing, RemappedRows
+from gpudoctor.snapshot import Gpu, MigDevice, Missing, RemapHistogram, RemappedRows, SramEcc
 from gpudoctor.units import MIB
 
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
@@ -21,6 +21,20 @@ NVML_VOLATILE_ECC = 0
 NVML_AGGREGATE_ECC = 1
 NVML_TEMPERATURE_GPU = 0
 MIG_ENABLED = 1
+NVML_MEMORY_LOCATION_DRAM = 2  # nvmlMemoryLocation_t: DRAM (device memory, HBM/GDDR)
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230  # nvml.h field id
+# nvmlDeviceGpuRecoveryAction_t as nvidia-ml-py 13.615.71 defines it (nvml.h); the meaning of
+# each is in NVIDIA's "GPU Memory Error Management", "Error Recovery and Response Flags".
+RECOVERY_ACTIONS = {
+    0: "none",
+    1: "gpu_reset",
+    2: "node_reboot",
+    3: "drain_p2p",
+    4: "drain_and_reset",
+    5: "recover_imex_domain",
+    6: "bus_reset",
+    7: "system_reboot",
+}
 
 
 def cpu_set_words() -> int:
@@ -54,6 +68,32 @@ def _numa(value: Any) -> int | Missing:
 def _remapped(value: Any) -> RemappedRows:
     corr, unc, pending, failed = value
     return RemappedRows(correctable=int(corr), uncorrectable=int(unc), pending=bool(pending), failed=bool(failed))
+
+
+def _recovery_action(value: Any) -> str:
+    code = int(value)
+    return RECOVERY_ACTIONS.get(code, f"action_{code}")
+
+
+def _sram_ecc(raw: dict[str, int]) -> SramEcc:
+    return SramEcc(
+        aggregate_uncorrectable_parity=raw["aggregateUncParity"],
+        aggregate_uncorrectable_secded=raw["aggregateUncSecDed"],
+        volatile_uncorrectable_parity=raw["volatileUncParity"],
+        volatile_uncorrectable_secded=raw["volatileUncSecDed"],
+        threshold_exceeded=bool(raw["bThresholdExceeded"]),
+    )
+
+
+def _histogram(value: Any) -> RemapHistogram:
+    return RemapHistogram(**{k: int(getattr(value, k)) for k in ("max", "high", "partial", "low", "none")})
+
+
+def _firmware(value: Any) -> str:
+    version = text(value).strip()
+    if version in ("", "N/A"):
+        raise ValueError("no version")  # GSP firmware off: nvidia-smi prints N/A
+    return version
 
 
 def _pair_field(value: Any, i: int, convert: Any, what: str) -> Any:
@@ -113,19 +153,36 @@ def clock_event_reasons(reader: DeviceReader) -> int | Missing:
     return read_clock_event_reasons(reader)[0]
 
 
-def unreachable_gpu(index: int, why: Missing) -> Gpu:
-    """A GPU whose handle NVML would not give: every fact carries the reason."""
-    fields = {
-        f.name: why for f in dataclasses.fields(Gpu) if f.name not in ("index", "uuid", "name", "pci_bus_id", "lost")
-    }
-    return Gpu(index=index, uuid="", name="", pci_bus_id="", lost=why.reason == "gpu_lost", **fields)
+_IDENTITY = ("index", "uuid", "name", "pci_bus_id", "lost", "unreachable")
 
 
-def read_gpu(nvml: Nvml, index: int, root: Path, isolated: bool | Missing) -> tuple[Gpu, Any]:
-    """The facts of GPU `index` and its handle (a Missing when the GPU cannot be asked)."""
+def unreachable_gpu(index: int, why: Missing, pci_bus_id: str = "") -> Gpu:
+    """A GPU whose handle NVML would not give: every fact carries the reason, `unreachable` says
+    it in words, and the bus id comes from the kernel driver when it could tell."""
+    fields = {f.name: why for f in dataclasses.fields(Gpu) if f.name not in _IDENTITY}
+    return Gpu(
+        index=index,
+        uuid="",
+        name="",
+        pci_bus_id=pci_bus_id,
+        lost=why.reason == "gpu_lost",
+        unreachable=f"nvmlDeviceGetHandleByIndex({index}): {why.detail or why.reason}",
+        **fields,
+    )
+
+
+class GpuReading(NamedTuple):
+    gpu: Gpu
+    handle: Any  # the NVML handle, or a Missing once the GPU cannot be asked
+    counted_at: float | None  # when its error counters were read (None: not read)
+
+
+def read_gpu(nvml: Nvml, index: int, root: Path, isolated: bool | Missing, pci_bus_id: str = "") -> GpuReading:
+    """The facts of GPU `index` and its handle. `pci_bus_id` (from the kernel driver) names a
+    GPU NVML gives no handle for."""
     handle = nvml.call("nvmlDeviceGetHandleByIndex", index)
     if isinstance(handle, Missing):
-        return unreachable_gpu(index, handle), handle
+        return GpuReading(unreachable_gpu(index, handle, pci_bus_id), handle, None)
     r = DeviceReader(nvml, handle)
     uuid = r.read("nvmlDeviceGetUUID", text)
     name = r.read("nvmlDeviceGetName", text)
@@ -164,13 +221,41 @@ def read_gpu(nvml: Nvml, index: int, root: Path, isolated: bool | Missing) -> tu
         processes=processes(r, root, isolated),
         temperature_c=r.read("nvmlDeviceGetTemperature", int, NVML_TEMPERATURE_GPU),
         power_draw_w=r.read("nvmlDeviceGetPowerUsage", lambda mw: int(mw) / 1000.0),
+        inforom_image=r.read("nvmlDeviceGetInforomImageVersion", text),
+        gsp_firmware=r.read("nvmlDeviceGetGspFirmwareVersion", _firmware),
+        recovery_action=convert_value(
+            r.field(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION), _recovery_action, "recovery action"
+        ),
+        sram_ecc=convert_value(
+            r.struct("nvmlDeviceGetSramEccErrorStatus", "c_nvmlEccSramErrorStatus_v1_t"), _sram_ecc, "SRAM ECC status"
+        ),
+        ecc_uncorrected_dram_volatile=r.read(
+            "nvmlDeviceGetMemoryErrorCounter",
+            int,
+            NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            NVML_VOLATILE_ECC,
+            NVML_MEMORY_LOCATION_DRAM,
+        ),
+        ecc_uncorrected_dram_aggregate=r.read(
+            "nvmlDeviceGetMemoryErrorCounter",
+            int,
+            NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            NVML_AGGREGATE_ECC,
+            NVML_MEMORY_LOCATION_DRAM,
+        ),
+        remap_histogram=r.read("nvmlDeviceGetRowRemapperHistogram", _histogram),
     )
+    # The error counters come last: the end of the probe reads them again (machine.py), and
+    # the time between the two readings is then as long as it can be.
+    counts = read_error_counts(r, facts["nvlinks"])
+    facts["nvlinks"] = with_counts(facts["nvlinks"], counts)
     gpu = Gpu(
         index=index,
         uuid=uuid if isinstance(uuid, str) else "",
         name=name if isinstance(name, str) else "",
         pci_bus_id=pci if isinstance(pci, str) else "",
         lost=r.lost,
+        pcie_replays=counts.pcie_replays,
         **facts,
     )
-    return gpu, (LOST if r.lost else handle)
+    return GpuReading(gpu, LOST if r.lost else handle, counts.at if counts.any_read else None)

@@ -1,4 +1,4 @@
-"""Host facts: CPUs, memory, cgroup limits, /dev/shm, container, IOMMU, limits, network.
+"""Host facts: CPUs (and their maker), memory, cgroup limits, /dev/shm, container, IOMMU, limits, network.
 
 Every reader takes the filesystem root (tests point it at a fake tree) and turns what
 it cannot read into a Missing with the reason.
@@ -123,6 +123,26 @@ def pid_namespace_isolated(root: Path) -> bool | Missing:
     return Missing("unsupported", "neither /proc/self/ns/pid nor NSpid is readable")
 
 
+def cpu_arch() -> str | Missing:
+    return platform.machine() or Missing("unsupported", "platform.machine() cannot tell")
+
+
+# The /proc/cpuinfo keys that name the CPU's maker: x86 prints CPUID's vendor string (which is
+# what NCCL reads, src/graph/xml.cc), ARM the implementer code (0x41 Arm, 0x4e NVIDIA, ...).
+_VENDOR_KEYS = ("vendor_id", "CPU implementer")
+
+
+def cpu_vendor(root: Path) -> str | Missing:
+    content = read_text(root, "/proc/cpuinfo")
+    if isinstance(content, Missing):
+        return content
+    for line in content.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in _VENDOR_KEYS and value.strip():
+            return value.strip()  # Zhaoxin's "  Shanghai  " is kept as "Shanghai"
+    return Missing("unsupported", "/proc/cpuinfo names no CPU vendor")
+
+
 def iommu_cmdline(root: Path) -> list[str] | Missing:
     content = read_text(root, "/proc/cmdline")
     if isinstance(content, Missing):
@@ -194,4 +214,6 @@ def read_host(root: Path, environ: Mapping[str, str], isolated: bool | Missing) 
         network_interfaces=guarded(network_interfaces, root),
         xid_events=guarded(xid_events, root),
         master_port=guarded(master_port, environ),
+        cpu_arch=guarded(cpu_arch),
+        cpu_vendor=guarded(cpu_vendor, root),
     )

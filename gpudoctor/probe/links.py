@@ -1,11 +1,14 @@
-"""PCIe link state and NVLinks of one GPU."""
+"""PCIe link state, NVLinks, and the link error counters of one GPU."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.probe.device import LOST, DeviceReader, bus_id, convert_value
-from gpudoctor.snapshot import Missing, NvLink
+from gpudoctor.snapshot import Gpu, Missing, NvLink, NvLinkErrors
 from gpudoctor.topology import decode_nvml_nvlink_version
 
 NVLINK_MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS in nvml.h (13.x)
@@ -76,3 +79,69 @@ def nvlinks(reader: DeviceReader, compute_capability: str | Missing = "") -> lis
             )
         )
     return LOST if reader.lost else links
+
+
+# nvmlNvLinkErrorCounter_t (nvml.h): the counters `nvidia-smi nvlink -e` prints per link.
+NVLINK_ERROR_COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}
+
+
+def _link_errors(reader: DeviceReader, link: int) -> NvLinkErrors | Missing:
+    values = {
+        name: reader.read("nvmlDeviceGetNvLinkErrorCounter", int, link, counter)
+        for name, counter in NVLINK_ERROR_COUNTERS.items()
+    }
+    if all(isinstance(v, Missing) for v in values.values()):
+        return next(iter(values.values()))  # the GPU answers none of them: say why once
+    return NvLinkErrors(**values)
+
+
+@dataclass(frozen=True)
+class ErrorCounts:
+    """One reading of a GPU's link error counters: per active NVLink, and PCIe replays."""
+
+    at: float  # time.monotonic() when read
+    nvlinks: dict[int, NvLinkErrors | Missing]
+    pcie_replays: int | Missing
+
+    @property
+    def any_read(self) -> bool:
+        return not isinstance(self.pcie_replays, Missing) or any(
+            not isinstance(e, Missing) for e in self.nvlinks.values()
+        )
+
+
+def read_error_counts(reader: DeviceReader, links: list[NvLink] | Missing) -> ErrorCounts:
+    """The counters of the active links (an idle, inactive link's counters say nothing) and the
+    PCIe replay counter. A GPU that answers NOT_SUPPORTED for its first link (NVML documents
+    these counters as unsupported on Blackwell and later) is not asked for the others."""
+    counts: dict[int, NvLinkErrors | Missing] = {}
+    for link in links if isinstance(links, list) else []:
+        if not link.active:
+            continue
+        first = next(iter(counts.values()), None)
+        if isinstance(first, Missing) and first.reason == "unsupported":
+            counts[link.link] = first
+            continue
+        counts[link.link] = _link_errors(reader, link.link)
+    replays = reader.read("nvmlDeviceGetPcieReplayCounter", int)
+    return ErrorCounts(at=time.monotonic(), nvlinks=counts, pcie_replays=replays)
+
+
+def with_counts(links: list[NvLink] | Missing, counts: ErrorCounts, field: str = "errors") -> list[NvLink] | Missing:
+    """The links with one reading of their counters set (`errors`, or `errors_later`)."""
+    if not isinstance(links, list):
+        return links
+    return [
+        dataclasses.replace(link, **{field: counts.nvlinks[link.link]}) if link.link in counts.nvlinks else link
+        for link in links
+    ]
+
+
+def with_second_counts(gpu: Gpu, first_at: float, counts: ErrorCounts) -> Gpu:
+    """The GPU with the counters read again `counts.at - first_at` seconds after the first time."""
+    return dataclasses.replace(
+        gpu,
+        nvlinks=with_counts(gpu.nvlinks, counts, "errors_later"),
+        pcie_replays_later=counts.pcie_replays,
+        error_window_s=round(counts.at - first_at, 4),
+    )

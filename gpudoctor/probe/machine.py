@@ -10,8 +10,8 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+from gpudoctor.probe.device import DeviceReader
 from gpudoctor.probe.driver import (
     SystemctlRunner,
     fabric_manager,
@@ -20,12 +20,37 @@ from gpudoctor.probe.driver import (
     systemctl_is_active,
 )
 from gpudoctor.probe.environment import allowed_env
-from gpudoctor.probe.gpus import read_gpu
+from gpudoctor.probe.gpus import GpuReading, read_gpu
 from gpudoctor.probe.host import guarded, pid_namespace_isolated, read_host
+from gpudoctor.probe.links import read_error_counts, with_second_counts
 from gpudoctor.probe.nvml import Nvml
 from gpudoctor.probe.pairs import read_pairs
 from gpudoctor.probe.software import read_software
 from gpudoctor.snapshot import SCHEMA_VERSION, Driver, Gpu, GpuPair, Missing, Snapshot, now_iso
+from gpudoctor.topology import nvml_bus_id
+
+
+def driver_bus_ids(root: Path) -> list[str]:
+    """The GPUs the kernel driver knows, by bus id (/proc/driver/nvidia/gpus/<bus id>), in PCI
+    order: NVML's order too, so the bus id of a GPU NVML gives no handle for can be named."""
+    base = root / "proc/driver/nvidia/gpus"
+    ids = []
+    for entry in base.iterdir() if base.is_dir() else []:
+        try:
+            ids.append(nvml_bus_id(entry.name))
+        except ValueError:
+            continue
+    return sorted(ids)
+
+
+def count_again(nvml: Nvml, reading: GpuReading) -> Gpu:
+    """Read a GPU's link error counters a second time: a counter that rose since the first
+    reading is a link erroring now, not one that erred once since the driver loaded."""
+    if reading.counted_at is None or isinstance(reading.handle, Missing):
+        return reading.gpu
+    reader = DeviceReader(nvml, reading.handle)
+    gpu = with_second_counts(reading.gpu, reading.counted_at, read_error_counts(reader, reading.gpu.nvlinks))
+    return dataclasses.replace(gpu, lost=True) if reader.lost else gpu
 
 
 def read_gpus(nvml: Nvml, root: Path, isolated: bool | Missing) -> tuple[Driver, list[Gpu], list[GpuPair]]:
@@ -34,13 +59,11 @@ def read_gpus(nvml: Nvml, root: Path, isolated: bool | Missing) -> tuple[Driver,
     if isinstance(count, Missing) or not isinstance(count, int):
         detail = count.detail if isinstance(count, Missing) else f"unexpected count {count!r}"
         return dataclasses.replace(driver, nvml_status="error", nvml_detail=f"nvmlDeviceGetCount: {detail}"), [], []
-    gpus: list[Gpu] = []
-    handles: dict[int, Any] = {}
-    for index in range(count):
-        gpu, handle = read_gpu(nvml, index, root, isolated)
-        gpus.append(gpu)
-        handles[index] = handle
-    return driver, gpus, read_pairs(nvml, handles)
+    bus_ids = guarded(driver_bus_ids, root)
+    known = bus_ids if isinstance(bus_ids, list) and len(bus_ids) == count else [""] * count
+    readings = [read_gpu(nvml, index, root, isolated, known[index]) for index in range(count)]
+    pairs = read_pairs(nvml, {index: r.handle for index, r in enumerate(readings)})
+    return driver, [count_again(nvml, r) for r in readings], pairs
 
 
 def collect_machine(

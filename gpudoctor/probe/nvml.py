@@ -98,6 +98,15 @@ def missing_from(exc: BaseException) -> Missing:
     return Missing(reason, str(exc) or type(exc).__name__)
 
 
+def missing_from_code(code: int, what: str) -> Missing:
+    """A per-item NVML return code (field values answer one per field) as a Missing."""
+    return Missing(_REASONS.get(code, "error"), f"{what}: {return_name(code)}")
+
+
+# nvmlValueType_t -> the member of the nvmlValue_t union that holds the value.
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
 @dataclass(frozen=True)
 class InitResult:
     status: str  # "ok" or a Driver.nvml_status value
@@ -161,6 +170,41 @@ class Nvml:
             return missing_from(exc)
         return decode_text(value)
 
+    def field_value(self, handle: Any, field_id: int) -> int | float | Missing:
+        """One NVML field value (nvmlDeviceGetFieldValues): the call can succeed while the
+        field itself answers an error of its own, e.g. NOT_SUPPORTED on an older driver."""
+        values = self.call("nvmlDeviceGetFieldValues", handle, [field_id])
+        if isinstance(values, Missing):
+            return values
+        try:
+            value = values[0]
+            code = int(value.nvmlReturn)
+            if code != NVML_SUCCESS:
+                return missing_from_code(code, f"field {field_id}")
+            member = _VALUE_MEMBERS.get(int(value.valueType))
+            if member is None:
+                return Missing("error", f"field {field_id}: unknown value type {int(value.valueType)}")
+            return getattr(value.value, member)
+        except Exception as exc:  # noqa: BLE001  (an odd answer from a driver is data)
+            return Missing("error", f"field {field_id}: unexpected answer ({type(exc).__name__}: {exc})")
+
+    def struct_fields(self, fn_name: str, struct_name: str, handle: Any) -> dict[str, int] | Missing:
+        """Call an NVML function that fills a caller-allocated, versioned struct by reference
+        (as pynvml requires for these) and return the struct's integer fields."""
+        import ctypes  # lazy: only the calls that need it pay for it
+
+        fn = getattr(self.lib, fn_name, None)
+        struct_cls = getattr(self.lib, struct_name, None)
+        if fn is None or struct_cls is None:
+            return Missing("unsupported", f"{fn_name} is not in this nvidia-ml-py")
+        try:
+            info = struct_cls()
+            fn(handle, ctypes.byref(info))
+        except Exception as exc:  # noqa: BLE001  (NVML failures are data)
+            return missing_from(exc)
+        values = {name: getattr(info, name) for name, *_ in struct_cls._fields_ if name != "version"}
+        return {k: int(v) for k, v in values.items() if isinstance(v, int)}  # arrays (UUIDs) left out
+
     def fabric_info(self, handle: Any) -> dict[str, int] | Missing:
         """nvmlDeviceGetGpuFabricInfo(V): pynvml wants a caller-allocated struct by reference.
 
@@ -169,8 +213,6 @@ class Nvml:
         Returns the struct's fields as a dict: state, status, and healthMask/healthSummary
         where the struct has them.
         """
-        import ctypes  # lazy: only Hopper+ fabric reads need it
-
         attempts = [
             ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfo_v3_t"),
             ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfo_v2_t"),
@@ -178,20 +220,14 @@ class Nvml:
         ]
         last: Missing = Missing("unsupported", "no fabric info call in this nvidia-ml-py")
         for fn_name, struct_name in attempts:
-            fn = getattr(self.lib, fn_name, None)
-            struct_cls = getattr(self.lib, struct_name, None)
-            if fn is None or struct_cls is None:
+            raw = self.struct_fields(fn_name, struct_name, handle)
+            if not isinstance(raw, Missing):
+                return {k: v for k, v in raw.items() if k in ("state", "status", "healthMask", "healthSummary")}
+            if raw.reason in ("gpu_lost", "no_permission"):
+                return raw  # an older struct version will not fare better
+            if raw.detail.endswith("is not in this nvidia-ml-py"):
                 continue
-            try:
-                info = struct_cls()
-                fn(handle, ctypes.byref(info))
-            except Exception as exc:  # noqa: BLE001  (NVML failures are data)
-                last = missing_from(exc)
-                if error_code(exc) in (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_NO_PERMISSION):
-                    return last  # an older struct version will not fare better
-                continue
-            names = {f[0] for f in struct_cls._fields_}
-            return {k: int(getattr(info, k)) for k in ("state", "status", "healthMask", "healthSummary") if k in names}
+            last = raw
         return last
 
 

@@ -11,7 +11,9 @@ error -> UNKNOWN). Knobs: `init_failure` ("no_driver", "no_library", "version_mi
 "no_permission"), `lose_after` (GPU index -> device calls answered before it falls off
 the bus), `missing_functions` (names that raise FUNCTION_NOT_FOUND, like an old driver),
 `nvlink_version_style` ("enum": nvml.h's nvmlNvlinkVersion_t, as newer drivers answer;
-"generation": the plain generation, as older ones do). NVML constants are nvml.h's raw
+"generation": the plain generation, as older ones do). Error counters (NVLink, PCIe replays)
+answer their recorded first reading the first time they are asked and the `*_later` reading
+after that, as a link that errors between the probe's two readings would. NVML constants are nvml.h's raw
 values written out here, never imported from the probe.
 
 To extend it (e.g. live readings for `watch`), add a method named like the pynvml
@@ -73,6 +75,13 @@ P2P_CODES = {
 # NVML_NVLINK_VERSION_1_0 1, 2_0 2, 3_0 4, 4_0 6, 5_0 7 (2_2 = 3 and 3_1 = 5 exist too).
 NVLINK_ENUM_OF_GENERATION = {1: 1, 2: 2, 3: 4, 4: 6, 5: 7}
 RETURN_CODES = {name: code for code, name in NVML_RETURN_NAMES.items()}
+# nvmlDeviceGpuRecoveryAction_t (nvml.h) and the field id that answers it.
+RECOVERY_ACTION_CODES = {"none": 0, "gpu_reset": 1, "node_reboot": 2, "drain_p2p": 3, "drain_and_reset": 4}
+FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
+NVML_MEMORY_LOCATION_DRAM = 2
+# nvmlNvLinkErrorCounter_t: DL_REPLAY 0, DL_RECOVERY 1, DL_CRC_FLIT 2, DL_CRC_DATA 3.
+NVLINK_COUNTER_FIELDS = {0: "replay", 1: "recovery", 2: "crc_flit", 3: "crc_data"}
 IDENTITY_CALLS = {"nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetPciInfo"}
 
 
@@ -113,6 +122,7 @@ class FakeNvml:
     c_nvmlGpuFabricInfo_t = pynvml.c_nvmlGpuFabricInfo_t
     c_nvmlGpuFabricInfo_v2_t = pynvml.c_nvmlGpuFabricInfo_v2_t
     c_nvmlGpuFabricInfo_v3_t = pynvml.c_nvmlGpuFabricInfo_v3_t
+    c_nvmlEccSramErrorStatus_v1_t = pynvml.c_nvmlEccSramErrorStatus_v1_t  # nvmlDeviceGetSramEccErrorStatus
     NVMLError = pynvml.NVMLError
 
     def __init__(
@@ -134,6 +144,7 @@ class FakeNvml:
         self.devices = [FakeDevice(gpu) for gpu in sorted(snapshot.gpus, key=lambda g: g.index)]
         self.initialized = 0
         self.calls: list[str] = []  # every function called, in order
+        self.counter_reads: dict[tuple[object, ...], int] = {}  # how often each error counter was read
 
     def __getattribute__(self, name: str) -> Any:
         if name.startswith("nvml"):
@@ -389,6 +400,68 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
         return round(self._field(handle, "power_draw_w") * 1000)
+
+    def nvmlDeviceGetInforomImageVersion(self, handle: Any) -> str:
+        return self._field(handle, "inforom_image")
+
+    def nvmlDeviceGetGspFirmwareVersion(self, handle: Any) -> bytes:
+        return self._field(handle, "gsp_firmware").encode()  # pynvml hands back the raw buffer
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[Any]) -> Any:
+        gpu = self._device(handle)
+        values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
+        for slot, field_id in zip(values, field_ids, strict=True):
+            slot.fieldId = field_id
+            action = gpu.recovery_action if field_id == FI_DEV_GET_GPU_RECOVERY_ACTION else Missing("unsupported")
+            if isinstance(action, Missing):
+                slot.nvmlReturn = REASON_CODES.get(action.reason, pynvml.NVML_ERROR_UNKNOWN)
+                continue
+            slot.nvmlReturn = pynvml.NVML_SUCCESS
+            slot.valueType = NVML_VALUE_TYPE_UNSIGNED_INT
+            slot.value.uiVal = RECOVERY_ACTION_CODES[action]
+        return values
+
+    def nvmlDeviceGetSramEccErrorStatus(self, handle: Any, ref: Any) -> int:
+        sram = self._field(handle, "sram_ecc")
+        status = ref._obj  # the probe passes ctypes.byref(struct), as pynvml requires
+        status.aggregateUncParity = sram.aggregate_uncorrectable_parity
+        status.aggregateUncSecDed = sram.aggregate_uncorrectable_secded
+        status.volatileUncParity = sram.volatile_uncorrectable_parity
+        status.volatileUncSecDed = sram.volatile_uncorrectable_secded
+        status.bThresholdExceeded = int(sram.threshold_exceeded)
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetMemoryErrorCounter(self, handle: Any, error_type: int, counter_type: int, location: int) -> int:
+        if error_type != pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED or location != NVML_MEMORY_LOCATION_DRAM:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)  # only DRAM uncorrected is recorded
+        volatile = counter_type == pynvml.NVML_VOLATILE_ECC
+        return self._field(handle, "ecc_uncorrected_dram_volatile" if volatile else "ecc_uncorrected_dram_aggregate")
+
+    def nvmlDeviceGetRowRemapperHistogram(self, handle: Any) -> Any:
+        hist = self._field(handle, "remap_histogram")
+        values = pynvml.c_nvmlRowRemapperHistogramValues()
+        for name in ("max", "high", "partial", "low", "none"):
+            setattr(values, name, getattr(hist, name))
+        return values
+
+    def _counter(self, key: tuple[object, ...], first: Any, later: Any) -> int:
+        """The first reading of an error counter, then the later one (when recorded)."""
+        reads = self.counter_reads[key] = self.counter_reads.get(key, 0) + 1
+        value = later if reads > 1 and not isinstance(later, Missing) else first
+        raise_if_missing(value)
+        return value
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
+        gpu = self._device(handle)
+        return self._counter((gpu.index, "pcie"), gpu.pcie_replays, gpu.pcie_replays_later)
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: Any, link: int, counter: int) -> int:
+        nvlink = self._link(handle, link)
+        first, later = nvlink.errors, nvlink.errors_later
+        raise_if_missing(first)
+        name = NVLINK_COUNTER_FIELDS[counter]
+        later_value = getattr(later, name) if not isinstance(later, Missing) else later
+        return self._counter((handle.gpu.index, link, counter), getattr(first, name), later_value)
 
     # -- pairs -----------------------------------------------------------------------------
 
