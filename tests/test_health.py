@@ -15,6 +15,7 @@ from gpudoctor.snapshot import GpuProcess, Missing, Snapshot, XidEvent, load
 from gpudoctor.topology import normalize_bus_id, nvml_bus_id
 
 FIXTURES = Path(__file__).parent / "fixtures"
+REFERENCE = Path(__file__).parent / "reference"
 
 
 def snap(name: str) -> Snapshot:
@@ -32,25 +33,40 @@ def not_ok(findings: list[Finding]) -> list[tuple[str, str, Status]]:
 @pytest.mark.parametrize(
     ("code", "kind"),
     [
-        (48, "hardware"),
-        (79, "hardware"),
-        (94, "hardware"),
-        (95, "hardware"),
-        (74, "hardware"),
-        (119, "hardware"),
-        (125, "hardware"),
-        (13, "application"),
+        (48, "hardware"),  # WORKFLOW_XID_48
+        (79, "hardware"),  # RESTART_BM
+        (95, "hardware"),  # RESET_GPU
+        (74, "hardware"),  # WORKFLOW_NVLINK_ERR
+        (119, "hardware"),  # RESET_GPU
+        (125, "hardware"),  # UNEXPECTED_ERR_REPORT_ISSUE
+        (61, "hardware"),  # UNEXPECTED_ERR_REPORT_ISSUE
+        (109, "hardware"),  # RESET_GPU
+        (13, "application"),  # RESTART_APP
         (31, "application"),
-        (43, "application"),
-        (45, "application"),
-        (61, "other"),
-        (109, "other"),
-        (121, "other"),
-        (8, "other"),
+        (8, "application"),
+        (94, "application"),  # RESTART_APP: only the context that hit the contained error is stopped
+        (43, "other"),  # IGNORE
+        (45, "other"),  # WORKFLOW_XID_45: act on the XID before it
+        (121, "other"),  # IGNORE
+        (999, "other"),  # not in the catalog
     ],
 )
-def test_xid_classes_follow_the_hardware_set(code: int, kind: str) -> None:
+def test_xid_classes_follow_nvidias_catalog(code: int, kind: str) -> None:
     assert xid.classify(code) == kind
+
+
+def test_the_xid_table_is_nvidias_catalog() -> None:
+    """tests/reference/xid_catalog.csv is NVIDIA's own file (NVSentinel's copy of the XID catalog's
+    immediate-action buckets); the table in gpudoctor/xid.py must say the same for every XID."""
+    import csv
+
+    rows = list(csv.reader((REFERENCE / "xid_catalog.csv").open(encoding="utf-8")))
+    assert len(rows) == 162
+    for number, mnemonic, bucket, _fatal in rows:
+        expected = "RECOVERY_ACTION" if number == "154" else bucket
+        assert xid.bucket(int(number)) == expected, (number, mnemonic)
+    assert xid.bucket(163) is None and xid.kind(163) == "other"
+    assert set(xid.ACTIONS) >= set(xid.BUCKETS), "every bucket says what to do"
 
 
 def test_kernel_log_and_nvml_bus_ids_name_the_same_gpu() -> None:
@@ -74,7 +90,7 @@ def test_hardware_xid_on_a_gpu_the_run_does_not_use_only_warns() -> None:
 
 
 @pytest.mark.parametrize("code", [63, 94])
-def test_contained_hardware_xid_warns_and_says_a_reset_may_have_cleared_it(code: int) -> None:
+def test_contained_memory_xid_warns_and_says_a_reset_may_have_cleared_it(code: int) -> None:
     s = snap("h100_sxm_8x")
     s = replace(s, host=replace(s.host, xid_events=[XidEvent("00000000:18:00.0", code, "event")]))
     (f,) = health.xid_errors(CheckContext(s))
@@ -106,10 +122,68 @@ def test_xid_for_a_device_nvml_does_not_list_is_still_reported() -> None:
     assert f.subject == "pci:PCI:0000:c1:00" and f.status is Status.WARN
 
 
-def test_unclassified_xid_warns() -> None:
+def test_xid_outside_the_catalog_warns() -> None:
     s = snap("a100_sxm_8x")
-    s = replace(s, host=replace(s.host, xid_events=[XidEvent("PCI:0000:10:1c", 61, "breakpoint")]))
+    s = replace(s, host=replace(s.host, xid_events=[XidEvent("PCI:0000:10:1c", 999, "future xid")]))
     assert not_ok(health.xid_errors(CheckContext(s))) == [("GD812", "gpu:0", Status.WARN)]
+
+
+def test_xid_the_catalog_says_to_ignore_is_listed_as_a_pass() -> None:
+    s = snap("a100_sxm_8x")
+    s = replace(s, host=replace(s.host, xid_events=[XidEvent("PCI:0000:10:1c", 43, "channel reset")]))
+    (f,) = health.xid_errors(CheckContext(s))
+    assert (f.code, f.status, f.evidence["catalog"]) == ("GD812", Status.PASS, {"43": "IGNORE"})
+    assert "no action needed" in f.hint
+
+
+@pytest.mark.parametrize(
+    ("xid_number", "words"),
+    [
+        (79, "power-cycle"),  # RESTART_BM
+        (48, "SRAM threshold"),  # WORKFLOW_XID_48
+        (74, "nvlink -e"),  # WORKFLOW_NVLINK_ERR
+        (62, "nvidia-smi -r"),  # RESET_GPU
+        (54, "power connectors"),  # CHECK_MECHANICALS
+        (61, "nvidia-bug-report"),  # UNEXPECTED_ERR_REPORT_ISSUE
+    ],
+)
+def test_hardware_xid_hint_is_the_catalogs_immediate_action(xid_number: int, words: str) -> None:
+    s = snap("h100_sxm_8x")
+    s = replace(s, host=replace(s.host, xid_events=[XidEvent("00000000:18:00.0", xid_number, "event")]))
+    (f,) = health.xid_errors(CheckContext(s))
+    assert (f.code, f.status) == ("GD810", Status.FAIL)
+    assert words in f.hint and f.evidence["catalog"] == {str(xid_number): xid.bucket(xid_number)}
+
+
+def xid154(text: str) -> XidEvent:
+    return XidEvent("PCI:0000:18:00", 154, f"NVRM: Xid (PCI:0000:18:00): 154, {text}")
+
+
+@pytest.mark.parametrize(
+    ("text", "status", "words"),
+    [
+        ("GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)", Status.FAIL, "reset it"),
+        ("GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", Status.FAIL, "Reboot the node"),
+        ("GPU recovery action changed from 0x0 (None) to 0x3 (Drain P2P)", Status.WARN, "peer-to-peer"),
+        ("GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)", Status.FAIL, "drained"),
+        ("GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)", Status.PASS, ""),
+    ],
+)
+def test_xid_154_is_judged_by_the_action_it_names(text: str, status: Status, words: str) -> None:
+    s = snap("h100_sxm_8x")
+    s = replace(s, host=replace(s.host, xid_events=[XidEvent("PCI:0000:18:00", 120, "GSP error"), xid154(text)]))
+    by_xid = {tuple(f.evidence["xids"]): f for f in health.xid_errors(CheckContext(s))}
+    f = by_xid[(154,)]
+    assert (f.code, f.status) == ("GD810", status) and words in f.hint
+    assert by_xid[(120,)].status is Status.FAIL  # the GSP error itself still needs its reset
+
+
+def test_xid_154_already_acted_on_passes_when_nvml_reports_no_action_now() -> None:
+    s = gpu_change(snap("h100_sxm_8x"), 0, recovery_action="none")
+    text = "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+    s = replace(s, host=replace(s.host, xid_events=[xid154(text)]))
+    (f,) = health.xid_errors(CheckContext(s))
+    assert f.status is Status.PASS and "since done" in f.message
 
 
 def test_xid_not_collected_says_nothing() -> None:

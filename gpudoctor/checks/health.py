@@ -1,17 +1,21 @@
-"""GD8 (GPU health): memory errors, XID errors in the kernel log, clocks throttled now."""
+"""GD8 (GPU health): memory errors, XID errors in the kernel log, the driver's recovery action,
+clocks throttled now. Lost GPUs (GD827) and link error counters (GD831-832) have modules of their
+own, registered from here."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
 
-from gpudoctor import clock_reasons
+from gpudoctor import clock_reasons, xid
+from gpudoctor.checks import link_errors, lost_gpus  # noqa: F401  (importing registers their checks)
+from gpudoctor.checks.lost_gpus import readable
 from gpudoctor.checks.targets import gpu_list, target_gpus
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, known
 from gpudoctor.topology import normalize_bus_id
-from gpudoctor.xid import classify, contained, describe
+from gpudoctor.xid import describe
 
 _RMA = "If it comes back after a reset, the GPU is failing: drain the node and contact the vendor (RMA)."
 
@@ -66,28 +70,30 @@ REMAP_FAILED = Code(
 XID_HARDWARE = Code(
     "GD810",
     "xid-hardware",
-    "No hardware XID errors in the kernel log",
-    what="Reads NVIDIA XID errors ('NVRM: Xid (PCI:...): N') from the kernel log, where it is "
-    "readable, and names the GPU by its PCI address. Hardware XIDs (Imbue's set: 48, 56-58, 62-64, "
-    "68-77, 79-86, 88-89, 92, 94-105, 110-120, 122-125), e.g. 48 double-bit ECC, 64 row remap failure, "
-    "74 NVLink, 79 fallen off the bus, 95 uncontained ECC, 119/120 GSP, fail the GPU. Two warn "
-    "instead: 63 (a row remap or page retirement was recorded) and 94 (a contained ECC error), "
-    "faults the driver has already handled. The kernel log covers the time since boot, so an event "
-    "may predate a GPU reset that cleared it.",
-    why="A GPU that logged a hardware XID since boot is likely to hang or crash the next job; in a "
+    "No XID errors that need a GPU reset, a reboot or the vendor",
+    what="Reads NVIDIA XID errors ('NVRM: Xid (PCI:...): N') from the kernel log, where it is readable, "
+    "names the GPU by its PCI address, and looks each up in NVIDIA's XID catalog (Ampere and later). "
+    "XIDs whose immediate action is a GPU reset, a power cycle, a reboot, an NVLink or ECC workflow or "
+    "a report to NVIDIA fail the GPU: e.g. 48 double-bit ECC, 62/119/120 micro-controller and GSP "
+    "faults, 64 row-remap failure, 74 NVLink, 79 fallen off the bus, 95 uncontained ECC, 109 context "
+    "switch timeout. Two memory faults the driver already handled warn instead: 63 (a row remap "
+    "recorded) and 94 (a contained ECC error). Xid 154 (the GPU recovery action changed) is judged by "
+    "the action it names. The kernel log covers the time since boot, so an event may predate a GPU "
+    "reset that cleared it.",
+    why="A GPU that logged such an XID since boot is likely to hang or crash the next job; in a "
     "multi-GPU run that shows up as an NCCL watchdog timeout on every rank, far from the cause.",
-    fix="Look at `sudo dmesg -T | grep -i xid` and NVIDIA's XID catalogue for the code. Reset the GPU "
-    "or reboot; if hardware XIDs return, drain the node and contact the vendor. For 63/94, check "
-    "`nvidia-smi -q -d ROW_REMAPPER`: a pending remap needs a reset (GD804), a completed one needs "
-    "nothing. When the log cannot be read (dmesg_restrict, containers without CAP_SYSLOG), run "
+    fix="Do what the finding says (the catalog's immediate action for the XID). Look at "
+    "`sudo dmesg -T | grep -i xid`. If the XID returns after the reset or reboot, drain the node and "
+    "contact the vendor. For 63/94, check `nvidia-smi -q -d ROW_REMAPPER`: a pending remap needs a "
+    "reset (GD804). When the log cannot be read (dmesg_restrict, containers without CAP_SYSLOG), run "
     "gpudoctor on the host as root.",
 )
 XID_APPLICATION = Code(
     "GD811",
     "xid-application",
     "No application XID errors in the kernel log",
-    what="Reads application XIDs (13 graphics engine exception, 31 memory page fault, 43 GPU stopped "
-    "processing, 45 preemptive cleanup) from the kernel log.",
+    what="Reports XIDs NVIDIA's catalog files under RESTART_APP: faults a program caused (13 graphics "
+    "engine exception, 31 memory page fault, 32, 43-era copy-engine errors...).",
     why="These come from programs (an illegal address, a killed process) rather than the hardware; "
     "they explain earlier crashes, and a stream of them on one GPU hints at a driver or hardware "
     "problem after all.",
@@ -98,11 +104,57 @@ XID_APPLICATION = Code(
 XID_OTHER = Code(
     "GD812",
     "xid-other",
-    "No unclassified XID errors in the kernel log",
-    what="Reports XIDs in the kernel log that are neither in the hardware set nor the known "
-    "application set (e.g. 61, 109).",
-    why="They may be harmless driver notices or the first sign of a fault; gpudoctor cannot tell.",
-    fix="Look the code up in NVIDIA's XID catalogue (docs.nvidia.com/deploy/xid-errors) and act on it.",
+    "Other XIDs in the kernel log: informational, secondary or unknown",
+    what="Reports the remaining XIDs: those NVIDIA's catalog says need no action (IGNORE, e.g. 43, 92, 121: "
+    "a pass that lists them), 45 (a cleanup after another error: warns, act on the other one) and XIDs "
+    "the catalog does not list (warn).",
+    why="They give context to other errors; an XID gpudoctor does not know may be a harmless driver notice "
+    "or the first sign of a fault.",
+    fix="Look the code up in NVIDIA's XID catalog (docs.nvidia.com/deploy/xid-errors) and act on it; for 45, "
+    "act on the XID logged just before it.",
+)
+RECOVERY_ACTION = Code(
+    "GD828",
+    "gpu-recovery-action",
+    "The driver asks for no recovery action",
+    what="Reads the recovery action the driver sets after a fault (NVML field "
+    "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, R570 and later; nvidia-smi -q 'GPU Recovery Action'): none, "
+    "GPU reset, node reboot, drain peer-to-peer, drain and reset. As DCGM's health watch does, drain "
+    "peer-to-peer warns and every other action fails.",
+    why="The driver has seen a fault the GPU cannot run past: until the action is taken, new work fails "
+    "or runs at reduced capacity (drain and reset), and the OS may be inconsistent (node reboot).",
+    fix="Take the action it names (NVIDIA GPU Memory Error Management, 'Error Recovery and Response "
+    "Flags'): reset: stop the GPU's processes and `sudo nvidia-smi -r -i <gpu>`; node reboot: reboot; "
+    "drain P2P: stop the processes doing peer-to-peer traffic, disable UVM persistence mode and read the "
+    "action again; drain and reset: schedule no new work, reset the GPU once running work has drained.",
+)
+SRAM_THRESHOLD = Code(
+    "GD829",
+    "sram-uncorrectable",
+    "No uncorrectable SRAM errors, and the SRAM RMA threshold not reached",
+    what="Reads the uncorrectable ECC errors of the GPU's on-chip SRAM (L2 cache, register files, "
+    "microcontrollers: nvmlDeviceGetSramEccErrorStatus) apart from the HBM/DRAM ones, and NVIDIA's SRAM "
+    "threshold flag: set by more than 4 unique uncorrectable parity events, or more than 2 SEC-DED ones, "
+    "in one address bank. The flag set fails; uncorrectable SRAM errors below it warn.",
+    why="NVIDIA's RMA policy (GPU Memory Error Management, 'RMA Policy'): the SRAM threshold flag means the "
+    "GPU qualifies for replacement. SRAM cannot be remapped the way DRAM rows can, so these errors keep "
+    "crashing jobs on that GPU.",
+    fix="Flag set: drain the node, run NVIDIA's field diagnostic and open an RMA with the vendor. Errors "
+    "below the threshold: watch `nvidia-smi -q -d ECC` (Aggregate Uncorrectable SRAM Sources) and plan the "
+    "replacement if they grow.",
+)
+REMAP_EXHAUSTED = Code(
+    "GD830",
+    "row-remap-banks-exhausted",
+    "Every DRAM bank still has spare rows",
+    what="Reads the row-remapper histogram (nvmlDeviceGetRowRemapperHistogram; nvidia-smi -q 'Bank Remap "
+    "Availability Histogram'): how many DRAM banks have all, most, some, few or no spare rows left. A "
+    "bank with none left warns.",
+    why="Row remapping repairs an uncorrectable DRAM error by swapping in a spare row of the same bank. In "
+    "a bank with no spare rows left, the next uncorrectable error is a row-remap failure: NVIDIA's RMA "
+    "criterion (a remap attempt on a bank that already has eight rows remapped).",
+    fix="Plan the GPU's replacement before the next error; watch `nvidia-smi -q -d ROW_REMAPPER`. Nothing "
+    "to do on the host: the spare rows are hardware.",
 )
 THROTTLED = Code(
     "GD815",
@@ -118,37 +170,118 @@ THROTTLED = Code(
     "brake or hardware slowdown check the PSUs and power cabling; for the software power cap check "
     "`nvidia-smi -q -d POWER` for a lowered power limit (`sudo nvidia-smi -pl <watts>`).",
 )
-CODES = [ECC_VOLATILE, ECC_AGGREGATE, RETIRED_PENDING, REMAP_PENDING, REMAP_FAILED]
+CODES = [ECC_VOLATILE, ECC_AGGREGATE, RETIRED_PENDING, REMAP_PENDING, REMAP_FAILED, SRAM_THRESHOLD, REMAP_EXHAUSTED]
 XID_CODES = [XID_HARDWARE, XID_APPLICATION, XID_OTHER]
 
 
-def _gpu_memory_errors(gpu: Gpu) -> list[Finding]:
-    out: list[Finding] = []
+def _where_errors(gpu: Gpu, scope: str) -> tuple[str, dict[str, int]]:
+    """' (SRAM 2, DRAM 0)' and its evidence, where NVML splits the count by memory."""
+    sram_ecc, dram = gpu.sram_ecc, getattr(gpu, f"ecc_uncorrected_dram_{scope}")
+    split: dict[str, int] = {}
+    if known(sram_ecc):
+        split["sram"] = getattr(sram_ecc, f"{scope}_uncorrectable")
+    if known(dram):
+        split["dram"] = dram
+    text = ", ".join(f"{k.upper()} {v}" for k, v in split.items())
+    return (f" ({text})" if text else ""), split
+
+
+def _ecc_counts(gpu: Gpu) -> list[Finding]:
     subject = gpu_subject(gpu.index)
     volatile = gpu.ecc_uncorrected_volatile
     aggregate = gpu.ecc_uncorrected_aggregate
     if known(volatile) and volatile > 0:
-        out.append(
+        where, split = _where_errors(gpu, "volatile")
+        return [
             Finding(
                 ECC_VOLATILE.code,
                 Status.FAIL,
                 subject,
-                f"{volatile} uncorrectable ECC error(s) since the driver loaded",
+                f"{volatile} uncorrectable ECC error(s) since the driver loaded{where}",
                 "Reset the GPU or reboot; if errors return, drain the node (RMA).",
-                {"ecc_uncorrected_volatile": volatile, "expected": 0},
+                {"ecc_uncorrected_volatile": volatile, **split, "expected": 0},
             )
-        )
-    elif known(aggregate) and aggregate > 0:
-        out.append(
+        ]
+    if known(aggregate) and aggregate > 0:
+        where, split = _where_errors(gpu, "aggregate")
+        return [
             Finding(
                 ECC_AGGREGATE.code,
                 Status.WARN,
                 subject,
-                f"{aggregate} uncorrectable ECC error(s) over the GPU's lifetime (none since the driver loaded)",
+                f"{aggregate} uncorrectable ECC error(s) over the GPU's lifetime{where}, none since the driver loaded",
                 "Watch `nvidia-smi -q -d ECC`; if the count grows, drain the node and contact the vendor.",
-                {"ecc_uncorrected_aggregate": aggregate, "expected": 0},
+                {"ecc_uncorrected_aggregate": aggregate, **split, "expected": 0},
             )
+        ]
+    return []
+
+
+def _sram(gpu: Gpu) -> list[Finding]:
+    sram = gpu.sram_ecc
+    if not known(sram) or not (sram.threshold_exceeded or sram.aggregate_uncorrectable):
+        return []
+    evidence = {
+        "aggregate_uncorrectable_parity": sram.aggregate_uncorrectable_parity,
+        "aggregate_uncorrectable_secded": sram.aggregate_uncorrectable_secded,
+        "threshold_exceeded": sram.threshold_exceeded,
+        "rma_threshold": "more than 4 unique parity or 2 unique SEC-DED events in one bank",
+    }
+    if sram.threshold_exceeded:
+        return [
+            Finding(
+                SRAM_THRESHOLD.code,
+                Status.FAIL,
+                gpu_subject(gpu.index),
+                f"the SRAM uncorrectable-error threshold is exceeded ({sram.aggregate_uncorrectable} over the "
+                "GPU's life): NVIDIA's RMA criterion",
+                "Drain the node, run NVIDIA's field diagnostic and open an RMA with the vendor.",
+                evidence,
+            )
+        ]
+    return [
+        Finding(
+            SRAM_THRESHOLD.code,
+            Status.WARN,
+            gpu_subject(gpu.index),
+            f"{sram.aggregate_uncorrectable} uncorrectable SRAM error(s) over the GPU's life "
+            f"({sram.aggregate_uncorrectable_parity} parity, {sram.aggregate_uncorrectable_secded} SEC-DED); "
+            "NVIDIA's RMA threshold is not reached",
+            "Watch `nvidia-smi -q -d ECC`; plan a replacement if the count grows.",
+            evidence,
         )
+    ]
+
+
+def _remap_banks(gpu: Gpu) -> list[Finding]:
+    hist = gpu.remap_histogram
+    if not known(hist) or hist.none == 0:
+        return []
+    banks = hist.max + hist.high + hist.partial + hist.low + hist.none
+    return [
+        Finding(
+            REMAP_EXHAUSTED.code,
+            Status.WARN,
+            gpu_subject(gpu.index),
+            f"{hist.none} of {banks} DRAM banks have no spare rows left ({hist.low} more have few): the next "
+            "uncorrectable error in one of them is a row-remap failure, an RMA case",
+            "Plan the GPU's replacement; watch `nvidia-smi -q -d ROW_REMAPPER`.",
+            {
+                "histogram": {
+                    "max": hist.max,
+                    "high": hist.high,
+                    "partial": hist.partial,
+                    "low": hist.low,
+                    "none": hist.none,
+                }
+            },
+        )
+    ]
+
+
+def _gpu_memory_errors(gpu: Gpu) -> list[Finding]:
+    out: list[Finding] = [*_ecc_counts(gpu), *_sram(gpu), *_remap_banks(gpu)]
+    subject = gpu_subject(gpu.index)
     if gpu.retired_pages_pending is True:
         out.append(
             Finding(
@@ -195,43 +328,143 @@ def _gpu_memory_errors(gpu: Gpu) -> list[Finding]:
 
 @check("memory_errors", "GPU memory errors (ECC, retired pages, row remapping)", codes=CODES, needs="visible")
 def memory_errors(ctx: CheckContext) -> list[Finding]:
-    gpus = target_gpus(ctx)
+    gpus = readable(target_gpus(ctx))
     findings = [f for g in gpus for f in _gpu_memory_errors(g)]
     if findings:
         return findings
-    readable = [g.index for g in gpus if known(g.ecc_uncorrected_volatile) or known(g.remapped_rows)]
-    if not readable:
+    read = [g.index for g in gpus if known(g.ecc_uncorrected_volatile) or known(g.remapped_rows)]
+    if not read:
         return []
+    sram = [g.index for g in gpus if known(g.sram_ecc)]
+    banks = [g.index for g in gpus if known(g.remap_histogram)]
+    also = "".join(
+        (
+            f"; SRAM under NVIDIA's RMA threshold on GPU {gpu_list(sram)}" if sram else "",
+            f"; every DRAM bank has spare rows on GPU {gpu_list(banks)}" if banks else "",
+        )
+    )
     return [
         Finding(
             ECC_VOLATILE.code,
             Status.PASS,
             "host",
-            f"no memory errors on GPU {gpu_list(readable)}",
+            f"no memory errors on GPU {gpu_list(read)}{also}",
             "",
-            {"gpus": readable},
+            {"gpus": read, "sram_checked": sram, "remap_banks_checked": banks},
         )
     ]
 
 
-def _status_for(xid_class: str) -> tuple[Code, Status]:
-    if xid_class == "hardware":
-        return XID_HARDWARE, Status.FAIL
-    if xid_class == "application":
-        return XID_APPLICATION, Status.WARN
-    return XID_OTHER, Status.WARN
-
-
 _SINCE_BOOT = "the kernel log covers the time since boot: an event before the last GPU reset may already be cleared"
-_HINTS = {
-    "hardware": "Reset the GPU or reboot; if hardware XIDs return, drain the node and contact the vendor.",
-    "contained": "The driver handled it (row remapped or page retired; a contained ECC error stops only the "
-    "context that hit it): check `nvidia-smi -q -d ROW_REMAPPER`, reset the GPU if a remap is pending (GD804); "
-    "if these keep coming, the memory is wearing: plan an RMA.",
-    "application": "Match the times to crashed jobs and fix the program; "
-    "if no program is at fault, treat it as hardware.",
-    "other": "Look the XID up in NVIDIA's XID catalogue (docs.nvidia.com/deploy/xid-errors).",
+# What a GPU needs for each recovery action (NVIDIA GPU Memory Error Management, "Error Recovery and
+# Response Flags"); DCGM's health watch warns on drain_p2p and fails on the others.
+RECOVERY_HINTS = {
+    "gpu_reset": "stop all processes on the GPU and reset it (sudo nvidia-smi -r -i {gpu})",
+    "node_reboot": "reboot the node: the fault may have left the OS in an inconsistent state",
+    "drain_p2p": "stop the processes doing peer-to-peer traffic and disable UVM persistence mode, then read "
+    "the recovery action again (nvidia-smi -q -i {gpu})",
+    "drain_and_reset": "schedule no new work on the GPU (it runs at reduced capacity) and reset it once running "
+    "work has drained (sudo nvidia-smi -r -i {gpu})",
+    "bus_reset": "reset the GPU's PCIe bus (sudo nvidia-smi -r bus -i {gpu}) or reboot",
+    "system_reboot": "reboot the system",
+    "recover_imex_domain": "recover the IMEX domain (multi-node NVLink): restart nvidia-imex on the domain's nodes",
 }
+WARN_ACTIONS = frozenset({"drain_p2p"})
+
+
+def recovery_status(action: str) -> Status:
+    if action == "none":
+        return Status.PASS
+    return Status.WARN if action in WARN_ACTIONS else Status.FAIL
+
+
+def recovery_hint(action: str, gpu: int) -> str:
+    return RECOVERY_HINTS.get(action, "look the action up in nvml.h (nvmlDeviceGpuRecoveryAction_t)").format(gpu=gpu)
+
+
+@check("recovery_action", "The driver asks for no recovery action", codes=[RECOVERY_ACTION], needs="gpus")
+def recovery_action(ctx: CheckContext) -> list[Finding]:
+    used = {g.index for g in target_gpus(ctx)}
+    gpus = readable(ctx.snapshot.gpus)
+    out = []
+    for g in gpus:
+        action = g.recovery_action
+        if not known(action) or action == "none":
+            continue
+        status = recovery_status(action)
+        note = ""
+        if g.index not in used and status is Status.FAIL:
+            status, note = Status.WARN, " (a GPU this run does not use)"
+        out.append(
+            Finding(
+                RECOVERY_ACTION.code,
+                status,
+                gpu_subject(g.index),
+                f"the driver asks for a recovery action on GPU {g.index}: {action.replace('_', ' ')}{note}",
+                recovery_hint(action, g.index)[:1].upper() + recovery_hint(action, g.index)[1:] + ".",
+                {"recovery_action": action, "expected": "none"},
+            )
+        )
+    none = [g.index for g in gpus if g.recovery_action == "none"]
+    if not out and none:
+        out.append(
+            Finding(RECOVERY_ACTION.code, Status.PASS, "host", f"no recovery action pending on GPU {gpu_list(none)}")
+        )
+    return out
+
+
+def _code_for(kind: str) -> Code:
+    if kind in ("hardware", "contained", "recovery"):
+        return XID_HARDWARE
+    return XID_APPLICATION if kind == "application" else XID_OTHER
+
+
+_KIND_STATUS = {
+    "hardware": Status.FAIL,
+    "contained": Status.WARN,
+    "application": Status.WARN,
+    "secondary": Status.WARN,
+    "informational": Status.PASS,
+    "other": Status.WARN,
+}
+_LABEL = {
+    "hardware": "hardware",
+    "contained": "contained memory fault",
+    "application": "application",
+    "secondary": "secondary",
+    "informational": "informational",
+    "other": "unknown",
+    "recovery": "recovery-action",
+}
+_CONTAINED_HINT = (
+    "The driver handled it (row remapped, or only the context that hit the ECC error was stopped): check "
+    "`nvidia-smi -q -d ROW_REMAPPER`, reset the GPU if a remap is pending (GD804); if these keep coming, "
+    "the memory is wearing: plan an RMA."
+)
+
+
+def _recovery_event(evs: list[Any], gpu: Gpu | None) -> tuple[Status, str, str]:
+    """Xid 154: the last change the log shows decides, unless NVML says the action is done."""
+    target = xid.recovery_target(evs[-1].text)
+    action = xid.recovery_name(target) if target is not None else "unknown"
+    status = recovery_status(action) if target is not None else Status.WARN
+    index = gpu.index if gpu else "<gpu>"
+    hint = recovery_hint(action, index) if target is not None else "Read the XID 154 line: it names the action."
+    if gpu is not None and gpu.recovery_action == "none" and status is not Status.PASS:
+        return Status.PASS, f"{action.replace('_', ' ')}, since done (NVML reports none now)", ""
+    return status, action.replace("_", " "), hint[:1].upper() + hint[1:] + "."
+
+
+def _xid_hint(kind: str, xids: list[int], gpu: Gpu | None) -> str:
+    """The catalog's immediate action per XID, the heaviest first (a power cycle before a reset)."""
+    if kind == "contained":
+        return _CONTAINED_HINT
+    by_action: dict[str, list[int]] = {}
+    for x in sorted(xids, key=xid.severity_rank):
+        by_action.setdefault(xid.action(x), []).append(x)
+    index = str(gpu.index) if gpu else "<gpu>"
+    parts = [f"XID {', '.join(map(str, xs))}: {act.replace('<gpu>', index)}" for act, xs in by_action.items()]
+    return "NVIDIA's XID catalog: " + "; ".join(parts) + "."
 
 
 @check("xid", "XID errors in the kernel log", codes=XID_CODES, needs="gpus")
@@ -254,39 +487,39 @@ def xid_errors(ctx: CheckContext) -> list[Finding]:
                 {"reason": events.reason},
             )
         ]
-    by_bus = {normalize_bus_id(g.pci_bus_id): g for g in ctx.snapshot.gpus}
+    by_bus = {normalize_bus_id(g.pci_bus_id): g for g in ctx.snapshot.gpus if g.pci_bus_id}
     targets = {g.index for g in target_gpus(ctx)}
-    # (subject, class) -> events, so each GPU gets one finding per kind of XID.
+    # (subject, kind) -> events, so each GPU gets one finding per kind of XID.
     grouped: dict[tuple[str, str], list[Any]] = defaultdict(list)
     gpu_of: dict[str, Gpu | None] = {}
     for event in events:
         gpu = by_bus.get(normalize_bus_id(event.pci_bus_id))
         subject = gpu_subject(gpu.index) if gpu else f"pci:{event.pci_bus_id}"
         gpu_of[subject] = gpu
-        xid_class = classify(event.xid)
-        # Contained hardware XIDs (63, 94) get a finding of their own: they warn, the rest fail.
-        kind = "contained" if xid_class == "hardware" and contained(event.xid) else xid_class
-        grouped[(subject, kind)].append(event)
+        grouped[(subject, xid.kind(event.xid))].append(event)
     findings = []
     for (subject, kind), evs in grouped.items():
-        xid_class = "hardware" if kind == "contained" else kind
-        code, status = _status_for(xid_class)
-        if kind == "contained":
-            status = Status.WARN
         gpu = gpu_of[subject]
+        xids = sorted({e.xid for e in evs})
+        if kind == "recovery":
+            status, what, hint = _recovery_event(evs, gpu)
+            kinds = f"XID 154 (GPU recovery action changed to {what})"
+        else:
+            status, hint = _KIND_STATUS[kind], _xid_hint(kind, xids, gpu)
+            kinds = ", ".join(describe(x) for x in xids)
         used = gpu is not None and gpu.index in targets
         if not used and status is Status.FAIL:
             status = Status.WARN  # a sick GPU the run does not use: worth knowing, not blocking
-        xids = sorted({e.xid for e in evs})
         where = f"GPU {gpu.index} ({gpu.pci_bus_id})" if gpu else f"PCI {evs[0].pci_bus_id} (not a GPU NVML lists)"
-        kinds = ", ".join(describe(x) for x in xids)
         note = "" if used or gpu is None else " (a GPU this run does not use)"
-        label = "contained hardware" if kind == "contained" else xid_class
-        hint = f"{_HINTS[kind]} Note: {_SINCE_BOOT}."
+        if hint:
+            hint = f"{hint} Note: {_SINCE_BOOT}."
         evidence = {
             "xids": xids,
             "count": len(evs),
-            "class": xid_class,
+            "class": xid.classify(xids[0]),
+            "kind": kind,
+            "catalog": {str(x): xid.bucket(x) for x in xids},
             "contained": kind == "contained",
             "first": evs[0].timestamp,
             "last": evs[-1].timestamp,
@@ -294,10 +527,10 @@ def xid_errors(ctx: CheckContext) -> list[Finding]:
         }
         findings.append(
             Finding(
-                code.code,
+                _code_for(kind).code,
                 status,
                 subject,
-                f"{label} {kinds} on {where}{note}, {len(evs)} time(s) in the kernel log since boot",
+                f"{_LABEL[kind]} {kinds} on {where}{note}, {len(evs)} time(s) in the kernel log since boot",
                 hint,
                 evidence,
             )

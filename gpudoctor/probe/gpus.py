@@ -14,6 +14,7 @@ from gpudoctor.probe.nvml import Nvml
 from gpudoctor.probe.processes import processes
 from gpudoctor.snapshot import Gpu, MigDevice, Missing, RemapHistogram, RemappedRows, SramEcc
 from gpudoctor.units import MIB
+from gpudoctor.xid import recovery_name
 
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
@@ -23,18 +24,6 @@ NVML_TEMPERATURE_GPU = 0
 MIG_ENABLED = 1
 NVML_MEMORY_LOCATION_DRAM = 2  # nvmlMemoryLocation_t: DRAM (device memory, HBM/GDDR)
 NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230  # nvml.h field id
-# nvmlDeviceGpuRecoveryAction_t as nvidia-ml-py 13.615.71 defines it (nvml.h); the meaning of
-# each is in NVIDIA's "GPU Memory Error Management", "Error Recovery and Response Flags".
-RECOVERY_ACTIONS = {
-    0: "none",
-    1: "gpu_reset",
-    2: "node_reboot",
-    3: "drain_p2p",
-    4: "drain_and_reset",
-    5: "recover_imex_domain",
-    6: "bus_reset",
-    7: "system_reboot",
-}
 
 
 def cpu_set_words() -> int:
@@ -71,8 +60,7 @@ def _remapped(value: Any) -> RemappedRows:
 
 
 def _recovery_action(value: Any) -> str:
-    code = int(value)
-    return RECOVERY_ACTIONS.get(code, f"action_{code}")
+    return recovery_name(int(value))
 
 
 def _sram_ecc(raw: dict[str, int]) -> SramEcc:

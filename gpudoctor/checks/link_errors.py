@@ -1,0 +1,174 @@
+"""GD831/GD832: NVLink and PCIe links that are erroring now, not just once since boot.
+
+The probe reads each active NVLink's error counters and the PCIe replay counter twice, at the
+start and at the end of the probe (`Gpu.error_window_s` apart). A counter that rose in between
+is a link erroring now. The thresholds are DCGM's health watches (NVIDIA/DCGM,
+modules/health/DcgmHealthWatch.cpp and common/DcgmGPUHardwareLimits.h), which judge the rise of
+the same counters over a one-minute window:
+
+- NVLink replay or recovery errors: any rise fails (DCGM_LIMIT_MAX_NVLINK_ERROR = 1; "Replay and
+  recovery errors are failures, not warnings").
+- NVLink CRC (flit, data) errors: a rise warns; 100 or more per second fails
+  (DCGM_LIMIT_MAX_NVLINK_CRC_ERROR = 100: "CRC errors only matter at rates of 100+ per second").
+  The rate is taken over at least one second, so a single error in a short window is no storm.
+- PCIe replays: more than DCGM's per-minute allowance warns: one error per 10^12 bits per lane
+  at the link's speed (2.5, 5, 8, 16, 32, 64 GT/s for Gen1-6: 0.15 ... 3.84 per lane per
+  minute), times the lanes, rounded up. A short window seeing more replays than a whole minute
+  allows is over DCGM's line whatever the rest of the minute does.
+
+Counts since the driver loaded are evidence, not verdicts: a healthy H100 showed 9 PCIe replays
+since reset (tests/reference/nvidia_smi_q_h100.md). One exception, a heuristic: an NVLink that
+has needed recovery (retraining) since the driver loaded warns even when quiet during the probe.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gpudoctor.checks.lost_gpus import readable
+from gpudoctor.checks.targets import gpu_list, listed, target_gpus
+from gpudoctor.findings import Finding, Status, gpu_subject
+from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.snapshot import Gpu, NvLink, NvLinkErrors, known
+
+NVLINK_ERRORS = Code(
+    "GD831",
+    "nvlink-errors",
+    "Active NVLinks are not erroring",
+    what="Reads the replay, recovery and CRC error counters of every active NVLink of the GPUs the run "
+    "uses, twice during the probe, and judges the rise with DCGM's health-watch limits: any replay or "
+    "recovery error fails, CRC errors warn and fail at 100 per second. A link that needed recovery "
+    "(retraining) since the driver loaded warns even when it was quiet during the probe.",
+    why="A link that replays or retrains drops bandwidth for every collective that crosses it and often "
+    "precedes XID 74 (NVLink error) and a hung or crashed job; on NVSwitch systems one bad link slows the "
+    "whole ring.",
+    fix="Look at `nvidia-smi nvlink -e -i <gpu>` and the kernel log (XID 74). Reset the GPU or reboot; if the "
+    "link keeps erroring, reseat or replace the GPU/baseboard (NVIDIA's catalog: WORKFLOW_NVLINK_ERR). "
+    "`nvidia-smi nvlink -r` clears the counters to watch whether they come back.",
+)
+PCIE_REPLAYS = Code(
+    "GD832",
+    "pcie-replays",
+    "PCIe links are not replaying packets faster than DCGM allows",
+    what="Reads each GPU's PCIe replay counter twice during the probe and warns when it rises by more than "
+    "DCGM's per-minute allowance for the link's generation and width (one error per 10^12 bits per lane).",
+    why="Replays are retransmissions after link errors: a marginal slot, riser or cable. They cost host "
+    "bandwidth (data loading, NCCL over PCIe) and often precede the GPU falling off the bus (XID 79).",
+    fix="Check `nvidia-smi -q -d PCI` (Replays Since Reset) and `sudo lspci -vvv` for AER errors; reseat the "
+    "GPU and riser, try another slot, update the BIOS; if the link also trains down (GD404), fix that first.",
+)
+CODES = [NVLINK_ERRORS, PCIE_REPLAYS]
+
+NVLINK_CRC_FAIL_PER_S = 100.0  # DCGM_LIMIT_MAX_NVLINK_CRC_ERROR
+MIN_RATE_WINDOW_S = 1.0  # a rate is never taken over less than this (one error is no storm)
+PCIE_GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}  # DCGM's table, Gen1-6
+PCIE_BIT_ERROR_RATE = 1e-12  # DCGM: the replay rate a healthy lane stays under
+COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
+
+
+def _rise(first: NvLinkErrors, later: NvLinkErrors) -> dict[str, int]:
+    out = {}
+    for name in COUNTERS:
+        a, b = getattr(first, name), getattr(later, name)
+        if known(a) and known(b) and b > a:
+            out[name] = b - a
+    return out
+
+
+def _link_verdict(link: NvLink, window: float | None) -> tuple[Status, str, dict[str, Any]] | None:
+    first, later = link.errors, link.errors_later
+    if not known(first):
+        return None
+    evidence: dict[str, Any] = {"link": link.link, "since_driver_load": {c: getattr(first, c) for c in COUNTERS}}
+    rise = _rise(first, later) if known(later) and window is not None else {}
+    if rise:
+        evidence["rise"] = rise
+        evidence["window_s"] = window
+        hard = {k: v for k, v in rise.items() if k in ("replay", "recovery")}
+        crc = rise.get("crc_flit", 0) + rise.get("crc_data", 0)
+        rate = crc / max(window or 0.0, MIN_RATE_WINDOW_S)
+        evidence["crc_per_s_at_least"] = round(rate, 1)
+        words = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in rise.items())
+        if hard or rate >= NVLINK_CRC_FAIL_PER_S:
+            return Status.FAIL, f"link {link.link}: {words} during the {window:.2f} s probe", evidence
+        return Status.WARN, f"link {link.link}: {words} during the {window:.2f} s probe", evidence
+    recoveries = first.recovery
+    if known(recoveries) and recoveries > 0:
+        return Status.WARN, f"link {link.link}: {recoveries} recovery (retraining) since the driver loaded", evidence
+    return None
+
+
+def _nvlink_finding(gpu: Gpu) -> tuple[Finding | None, int]:
+    """The GPU's finding (None when clean) and how many links it could judge."""
+    links = [link for link in gpu.nvlinks if link.active] if isinstance(gpu.nvlinks, list) else []
+    window = gpu.error_window_s if known(gpu.error_window_s) else None
+    verdicts = [v for v in (_link_verdict(link, window) for link in links) if v is not None]
+    judged = sum(1 for link in links if known(link.errors))
+    if not verdicts:
+        return None, judged
+    status = Status.FAIL if any(v[0] is Status.FAIL for v in verdicts) else Status.WARN
+    shown = listed([v[1] for v in verdicts], limit=3, sep="; ")
+    hint = (
+        f"nvidia-smi nvlink -e -i {gpu.index}; reset the GPU (sudo nvidia-smi -r -i {gpu.index}) or reboot; "
+        "if the links keep erroring, reseat or replace the GPU/baseboard."
+    )
+    evidence = {"links": [v[2] for v in verdicts], "window_s": window}
+    message = f"NVLink errors on GPU {gpu.index}: {shown}"
+    return Finding(NVLINK_ERRORS.code, status, gpu_subject(gpu.index), message, hint, evidence), judged
+
+
+def pcie_allowance(gen: int, width: int, window_s: float) -> int:
+    """DCGM's allowed PCIe replays for a window: its per-minute figure, never scaled below a minute."""
+    per_minute = math.ceil(PCIE_GT_PER_S[min(max(gen, 1), 6)] * 1e9 * PCIE_BIT_ERROR_RATE * 60 * width)
+    return math.ceil(per_minute * max(window_s, 60.0) / 60.0)
+
+
+def _pcie_finding(gpu: Gpu) -> Finding | None:
+    first, later, window = gpu.pcie_replays, gpu.pcie_replays_later, gpu.error_window_s
+    if not (known(first) and known(later) and known(window)) or later <= first:
+        return None
+    gen = gpu.pcie_gen_current if known(gpu.pcie_gen_current) else gpu.pcie_gen_max
+    width = gpu.pcie_width_current if known(gpu.pcie_width_current) else gpu.pcie_width_max
+    if not (known(gen) and known(width)):
+        return None
+    rise = later - first
+    allowed = pcie_allowance(gen, width, window)
+    if rise <= allowed:
+        return None
+    evidence = {
+        "replays_since_driver_load": later,
+        "rise": rise,
+        "window_s": window,
+        "link": f"Gen{gen} x{width}",
+        "allowed_per_minute": allowed,
+    }
+    message = (
+        f"GPU {gpu.index} replayed {rise} PCIe packets in {window:.2f} s (DCGM allows {allowed} a minute "
+        f"on Gen{gen} x{width}): a marginal link"
+    )
+    hint = "Check `sudo lspci -vvv` for AER errors; reseat the GPU and riser or try another slot."
+    return Finding(PCIE_REPLAYS.code, Status.WARN, gpu_subject(gpu.index), message, hint, evidence)
+
+
+@check("link_errors", "NVLink and PCIe link errors", codes=CODES, needs="visible")
+def link_errors(ctx: CheckContext) -> list[Finding]:
+    gpus = readable(target_gpus(ctx))
+    out: list[Finding] = []
+    judged_links = 0
+    for gpu in gpus:
+        finding, judged = _nvlink_finding(gpu)
+        judged_links += judged
+        if finding:
+            out.append(finding)
+    if judged_links and not any(f.code == NVLINK_ERRORS.code for f in out):
+        counted = [g.index for g in gpus if isinstance(g.nvlinks, list) and any(known(x.errors) for x in g.nvlinks)]
+        msg = f"no NVLink errors on {judged_links} active link(s) of GPU {gpu_list(counted)}"
+        out.append(Finding(NVLINK_ERRORS.code, Status.PASS, "host", msg, "", {"links": judged_links}))
+    pcie = [f for f in (_pcie_finding(g) for g in gpus) if f]
+    out.extend(pcie)
+    read_twice = [g.index for g in gpus if known(g.pcie_replays) and known(g.pcie_replays_later)]
+    if read_twice and not pcie:
+        msg = f"PCIe replay counters steady on GPU {gpu_list(read_twice)}"
+        out.append(Finding(PCIE_REPLAYS.code, Status.PASS, "host", msg, "", {"gpus": read_twice}))
+    return out

@@ -1,0 +1,100 @@
+"""GD827: GPUs NVML cannot talk to, because they fell off the bus or never gave a handle.
+
+Such a GPU has no name, no memory size, no links: the other checks leave its unreadable facts
+out of their comparisons (identity, device order), so this is the one place that reports it.
+It fails when the run would use the GPU and warns otherwise, and cites XID 79 ("GPU has fallen
+off the bus") where the kernel log has one for the same PCI address.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudoctor.checks.targets import gpu_list, target_gpus
+from gpudoctor.findings import Finding, Status, gpu_subject
+from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.snapshot import Gpu, Snapshot, known
+from gpudoctor.topology import normalize_bus_id
+
+GPU_LOST = Code(
+    "GD827",
+    "gpu-lost",
+    "Every GPU answers the driver",
+    what="Looks for GPUs NVML reports as lost (GPU_IS_LOST: fallen off the bus, before or during the "
+    "probe) or gives no handle for at all, and names each by index, PCI address and UUID as far as "
+    "they are known, with the XID 79 events the kernel logged for the same address.",
+    why="A GPU that fell off the bus cannot run anything: CUDA fails on it (and often on every GPU of the "
+    "node until a reboot), NCCL hangs, and the rank that owns it dies. Its facts are unreadable, so "
+    "without this check the node could look ready with one GPU quietly missing from every comparison.",
+    fix="Power-cycle the node (NVIDIA's XID catalog files XID 79 under RESTART_BM: a warm reboot may not "
+    "bring the GPU back); then check its seating, power cables and riser. If it falls off again, drain the "
+    "node and contact the vendor. A GPU without a handle for another reason: read the NVML error in the "
+    "finding (permissions on /dev/nvidia*, 'GPU requires reset': `sudo nvidia-smi -r -i <gpu>`).",
+)
+CODES = [GPU_LOST]
+
+
+def unreadable(gpu: Gpu) -> bool:
+    """NVML cannot talk to this GPU: lost (GPU_IS_LOST) or no handle at all."""
+    return gpu.lost or known(gpu.unreachable)
+
+
+def _where(gpu: Gpu) -> str:
+    parts = [p for p in (gpu.pci_bus_id, gpu.uuid) if p]
+    return f"GPU {gpu.index}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _xid79(snapshot: Snapshot, gpu: Gpu) -> list[Any]:
+    events = snapshot.host.xid_events
+    if not gpu.pci_bus_id or not isinstance(events, list):
+        return []
+    key = normalize_bus_id(gpu.pci_bus_id)
+    return [e for e in events if e.xid == 79 and normalize_bus_id(e.pci_bus_id) == key]
+
+
+def _finding(snapshot: Snapshot, gpu: Gpu, used: bool) -> Finding:
+    xid79 = _xid79(snapshot, gpu)
+    evidence: dict[str, Any] = {
+        "index": gpu.index,
+        "pci_bus_id": gpu.pci_bus_id or None,
+        "uuid": gpu.uuid or None,
+        "lost": gpu.lost,
+        "used_by_run": used,
+    }
+    if known(gpu.unreachable):
+        evidence["nvml_error"] = gpu.unreachable
+    if xid79:
+        evidence["xid_79"] = [e.timestamp or e.text[:120] for e in xid79]
+    note = "" if used else " (a GPU this run does not use)"
+    if gpu.lost:
+        seen = f"; XID 79 in the kernel log ({xid79[-1].timestamp})" if xid79 and xid79[-1].timestamp else ""
+        message = f"{_where(gpu)} is lost: NVML answers GPU_IS_LOST (fallen off the bus){seen}{note}"
+        hint = (
+            "Power-cycle the node (XID 79 is NVIDIA's RESTART_BM: a warm reboot may not bring it back), then "
+            "check seating, power and riser; if it falls off again, drain the node and RMA the GPU."
+        )
+    else:
+        message = f"NVML gives no handle for {_where(gpu)}: {gpu.unreachable}{note}"
+        hint = (
+            "Make /dev/nvidia* readable to this user (or run in a container with the devices passed through)."
+            if "no_permission" in str(gpu.unreachable) or "Permission" in str(gpu.unreachable)
+            else f"Read the NVML error; reset the GPU (sudo nvidia-smi -r -i {gpu.index}) or reboot, then re-run."
+        )
+    return Finding(GPU_LOST.code, Status.FAIL if used else Status.WARN, gpu_subject(gpu.index), message, hint, evidence)
+
+
+@check("lost_gpus", "Every GPU answers the driver", codes=CODES, needs="gpus")
+def lost_gpus(ctx: CheckContext) -> list[Finding]:
+    snapshot = ctx.snapshot
+    used = {g.index for g in target_gpus(ctx)}
+    bad = [g for g in snapshot.gpus if unreadable(g)]
+    if bad:
+        return [_finding(snapshot, g, g.index in used) for g in bad]
+    indices = [g.index for g in snapshot.gpus]
+    message = f"all {len(indices)} GPU(s) answer NVML (GPU {gpu_list(indices)})"
+    return [Finding(GPU_LOST.code, Status.PASS, "host", message, "", {"gpus": indices})]
+
+
+def readable(gpus: list[Gpu] | tuple[Gpu, ...]) -> list[Gpu]:
+    """The GPUs whose facts can be compared (GD827 reports the others)."""
+    return [g for g in gpus if not unreadable(g)]
