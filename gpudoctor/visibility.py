@@ -93,6 +93,15 @@ class Visibility:
         return len(self.devices)
 
 
+def mig_gpus(vis: Visibility) -> list[Gpu]:
+    """The GPUs in MIG mode the run selected: the one whose instance it got and those the
+    one-instance rule dropped. GD201 and GD820 both speak of these."""
+    by_index = {g.index: g for g in vis.enumeration}
+    picked = {d.nvml_index for d in vis.devices if d.mig is not None}
+    picked |= {int(p.entry) for p in vis.problems if p.kind == "mig_no_instance" and p.entry.isdigit()}
+    return [by_index[i] for i in sorted(picked) if i in by_index]
+
+
 # ---------------------------------------------------------------------------------------
 # Parsing (no snapshot needed): the same answers as torch.cuda._parse_visible_devices
 

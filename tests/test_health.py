@@ -11,7 +11,7 @@ from gpudoctor import clock_reasons, xid
 from gpudoctor.checks import gpu_modes, health
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, CheckOptions
-from gpudoctor.snapshot import GpuProcess, Missing, Snapshot, XidEvent, load
+from gpudoctor.snapshot import GpuProcess, Missing, RemapHistogram, Snapshot, SramEcc, XidEvent, load
 from gpudoctor.topology import normalize_bus_id, nvml_bus_id
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -256,3 +256,63 @@ def test_ghost_memory_cannot_be_judged_when_a_process_has_no_memory_figure() -> 
     proc = GpuProcess(pid=1, used_memory_mib=None)
     s = gpu_change(snap("h100_sxm_8x"), 1, memory_used_mib=40000, processes=[proc])
     assert [c for c, _, _ in not_ok(gpu_modes.gpu_processes(CheckContext(s)))] == ["GD825"]
+
+
+@pytest.mark.parametrize(
+    ("action", "status", "words"),
+    [
+        ("gpu_reset", Status.FAIL, "nvidia-smi -r -i 4"),
+        ("node_reboot", Status.FAIL, "Reboot the node"),
+        ("drain_p2p", Status.WARN, "UVM persistence"),  # DCGM's health watch warns on this one
+        ("drain_and_reset", Status.FAIL, "reduced capacity"),
+        ("action_9", Status.FAIL, "nvml.h"),  # a value this gpudoctor does not know: not a pass
+    ],
+)
+def test_recovery_action_names_what_to_do(action: str, status: Status, words: str) -> None:
+    s = gpu_change(snap("h100_sxm_8x"), 4, recovery_action=action)
+    (f,) = health.recovery_action(CheckContext(s))
+    assert (f.code, f.status, f.subject) == ("GD828", status, "gpu:4")
+    assert words in f.hint or words in f.message
+
+
+def test_recovery_action_none_passes_and_unused_gpus_only_warn() -> None:
+    s = snap("h100_sxm_8x")
+    s = replace(s, gpus=[replace(g, recovery_action="none") for g in s.gpus])
+    (f,) = health.recovery_action(CheckContext(s))
+    assert f.status is Status.PASS and "GPU 0, 1, 2, 3, 4, 5, 6, 7" in f.message
+    s = replace(gpu_change(s, 7, recovery_action="gpu_reset"), env={"CUDA_VISIBLE_DEVICES": "0"})
+    (f,) = health.recovery_action(CheckContext(s))
+    assert f.status is Status.WARN and "does not use" in f.message
+
+
+def test_ecc_counts_say_whether_the_errors_are_in_sram_or_dram() -> None:
+    s = gpu_change(
+        snap("h100_sxm_8x"),
+        1,
+        ecc_uncorrected_volatile=3,
+        ecc_uncorrected_aggregate=3,
+        ecc_uncorrected_dram_volatile=1,
+        sram_ecc=SramEcc(2, 0, 2, 0, False),
+    )
+    found = {f.code: f for f in health.memory_errors(CheckContext(s))}
+    assert "(SRAM 2, DRAM 1)" in found["GD801"].message
+    assert (found["GD801"].evidence["sram"], found["GD801"].evidence["dram"]) == (2, 1)
+    assert found["GD829"].status is Status.WARN  # SRAM errors, RMA threshold not reached
+
+
+def test_sram_threshold_flag_is_an_rma_case() -> None:
+    s = gpu_change(snap("h100_sxm_8x"), 5, sram_ecc=SramEcc(5, 0, 0, 0, True))
+    (f,) = [f for f in health.memory_errors(CheckContext(s)) if f.code == "GD829"]
+    assert (f.status, f.subject) == (Status.FAIL, "gpu:5")
+    assert "RMA" in f.message and "field diagnostic" in f.hint
+
+
+def test_exhausted_remap_banks_warn_before_the_remap_fails() -> None:
+    s = gpu_change(snap("a100_sxm_8x"), 3, remap_histogram=RemapHistogram(630, 4, 2, 3, 1))
+    (f,) = not_ok(health.memory_errors(CheckContext(s)))
+    assert f == ("GD830", "gpu:3", Status.WARN)
+    (full,) = [x for x in health.memory_errors(CheckContext(s)) if x.code == "GD830"]
+    assert "1 of 640 DRAM banks have no spare rows" in full.message and "3 more have few" in full.message
+    healthy = gpu_change(snap("a100_sxm_8x"), 3, remap_histogram=RemapHistogram(640, 0, 0, 0, 0))
+    (p,) = health.memory_errors(CheckContext(healthy))
+    assert p.status is Status.PASS and "every DRAM bank has spare rows on GPU 3" in p.message

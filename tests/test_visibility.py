@@ -152,3 +152,33 @@ def test_parser_agrees_with_torch(value: str) -> None:
     assert got.count == count, (value, got.problems)
     # identical GPUs: FASTEST_FIRST is PCI order, so CUDA ordinals are NVML indices
     assert list(got.nvml_indices) == ordinals
+
+
+@pytest.mark.parametrize("cvd", ["0,0", "", "9", "GPU-zzz", " GPU-" + UUIDS[0][4:]])
+def test_gd201_does_not_repeat_gd204(cvd: str) -> None:
+    from gpudoctor.checks.visibility import visibility
+    from gpudoctor.registry import CheckContext
+
+    found = visibility(CheckContext(replace(H100, env={"CUDA_VISIBLE_DEVICES": cvd})))
+    gd201 = [f for f in found if f.code == "GD201"]
+    gd204 = [f.message for f in found if f.code == "GD204"]
+    assert gd201 and gd204
+    for sentence in gd204:
+        assert sentence not in gd201[0].message
+    if gd201[0].status.value == "fail":
+        assert "GD204 says why" in gd201[0].message
+
+
+def test_gd201_and_gd820_describe_the_same_mig_device() -> None:
+    from gpudoctor.checks.gpu_modes import gpu_modes
+    from gpudoctor.checks.visibility import visibility
+    from gpudoctor.registry import CheckContext
+
+    ctx = CheckContext(load("a100_mig"))
+    (gd201,) = [f for f in visibility(ctx) if f.code == "GD201"]
+    (gd820,) = [f for f in gpu_modes(ctx) if f.code == "GD820"]
+    seen = "cuda:0=MIG 0 of GPU 0 (19968 MiB)"
+    assert seen in gd201.message and seen in gd820.message
+    assert gd201.message.startswith("1 device(s) visible") and "sees 1 device(s)" in gd820.message
+    assert "GPU 0, 1, 2, 3" in gd820.message  # every MIG GPU the run selected, not just the one it got
+    assert gd201.evidence["visible"] == gd820.evidence["devices_seen"] == 1

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.checks.targets import gpu_list, listed, target_gpus
+from gpudoctor.checks.visibility import mig_view
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, known
+from gpudoctor.visibility import mig_gpus
 
 MIG_ENABLED = Code(
     "GD820",
@@ -64,16 +66,23 @@ GHOST_FRACTION = 0.05
 
 def _mig(ctx: CheckContext, gpus: list[Gpu]) -> list[Finding]:
     out = []
-    on = [g.index for g in gpus if g.mig_mode_current is True]
+    # The MIG GPUs the run selected, also those the one-instance rule left out of `gpus`.
+    on = [g.index for g in mig_gpus(ctx.visible)]
     if on:
-        evidence: dict[str, Any] = {"mig_enabled": on, "allow_mig": ctx.options.allow_mig, "expected": "disabled"}
+        view = mig_view(ctx.visible)
+        evidence: dict[str, Any] = {
+            "mig_enabled": on,
+            "devices_seen": ctx.visible.count,
+            "allow_mig": ctx.options.allow_mig,
+            "expected": "disabled",
+        }
         if ctx.options.allow_mig:
             out.append(
                 Finding(
                     MIG_ENABLED.code,
                     Status.PASS,
                     "host",
-                    f"MIG is on for GPU {gpu_list(on)} (allowed by --allow-mig)",
+                    f"MIG is on for GPU {gpu_list(on)} (allowed by --allow-mig): {view}",
                     "",
                     evidence,
                 )
@@ -84,9 +93,10 @@ def _mig(ctx: CheckContext, gpus: list[Gpu]) -> list[Finding]:
                     MIG_ENABLED.code,
                     Status.FAIL,
                     "host",
-                    f"MIG is on for GPU {gpu_list(on)}: a process sees one MIG slice, so DDP across GPUs cannot work",
-                    "sudo nvidia-smi -i <gpu> -mig 0 and reset the GPU; or pass --allow-mig if one "
-                    "process per slice is intended.",
+                    f"MIG is on for GPU {gpu_list(on)}: a CUDA process uses one MIG instance, so {view} "
+                    "and DDP across GPUs cannot work",
+                    f"sudo nvidia-smi -i {on[0]} -mig 0 (each MIG GPU) and reset the GPU; or pass --allow-mig if "
+                    "one process per MIG instance is intended.",
                     evidence,
                 )
             )

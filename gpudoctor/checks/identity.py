@@ -4,7 +4,8 @@ A data-parallel step finishes when the slowest rank does, and every rank holds t
 model, so the weakest card sets the pace and the largest batch. Traits are compared across
 the visible GPUs; the majority value is the reference, and each GPU that differs gets a
 finding (subject gpu:<nvidia-smi index>). Without a majority (2 vs 2) one host finding lists
-the groups. Readings NVML could not give are left out of the comparison.
+the groups. Readings NVML could not give are left out of the comparison, and so are GPUs NVML
+cannot talk to at all (lost, no handle): GD827 names those.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpudoctor.checks.lost_gpus import readable
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Missing
@@ -81,7 +83,21 @@ PCIE = Code(
     fix="Move the card to a full x16 slot of the same generation as the others, or check the BIOS "
     "slot settings (bifurcation, forced generation) and riser cables.",
 )
-CODES = [MODEL, MEMORY, VBIOS, POWER, MODES, PCIE]
+FIRMWARE = Code(
+    "GD307",
+    "firmware-mismatch",
+    "GPUs of one model run the same InfoROM and GSP firmware",
+    what="Compares, among GPUs of the same model, the InfoROM image version (nvmlDeviceGetInforomImageVersion, "
+    "nvidia-smi -q 'Inforom Version / Image Version') and the GSP firmware version "
+    "(nvmlDeviceGetGspFirmwareVersion; 'off' where GSP firmware is disabled), beside the VBIOS (GD303).",
+    why="The InfoROM holds the board's configuration and its ECC, power and error records, the GSP firmware "
+    "runs the GPU's management: a card that was serviced, swapped or flashed apart from its peers behaves "
+    "differently under faults and load, and NVIDIA support asks for matching firmware before anything else.",
+    fix="Bring the odd board to the fleet's firmware with the vendor's update bundle (nvflash / the OEM "
+    "firmware package for the InfoROM and VBIOS); GSP firmware comes with the driver: the same driver with "
+    "GSP enabled on every GPU (NVreg_EnableGpuFirmware) makes it alike.",
+)
+CODES = [MODEL, MEMORY, VBIOS, POWER, MODES, PCIE, FIRMWARE]
 
 
 def _article(name: str) -> str:
@@ -90,6 +106,14 @@ def _article(name: str) -> str:
 
 def _on_off(value: Any) -> str:
     return "on" if value else "off"
+
+
+def _gsp(gpu: Gpu) -> Any:
+    """The GSP firmware version, or "off" where NVML says the GPU runs none."""
+    value = gpu.gsp_firmware
+    if isinstance(value, Missing):
+        return "off" if value.reason == "unsupported" else value
+    return value
 
 
 def _pcie(gpu: Gpu) -> Any:
@@ -180,6 +204,24 @@ TRAITS = [
         "ECC changes usable memory and speed, and only the ECC GPUs catch memory errors",
     ),
     Trait(
+        FIRMWARE,
+        "InfoROM image",
+        lambda g: g.inforom_image,
+        str,
+        Status.WARN,
+        "a board serviced or flashed apart from its peers can behave differently",
+        per_model=True,
+    ),
+    Trait(
+        FIRMWARE,
+        "GSP firmware",
+        _gsp,
+        str,
+        Status.WARN,
+        "the GPU's management firmware differs: different behaviour under faults and load",
+        per_model=True,
+    ),
+    Trait(
         PCIE,
         "max PCIe link",
         _pcie,
@@ -228,7 +270,9 @@ def compare(gpus: list[Gpu], trait: Trait) -> list[Finding]:
 
 @check("identity", "GPU models and settings alike", codes=CODES, needs="visible")
 def identity(ctx: CheckContext) -> list[Finding]:
-    gpus = list(ctx.visible.gpus)
+    gpus = readable(ctx.visible.gpus)
+    if not gpus:
+        return []  # every visible GPU is lost or unreachable: GD827 says so
     if len(gpus) < 2:
         g = gpus[0]
         msg = f"one GPU visible ({g.name}): nothing to compare"

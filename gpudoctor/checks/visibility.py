@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
+from gpudoctor.checks.lost_gpus import readable, unreadable
+from gpudoctor.checks.targets import gpu_list
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, Code, check
-from gpudoctor.visibility import PCI_BUS_ID, Visibility
+from gpudoctor.visibility import PCI_BUS_ID, Visibility, mig_gpus
 
 VISIBLE = Code(
     "GD201",
@@ -88,11 +91,33 @@ def device_list(vis: Visibility) -> str:
     n = vis.count
     if n > 1 and vis.nvml_indices == tuple(range(n)) and not any(d.mig for d in vis.devices):
         return f"cuda:0-{n - 1} = nvidia-smi GPU 0-{n - 1}"
-    parts = []
-    for d in vis.devices:
-        what = f"MIG {d.mig.index} of GPU {d.nvml_index}" if d.mig else f"GPU {d.nvml_index}"
-        parts.append(f"cuda:{d.cuda_index}={what}")
-    return ", ".join(parts)
+    return ", ".join(f"cuda:{d.cuda_index}={describe_device(d)}" for d in vis.devices)
+
+
+def describe_device(d: Any) -> str:
+    """'GPU 3', or 'MIG 0 of GPU 0 (19968 MiB)': a MIG instance is the device, not the GPU."""
+    if d.mig is None:
+        return f"GPU {d.nvml_index}"
+    mem = f" ({d.mig.memory_total_mib} MiB)" if isinstance(d.mig.memory_total_mib, int) else ""
+    return f"MIG {d.mig.index} of GPU {d.nvml_index}{mem}"
+
+
+def mig_view(vis: Visibility) -> str:
+    """What a run sees on MIG GPUs, in the words GD201 and GD820 share: 'this run sees 1 device
+    (cuda:0 = MIG 0 of GPU 0 (19968 MiB))'. Empty when no selected GPU is in MIG mode."""
+    if not mig_gpus(vis):
+        return ""
+    return f"this run sees {vis.count} {_noun(vis)} ({device_list(vis) or 'none'})"
+
+
+def _mig_note(vis: Visibility) -> str:
+    gpus = mig_gpus(vis)
+    if not gpus:
+        return ""
+    used = {d.nvml_index for d in vis.devices}
+    others = [g.index for g in gpus if g.index not in used]
+    also = f": GPU {gpu_list(others)} in MIG mode too, unused" if others else ""
+    return f"MIG: a CUDA process uses one MIG instance{also}"
 
 
 def _leading_int(text: str) -> int | None:
@@ -133,30 +158,26 @@ def visibility(ctx: CheckContext) -> list[Finding]:
         }
         for d in vis.devices
     ]
+    installed = len(ctx.snapshot.gpus)
     if n == 0:
-        cause = next((p.message for p in vis.problems), "CUDA_VISIBLE_DEVICES hides every GPU")
         out.append(
             Finding(
                 VISIBLE.code,
                 Status.FAIL,
                 "host",
-                f"no GPU is visible to CUDA ({len(ctx.snapshot.gpus)} installed): {cause}",
+                f"no GPU is visible to CUDA ({installed} installed): {_why_none(vis)}",
                 VISIBLE.fix,
-                {**evidence_base, "visible": 0, "installed": len(ctx.snapshot.gpus)},
+                {**evidence_base, "visible": 0, "installed": installed},
             )
         )
     else:
-        hidden = len(ctx.snapshot.gpus) - len({d.nvml_index for d in vis.devices})
-        note = f"; {hidden} of {len(ctx.snapshot.gpus)} GPUs hidden" if hidden else ""
-        if any(d.mig for d in vis.devices) and vis.raw is None:
-            note += " (MIG: a CUDA process sees one MIG instance)"
         out.append(
             Finding(
                 VISIBLE.code,
                 Status.PASS,
                 "host",
-                f"{n} GPU(s) visible: {device_list(vis)}{note}",
-                evidence={**evidence_base, "visible": n, "installed": len(ctx.snapshot.gpus), "devices": devices},
+                f"{n} {_noun(vis)} visible: {device_list(vis)}{_notes(vis, installed)}",
+                evidence={**evidence_base, "visible": n, "installed": installed, "devices": devices},
             )
         )
     expect = ctx.options.expect_gpus
@@ -177,6 +198,37 @@ def visibility(ctx: CheckContext) -> list[Finding]:
     out.extend(_order(vis))
     out.extend(_mig(vis))
     return out
+
+
+def _noun(vis: Visibility) -> str:
+    """A MIG instance is a device, not a GPU: say so when the run sees one."""
+    return "device(s)" if any(d.mig for d in vis.devices) else "GPU(s)"
+
+
+def _why_none(vis: Visibility) -> str:
+    """Why the run sees nothing, without repeating GD204's sentence about the same entry."""
+    kinds = {p.kind for p in vis.problems}
+    if kinds & {"empty", "duplicate", "invalid", "out_of_range", "unknown_uuid", "ambiguous_uuid"}:
+        return f"CUDA_VISIBLE_DEVICES={vis.raw!r} selects none of them (GD204 says why)"
+    if "mig_no_instance" in kinds:
+        return (
+            "the selected GPUs are in MIG mode with no MIG instance (create one: sudo nvidia-smi mig -cgi <profile> -C)"
+        )
+    return "CUDA_VISIBLE_DEVICES hides every GPU"
+
+
+def _notes(vis: Visibility, installed: int) -> str:
+    used = {d.nvml_index for d in vis.devices}
+    mig = _mig_note(vis)
+    hidden_by_mig = {g.index for g in mig_gpus(vis)} - used
+    hidden = installed - len(used) - len(hidden_by_mig)
+    notes = [mig] if mig else []
+    if hidden > 0:
+        notes.append(f"{hidden} of {installed} GPUs hidden by CUDA_VISIBLE_DEVICES")
+    lost = [d.nvml_index for d in vis.devices if unreadable(d.gpu)]
+    if lost:
+        notes.append(f"GPU {gpu_list(lost)} does not answer NVML (GD827)")
+    return "".join(f"; {n}" for n in notes)
 
 
 def _dropped(vis: Visibility) -> list[Finding]:
@@ -231,7 +283,7 @@ def _geometry(env: Mapping[str, str], n: int) -> list[Finding]:
 
 
 def _order(vis: Visibility) -> list[Finding]:
-    names = {g.name for g in vis.enumeration}
+    names = {g.name for g in readable(vis.enumeration)}  # a lost GPU has no name: not a model of its own
     if len(names) < 2 or vis.order == PCI_BUS_ID:
         return []
     moved = [(i, g) for i, g in enumerate(vis.enumeration) if g.index != i]
