@@ -184,7 +184,7 @@ class CheckOptions:
     allow_mig: bool = False
     # From a policy (policy.py); None: the check's own default.
     expect_model: str | None = None  # every visible GPU's name contains this (GD010)
-    min_shm_bytes: int | None = None  # /dev/shm wanted (GD501's max(512 MiB, 128 MiB per GPU) otherwise)
+    min_shm_bytes: int | None = None  # /dev/shm wanted (GD510's shm_wanted otherwise)
     collectives: tuple[str, ...] | None = None  # the collectives `check` judges (issue 12)
     level: int = DEFAULT_LEVEL  # run the checks of this level and below (`quick` means 1)
     duration_s: float = 60.0  # how long level 3's load tests run

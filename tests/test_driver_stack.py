@@ -132,3 +132,38 @@ def test_fabric_limited_capacity_warns_and_failed_registration_fails() -> None:
 
 def test_no_nvswitch_no_fabric_finding() -> None:
     assert codes(run(snap("rtx4090_pcie_4x")), "GD106") == []
+
+
+def rtx5090_box(nccl: str) -> Snapshot:
+    """The 4-GPU PCIe box with RTX 5090s (Blackwell GeForce, compute capability 12.0)."""
+    s = snap("rtx4090_pcie_4x")
+    gpus = [replace(g, name="NVIDIA GeForce RTX 5090", compute_capability="12.0") for g in s.gpus]
+    return replace(s, gpus=gpus, software=replace(s.software, torch_nccl=nccl))
+
+
+@pytest.mark.parametrize(
+    ("nccl", "status"),
+    # nccl#1637 / nccl-tests#287: 2.25.1 cannot launch its kernels on the 5090; 2.26.2 works
+    [("2.25.1", Status.FAIL), ("2.21.5", Status.FAIL), ("2.26.2", Status.PASS), ("2.27.3", Status.PASS)],
+)
+def test_blackwell_geforce_needs_nccl_2_26_2(nccl: str, status: Status) -> None:
+    (f,) = codes(run(rtx5090_box(nccl)), "GD107")
+    assert f.status is status and f.evidence["expected_nccl"] == ">= 2.26.2"
+    if status is Status.FAIL:
+        assert "RTX 5090" in f.message and "nvidia-nccl-cu12" in f.hint
+
+
+def test_older_architectures_and_single_gpus_are_not_judged_on_the_nccl_floor() -> None:
+    assert (
+        codes(
+            run(
+                replace(
+                    snap("rtx4090_pcie_4x"), software=replace(snap("rtx4090_pcie_4x").software, torch_nccl="2.18.1")
+                )
+            ),
+            "GD107",
+        )
+        == []
+    )
+    one = replace(rtx5090_box("2.25.1"), env={"CUDA_VISIBLE_DEVICES": "0"})
+    assert codes(run(one), "GD107") == []

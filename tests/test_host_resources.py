@@ -50,11 +50,22 @@ def test_a_container_does_not_get_the_cumem_relief() -> None:
 
 
 def test_shm_requirement_grows_with_the_gpu_count() -> None:
-    s = host(snap("h100_sxm_8x"), shm_total_bytes=768 * MIB)
+    # NVIDIA's --shm-size=1g at least; PyTorch CI's 2 GiB for 4 GPUs, i.e. 512 MiB per GPU
+    s = host(snap("h100_sxm_8x"), shm_total_bytes=3 * 1024 * MIB)
     (f,) = find(s, "GD510")
-    assert f.status is Status.WARN and f.evidence["expected_bytes"] == 1024 * MIB
+    assert f.status is Status.WARN and f.evidence["expected_bytes"] == 4096 * MIB
     four = replace(s, env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
     assert find(four, "GD510")[0].status is Status.PASS
+    assert [hr.shm_wanted(n) // MIB for n in (1, 2, 4, 8)] == [512, 1024, 2048, 4096]
+
+
+def test_nccl_cumem_switched_off_sends_nccl_back_to_dev_shm() -> None:
+    small = newer_stack(host(snap("rtx4090_pcie_4x"), shm_total_bytes=64 * MIB))
+    for name in ("NCCL_CUMEM_ENABLE", "NCCL_CUMEM_HOST_ENABLE"):
+        (f,) = find(replace(small, env={name: "0"}), "GD510")
+        assert f.status is Status.FAIL and f.evidence["nccl_uses_cumem_host"] is False, name
+    (f,) = find(replace(small, env={"NCCL_CUMEM_ENABLE": "1"}), "GD510")
+    assert f.status is Status.WARN
 
 
 def test_memlock_matters_only_with_rdma_interfaces() -> None:

@@ -52,8 +52,9 @@ RTX40_P2P = Code(
     "rtx40-p2p-driver",
     "GeForce RTX 40 GPUs have a driver with working peer-to-peer",
     what="Looks for more than one GeForce RTX 40-series GPU among the GPUs the run uses with a "
-    "driver older than 550.40.07 (the threshold Hugging Face accelerate enforces), unless "
-    "NCCL_P2P_DISABLE=1 is set.",
+    "driver older than 550.40.07 (the threshold Hugging Face accelerate enforces in "
+    "`check_cuda_p2p_ib_support`; the hangs it guards against: NVIDIA/nccl-tests#117, all_reduce_perf "
+    "stuck on several RTX 4090s), unless NCCL_P2P_DISABLE=1 is set.",
     why="Drivers before 550.40.07 report peer-to-peer as supported between RTX 40 cards although it "
     "does not work: NCCL uses it, and collectives hang or return corrupted results.",
     fix="Upgrade the driver to 550.40.07 or newer. Until then, set NCCL_P2P_DISABLE=1 (NCCL then "
@@ -85,7 +86,21 @@ FABRIC_NOT_READY = Code(
     "nvidia-fabricmanager-<branch> matching the driver). Check /var/log/fabricmanager.log; if the "
     "fabric stays degraded, reset the GPUs or reboot, then contact the vendor.",
 )
-CODES = [KERNEL_MISMATCH, DRIVER_TOO_OLD, RTX40_P2P, PERSISTENCE_OFF, FABRIC_NOT_READY]
+NCCL_TOO_OLD_FOR_GPU = Code(
+    "GD107",
+    "nccl-too-old-for-gpu",
+    "torch's NCCL supports the GPUs' architecture",
+    what="Compares the NCCL torch ships (the nvidia-nccl-cu* wheel) with the oldest NCCL that runs "
+    "collectives on the GPUs the run uses: Blackwell GeForce and workstation GPUs (compute capability "
+    "12.x: RTX 50 series, RTX PRO Blackwell) need NCCL 2.26.2 (NVIDIA/nccl#1637 and nccl-tests#287: "
+    "NCCL 2.25.1 fails to launch its kernels there, 'ncclMaxSharedMem 82240 exceeds device/fn "
+    "maxSharedMem 79856'; NVIDIA confirmed 2.26.2 works).",
+    why="With an older NCCL every collective of a multi-GPU run fails (or the run hangs at its first "
+    "all-reduce), whatever the drivers and links: NCCL_P2P_DISABLE does not help.",
+    fix="Install a torch built with NCCL 2.26.2 or newer (torch 2.7 and later for CUDA 12.8 ship it), "
+    "or upgrade the NCCL wheel: `pip install -U nvidia-nccl-cu12`.",
+)
+CODES = [KERNEL_MISMATCH, DRIVER_TOO_OLD, RTX40_P2P, PERSISTENCE_OFF, FABRIC_NOT_READY, NCCL_TOO_OLD_FOR_GPU]
 
 # Minimum Linux driver per CUDA toolkit GA (NVIDIA CUDA release notes, table 3).
 MIN_DRIVER_FOR_CUDA: dict[tuple[int, int], tuple[int, ...]] = {
@@ -113,7 +128,10 @@ MIN_DRIVER_FOR_CUDA: dict[tuple[int, int], tuple[int, ...]] = {
 }
 # The oldest driver that runs any minor of a CUDA major (minor-version compatibility).
 MINOR_COMPAT_FLOOR: dict[int, tuple[int, ...]] = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580, 65, 6)}
-RTX40_FIXED_DRIVER = (550, 40, 7)
+RTX40_FIXED_DRIVER = (550, 40, 7)  # Hugging Face accelerate, check_cuda_p2p_ib_support
+# The oldest NCCL whose kernels launch on an architecture, by compute-capability major:
+# Blackwell GeForce/workstation (12.x) needs 2.26.2 (NVIDIA/nccl#1637, NVIDIA/nccl-tests#287).
+MIN_NCCL_FOR_ARCH: dict[int, tuple[tuple[int, ...], str]] = {12: ((2, 26, 2), "Blackwell GeForce/workstation")}
 _RTX40_RE = re.compile(r"GeForce RTX 40\d\d")
 
 
@@ -429,6 +447,52 @@ def fabric(ctx: CheckContext) -> list[Finding]:
     return [Finding(FABRIC_NOT_READY.code, Status.PASS, "host", "nvidia-fabricmanager is active", "", evidence)]
 
 
+def _cc_major(gpu: Gpu) -> int | None:
+    cc = gpu.compute_capability
+    if not known(cc):
+        return None
+    major = version_tuple(str(cc))
+    return major[0] if major else None
+
+
+def nccl_for_arch(ctx: CheckContext) -> list[Finding]:
+    gpus = target_gpus(ctx)
+    nccl_text = ctx.snapshot.software.torch_nccl
+    if len(gpus) < 2 or not known(nccl_text):
+        return []
+    nccl = version_tuple(str(nccl_text))
+    if nccl is None:
+        return []
+    out = []
+    for major, (need, family) in MIN_NCCL_FOR_ARCH.items():
+        cards = [g for g in gpus if _cc_major(g) == major]
+        if not cards:
+            continue
+        evidence = {
+            "gpus": [g.index for g in cards],
+            "compute_capability": sorted({str(g.compute_capability) for g in cards}),
+            "torch_nccl": nccl_text,
+            "expected_nccl": f">= {'.'.join(map(str, need))}",
+        }
+        names = ", ".join(sorted({g.name for g in cards}))
+        if nccl >= need:
+            msg = f"NCCL {nccl_text} supports {family} GPUs ({names})"
+            out.append(Finding(NCCL_TOO_OLD_FOR_GPU.code, Status.PASS, "host", msg, "", evidence))
+        else:
+            out.append(
+                Finding(
+                    NCCL_TOO_OLD_FOR_GPU.code,
+                    Status.FAIL,
+                    "host",
+                    f"torch's NCCL {nccl_text} is older than {'.'.join(map(str, need))}, the first that runs "
+                    f"collectives on {family} GPUs ({names}): every all-reduce fails or hangs",
+                    "pip install -U nvidia-nccl-cu12 (or a torch built with NCCL 2.26.2 or newer).",
+                    evidence,
+                )
+            )
+    return out
+
+
 @check("driver_stack", "Driver and CUDA stack", codes=CODES, needs="gpus")
 def driver_stack(ctx: CheckContext) -> list[Finding]:
     return [
@@ -437,4 +501,5 @@ def driver_stack(ctx: CheckContext) -> list[Finding]:
         *rtx40_p2p(ctx),
         *persistence(ctx),
         *fabric(ctx),
+        *nccl_for_arch(ctx),
     ]

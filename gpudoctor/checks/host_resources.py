@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.checks.targets import gpu_list, listed, target_gpus, version_tuple
+from gpudoctor.checks.targets import gpu_list, listed, nccl_int, target_gpus, version_tuple
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Snapshot, known
@@ -14,11 +14,14 @@ SHM_SMALL = Code(
     "GD510",
     "shm-too-small",
     "/dev/shm is large enough for NCCL and DataLoader workers",
-    what="Reads the size of /dev/shm and compares it with max(512 MiB, 128 MiB per GPU the run uses) "
-    "(1 GiB for 8 GPUs, NCCL's own `--shm-size=1g` advice). Below 256 MiB with several GPUs fails "
-    "(Docker's default is 64 MiB). With NCCL 2.24 or newer, a driver for CUDA 12.6+ and outside a "
-    "container, NCCL keeps its buffers in cuMem host memory instead, so a small /dev/shm only warns "
-    "(DataLoader workers still use it).",
+    what="Reads the size of /dev/shm and compares it with what multi-GPU jobs are known to need: 1 GiB "
+    "at least (NVIDIA's NCCL troubleshooting guide runs containers with `--shm-size=1g`) and 512 MiB per "
+    "GPU the run uses (PyTorch's own CI gives its 4-GPU runners 2 GiB: pytorch/ci-infra#490, "
+    "pytorch/tutorials#2475); 512 MiB for a single-GPU run (DataLoader workers; DeepSpeed's ds_report "
+    "line). Below 256 MiB with several GPUs fails (Docker's default is 64 MiB, which NCCL outgrows at 4 "
+    "GPUs: NVIDIA/nccl#1518). With NCCL 2.24 or newer, a driver for CUDA 12.6+ and outside a container, "
+    "NCCL keeps its buffers in cuMem host memory instead, so a small /dev/shm only warns (DataLoader "
+    "workers still use it); NCCL_CUMEM_ENABLE=0 or NCCL_CUMEM_HOST_ENABLE=0 send NCCL back to /dev/shm.",
     why="NCCL's shared-memory transport and torch DataLoader workers put their buffers in /dev/shm. "
     "When it fills, NCCL fails with 'Call to posix_fallocate failed: No space left on device' / "
     "'unhandled system error' and workers die with a bus error, usually minutes into the run.",
@@ -87,18 +90,26 @@ CONTAINER = Code(
 )
 CODES = [SHM_SMALL, MEMLOCK, NOFILE, CPU_PER_GPU, NUMA_AFFINITY, CONTAINER]
 
-SHM_FLOOR = 512 * MIB
-SHM_PER_GPU = 128 * MIB
-SHM_FAIL = 256 * MIB
+SHM_SINGLE_GPU = 512 * MIB  # DeepSpeed ds_report's line for DataLoader workers (heuristic)
+SHM_FLOOR = 1024 * MIB  # NVIDIA's NCCL troubleshooting guide: docker --shm-size=1g
+SHM_PER_GPU = 512 * MIB  # PyTorch CI: 2 GiB for its 4-GPU runners (pytorch/ci-infra#490)
+SHM_FAIL = 256 * MIB  # heuristic: 64 MiB (Docker) fails NCCL at 4 GPUs (nccl#1518), 16 MiB at 8 (torchtitan#853)
 NOFILE_MIN = 4096
 CORES_WARN = 4.0
 CORES_FAIL = 1.0
 _RDMA_PREFIXES = ("ib", "rdma", "roce", "efa", "mlx")
 
 
+def shm_wanted(gpus: int) -> int:
+    return SHM_SINGLE_GPU if gpus < 2 else max(SHM_FLOOR, SHM_PER_GPU * gpus)
+
+
 def _nccl_avoids_shm(snapshot: Snapshot) -> bool:
     """NCCL >= 2.24 keeps intra-node buffers in cuMem host memory (driver CUDA >= 12.6, runtime >= 12.2);
-    in a container that needs NUMA support (SYS_NICE), which Docker withholds, so NCCL falls back."""
+    in a container that needs NUMA support (SYS_NICE), which Docker withholds, so NCCL falls back. It
+    uses them only with cuMem and cuMem host allocations both on (NCCL src/transport/shm.cc)."""
+    if any(nccl_int(snapshot.env.get(name)) == 0 for name in ("NCCL_CUMEM_ENABLE", "NCCL_CUMEM_HOST_ENABLE")):
+        return False
     sw, drv = snapshot.software, snapshot.driver
     if not (known(sw.torch_nccl) and known(sw.torch_cuda) and sw.torch_cuda and known(drv.cuda_driver_version)):
         return False
@@ -114,7 +125,7 @@ def shm(ctx: CheckContext, gpus: list[Gpu]) -> list[Finding]:
     if not known(total) or not gpus:
         return []
     n = len(gpus)
-    want = ctx.options.min_shm_bytes or max(SHM_FLOOR, SHM_PER_GPU * n)  # a policy's min-shm wins
+    want = ctx.options.min_shm_bytes or shm_wanted(n)  # a policy's min-shm wins
     relieved = _nccl_avoids_shm(ctx.snapshot)
     evidence: dict[str, Any] = {
         "shm_bytes": total,
