@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from gpudoctor import nccl_rules
 from gpudoctor.checks import nccl_env
 from gpudoctor.findings import Finding, Status
+from gpudoctor.nccl_rules import nccl_int
 from gpudoctor.registry import CheckContext
-from gpudoctor.snapshot import Snapshot, load
+from gpudoctor.snapshot import Missing, Snapshot, load
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -122,3 +124,191 @@ def test_debug_and_profiler_variables_are_listed() -> None:
 
 def test_launch_blocking_zero_is_fine() -> None:
     assert nccl_env.launch_env(CheckContext(snap("h100_sxm_8x", CUDA_LAUNCH_BLOCKING="0"))) == []
+
+
+# --- how NCCL reads its variables (gpudoctor/nccl_rules.py), against NCCL's docs and source ----
+
+
+def with_cpu(s: Snapshot, arch: str, vendor: str, nccl_version: str) -> Snapshot:
+    s = replace(s, host=replace(s.host, cpu_arch=arch, cpu_vendor=vendor))
+    return replace(s, software=replace(s.software, torch_nccl=nccl_version))
+
+
+@pytest.mark.parametrize(
+    ("nccl", "arch", "vendor", "gpus", "level"),
+    [
+        # ncclTopoCheckP2p, NCCL 2.22.3 and before: SYS, lowered to PXB on Intel, Zhaoxin and ARM
+        ((2, 21, 5), "x86", "intel", 8, "PXB"),
+        ((2, 21, 5), "x86", "zhaoxin", 8, "PXB"),
+        ((2, 21, 5), "arm", "", 8, "PXB"),
+        ((2, 21, 5), "x86", "amd", 8, "SYS"),
+        ((2, 21, 5), "power", "", 8, "SYS"),
+        # NCCL 2.23.4 and later: PXB, raised to SYS on AMD with at most 2 GPUs
+        ((2, 23, 4), "x86", "amd", 2, "SYS"),
+        ((2, 26, 2), "x86", "amd", 8, "PXB"),
+        ((2, 26, 2), "x86", "intel", 2, "PXB"),
+        (None, "", "", 8, "PXB"),  # NCCL unknown: assume a current one
+    ],
+)
+def test_nccl_default_p2p_level_follows_ncclTopoCheckP2p(
+    nccl: tuple[int, ...] | None, arch: str, vendor: str, gpus: int, level: str
+) -> None:
+    assert nccl_rules.default_p2p_level(nccl, arch, vendor, gpus).level == level
+
+
+@pytest.mark.parametrize(
+    ("arch", "vendor", "kind"),
+    [
+        ("x86_64", "GenuineIntel", ("x86", "intel")),
+        ("x86_64", "AuthenticAMD", ("x86", "amd")),
+        ("x86_64", "CentaurHauls", ("x86", "zhaoxin")),
+        ("x86_64", "Shanghai", ("x86", "zhaoxin")),
+        ("aarch64", "0x41", ("arm", "")),
+        ("ppc64le", None, ("power", "")),
+        (None, None, ("", "")),
+    ],
+)
+def test_cpu_kind_is_nccls_reading_of_cpuid(arch: str | None, vendor: str | None, kind: tuple[str, str]) -> None:
+    assert nccl_rules.cpu_kind(arch, vendor) == kind
+
+
+@pytest.mark.parametrize(
+    ("value", "level"),
+    [
+        # env.rst "Integer Values (Legacy)": LOC 0, PIX 1, PXB 2, PHB 3, SYS 4; greater is SYS
+        ("0", "LOC"),
+        ("1", "PIX"),
+        ("2", "PXB"),
+        ("3", "PHB"),
+        ("4", "SYS"),
+        ("5", "SYS"),
+        ("9", "SYS"),
+        ("0x3", "PHB"),  # strtol(str, NULL, 0)
+        ("PXB", "PXB"),
+        ("NVL", "NVL"),
+        ("pxb", None),  # strcmp: case-sensitive, NCCL ignores it
+        ("NODE", None),  # nvidia-smi's word, not NCCL's
+        (" 2", None),  # the legacy form needs a digit first
+    ],
+)
+def test_level_values_read_as_ncclGetLevel_reads_them(value: str, level: str | None) -> None:
+    assert nccl_rules.level(value) == level
+
+
+def test_nccl_int_is_c_strtoll_base_0() -> None:
+    """Checked against the C library's own strtoll, which NCCL calls (param.cc)."""
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.strtoll.restype = ctypes.c_longlong
+    libc.strtoll.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int]
+    for text in ["1", "0", "4M", "4MB", "yes", "0x10", "0X1f", "010", "09", "  -3", "+7x", "0x", "1e6", "4194304"]:
+        assert nccl_int(text) == libc.strtoll(text.encode(), None, 0), text
+
+
+ALL = set(nccl_rules.ALGORITHMS)
+
+
+def test_per_collective_algo_lists_follow_the_user_guide_examples() -> None:
+    # env.rst: "ring,collnetdirect;allreduce:tree,collnetdirect;broadcast:ring"
+    got = nccl_rules.parse_list(
+        "ring,collnetdirect;allreduce:tree,collnetdirect;broadcast:ring", nccl_rules.ALGORITHMS, (2, 26, 2)
+    )
+    assert got["AllGather"] == {"Ring", "CollNetDirect"} and got["Reduce"] == {"Ring", "CollNetDirect"}
+    assert got["AllReduce"] == {"Tree", "CollNetDirect"} and got["Broadcast"] == {"Ring"}
+    # env.rst: "NCCL_ALGO=allreduce:^tree": every algorithm elsewhere, all but Tree for all-reduce
+    got = nccl_rules.parse_list("allreduce:^tree", nccl_rules.ALGORITHMS, (2, 26, 2))
+    assert got["AllReduce"] == ALL - {"Tree"} and got["Broadcast"] == ALL
+    # tuning.cc comment: NCCL_PROTO="LL,Simple;allreduce:^LL" and "^LL128;allreduce:LL128"
+    protos = set(nccl_rules.PROTOCOLS)
+    got = nccl_rules.parse_list("LL,Simple;allreduce:^LL", nccl_rules.PROTOCOLS, (2, 26, 2))
+    assert got["Broadcast"] == {"LL", "Simple"} and got["AllReduce"] == protos - {"LL"}
+    got = nccl_rules.parse_list("^LL128;allreduce:LL128", nccl_rules.PROTOCOLS, (2, 26, 2))
+    assert got["AllGather"] == protos - {"LL128"} and got["AllReduce"] == {"LL128"}
+    assert nccl_rules.parse_list("^ring", nccl_rules.ALGORITHMS, None)["AllReduce"] == ALL - {"Ring"}
+
+
+@pytest.mark.parametrize("value", ["ring, tree", "ring;tree", "allreduce:foo", "allredux:ring", "ring,bogus"])
+def test_lists_nccl_2_24_rejects(value: str) -> None:
+    with pytest.raises(nccl_rules.ListError):
+        nccl_rules.parse_list(value, nccl_rules.ALGORITHMS, (2, 24, 3))
+
+
+def test_before_2_24_one_list_and_unknown_tokens_ignored() -> None:
+    old = (2, 21, 5)
+    assert nccl_rules.parse_list("Ring,bogus", nccl_rules.ALGORITHMS, old)["AllReduce"] == {"Ring"}
+    assert nccl_rules.parse_list("^ring", nccl_rules.ALGORITHMS, old)["Broadcast"] == ALL - {"Ring"}
+    assert nccl_rules.unknown_tokens("ring, tree", nccl_rules.ALGORITHMS) == [" tree"]
+
+
+# --- the findings -------------------------------------------------------------------------------
+
+
+def test_p2p_level_pxb_on_amd_epyc_with_an_older_nccl_cuts_node_and_sys_pairs() -> None:
+    """The issue's case: NCCL before 2.23 keeps P2P up to SYS on AMD; PXB cuts the rest off."""
+    s = snap("h100_sxm_8x", NCCL_P2P_LEVEL="PXB")
+    s = replace(s, gpus=[replace(g, nvlinks=Missing("unsupported")) for g in s.gpus])  # a PCIe-only box
+    amd = with_cpu(s, "x86_64", "AuthenticAMD", "2.21.5")
+    f = one(amd, "GD623")
+    assert f.status is Status.WARN and "28 GPU pair(s)" in f.message and "default SYS" in f.message
+    assert "AMD x86" in f.evidence["default_basis"]
+    intel = with_cpu(s, "x86_64", "GenuineIntel", "2.21.5")
+    assert one(intel, "GD623").status is Status.PASS  # Intel's default is PXB already
+
+
+def test_p2p_level_phb_keeps_node_pairs_ncclphb_is_nvidia_smi_node() -> None:
+    s = snap("h100_sxm_8x", NCCL_P2P_LEVEL="PHB")
+    s = replace(s, gpus=[replace(g, nvlinks=Missing("unsupported")) for g in s.gpus])
+    f = one(with_cpu(s, "x86_64", "AuthenticAMD", "2.21.5"), "GD623")
+    # 4+4 GPUs on two sockets: 12 NODE pairs keep P2P, the 16 SYS pairs lose it
+    assert f.status is Status.WARN and "16 GPU pair(s)" in f.message
+
+
+def test_lower_case_p2p_level_is_ignored_by_nccl() -> None:
+    f = one(snap("a100_sxm_8x", NCCL_P2P_LEVEL="pxb"), "GD623")
+    assert f.status is Status.WARN and "NCCL ignores it" in f.message and "PXB" in f.message
+
+
+def test_p2p_level_sys_on_intel_says_what_it_turns_on() -> None:
+    s = snap("h100_sxm_8x", NCCL_P2P_LEVEL="SYS")
+    s = replace(s, gpus=[replace(g, nvlinks=Missing("unsupported")) for g in s.gpus])
+    f = one(with_cpu(s, "x86_64", "GenuineIntel", "2.26.2"), "GD623")
+    assert f.status is Status.PASS and "turns P2P on for 28" in f.message
+
+
+def test_nccl_disable_flags_count_only_as_nccl_reads_them() -> None:
+    assert [f for f in nccl(snap("h100_sxm_8x", NCCL_P2P_DISABLE="2")) if f.code == "GD620"] == []
+    assert one(snap("h100_sxm_8x", NCCL_P2P_DISABLE="1abc"), "GD620").status is Status.WARN  # strtol: 1
+
+
+@pytest.mark.parametrize(
+    ("algo", "nccl_version", "status", "words"),
+    [
+        ("Tree", "2.26.2", Status.FAIL, "Broadcast"),  # broadcast has only Ring kernels: 2.24+ fails it
+        ("Tree", "2.21.5", Status.WARN, "fall back to Ring"),
+        ("ring, tree", "2.26.2", Status.FAIL, "unrecognized element token ' tree'"),
+        ("ring, tree", "2.21.5", Status.WARN, "ignores ' tree'"),
+        ("allreduce:tree;allgather:ring", "2.26.2", Status.WARN, "no NVLink SHARP"),
+        ("^ring", "2.26.2", Status.FAIL, "Broadcast, Reduce"),
+        ("ring", "2.26.2", Status.WARN, "no NVLink SHARP"),
+    ],
+)
+def test_nccl_algo_is_parsed_as_nccl_does(algo: str, nccl_version: str, status: Status, words: str) -> None:
+    s = with_cpu(snap("h100_sxm_8x", NCCL_ALGO=algo), "x86_64", "GenuineIntel", nccl_version)
+    f = one(s, "GD624")
+    assert f.status is status and words in f.message
+
+
+def test_nvls_alone_fails_all_reduce_on_a_pcie_box() -> None:
+    s = with_cpu(snap("rtx4090_pcie_4x", NCCL_ALGO="allreduce:nvls"), "x86_64", "AuthenticAMD", "2.26.2")
+    f = one(s, "GD624")
+    assert f.status is Status.FAIL and f.evidence["collectives_without_algorithm"] == ["AllReduce"]
+
+
+def test_proto_excluding_ll_forces_ll128_on_a_pcie_box() -> None:
+    # parseList with '^' sets every other protocol to 1, LL128 included: forced, not auto
+    f = one(snap("rtx4090_pcie_4x", NCCL_PROTO="^LL"), "GD624")
+    assert f.status is Status.WARN and "corrupt data" in f.message
+    nvlink = one(snap("h100_sxm_8x", NCCL_PROTO="^LL"), "GD624")
+    assert "corrupt" not in nvlink.message  # NCCL enables LL128 there itself

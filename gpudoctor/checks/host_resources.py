@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.checks.targets import gpu_list, listed, nccl_int, target_gpus, version_tuple
+from gpudoctor.checks.targets import gpu_list, listed, target_gpus, version_tuple
 from gpudoctor.findings import Finding, Status
+from gpudoctor.nccl_rules import nccl_int
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Snapshot, known
 from gpudoctor.units import MIB, size

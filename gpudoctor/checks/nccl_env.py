@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations
+from typing import Any
 
-from gpudoctor import topology
+from gpudoctor import nccl_rules, topology
 from gpudoctor.checks.driver_stack import rtx40_p2p_broken
-from gpudoctor.checks.targets import listed, target_gpus
+from gpudoctor.checks.targets import listed, target_gpus, version_tuple
 from gpudoctor.findings import Finding, Status
+from gpudoctor.nccl_rules import nccl_int
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Snapshot, known
 
@@ -73,21 +75,32 @@ P2P_LEVEL = Code(
     "GD623",
     "nccl-p2p-level",
     "NCCL_P2P_LEVEL does not cut off peer-to-peer the GPUs have",
-    what="Compares NCCL_P2P_LEVEL (LOC, NVL, PIX, PXB, PHB, SYS or 0-5) with the path between each GPU "
-    "pair the run uses; pairs that would use P2P by default (NVLink, or PCIe up to PXB) but not at "
-    "the set level are reported.",
-    why="Pairs cut off from P2P go through host memory instead: slower all-reduce, and on NVLink machines much slower.",
-    fix="Unset NCCL_P2P_LEVEL, or set it to the level of the slowest path you want P2P on.",
+    what="Compares NCCL_P2P_LEVEL with the path between each GPU pair the run uses, as NCCL does "
+    "(ncclTopoCheckP2p, src/graph/paths.cc): the names LOC, NVL, NVB, C2C, PIX, PXB, P2C, PXN, PHB, SYS "
+    "(case-sensitive) or the legacy integers 0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and up SYS; nvidia-smi's NODE "
+    "and PHB are both NCCL's PHB. NCCL's own default depends on its version and the CPU: from NCCL 2.23, "
+    "PXB, or SYS on x86 AMD with at most 2 GPUs; before 2.23, SYS, or PXB on Intel, Zhaoxin and ARM CPUs. "
+    "Pairs the set level cuts off from P2P that NCCL would use it on warn; a value NCCL ignores warns.",
+    why="Pairs cut off from P2P go through host memory instead: slower all-reduce, and on NVLink machines much "
+    "slower. A misspelt value ('pxb' is not 'PXB') is silently ignored by NCCL, so the setting does nothing.",
+    fix="Unset NCCL_P2P_LEVEL, or set it to the level of the slowest path you want P2P on (upper case).",
 )
 ALGO_PROTO = Code(
     "GD624",
     "nccl-algo-proto-forced",
     "NCCL_ALGO / NCCL_PROTO are not forced",
-    what="Looks for NCCL_ALGO or NCCL_PROTO in the environment.",
-    why="They override NCCL's tuning for every message size: NCCL_ALGO=Ring drops NVLink SHARP and Tree "
-    "(on NVSwitch Hopper ~1.3x slower all-reduce), NCCL_PROTO=Simple makes small messages slow. They "
-    "are usually left over from a benchmark or a bug workaround.",
-    fix="Unset NCCL_ALGO and NCCL_PROTO unless a measurement on this machine shows they help.",
+    what="Reads NCCL_ALGO and NCCL_PROTO the way NCCL parses them (parseList, src/graph/tuning.cc): from "
+    "NCCL 2.24 a list per collective ('ring,tree;allreduce:^tree'), '^' excluding, case-insensitive "
+    "names, and an unknown token, a space or a function prefix NCCL does not know fails communicator "
+    "creation; before 2.24 one comma list with unknown tokens silently ignored. It says what all-reduce "
+    "may still use here, fails where none of it can run on this machine (NCCL 2.24 no longer falls back "
+    "to Ring), and warns on forcing LL128 where NCCL would not enable it (the user guide: 'enabling LL128 "
+    "on platforms that don't support it can lead to data corruption').",
+    why="They override NCCL's tuning for every message size: leaving out NVLS costs NVSwitch Hopper ~1.3x "
+    "all-reduce bandwidth, a protocol list without LL makes small messages slow. They are usually left "
+    "over from a benchmark or a bug workaround, and a typo stops every job from starting.",
+    fix="Unset NCCL_ALGO and NCCL_PROTO unless a measurement on this machine shows they help; write the "
+    "list without spaces, e.g. NCCL_ALGO='^tree' or NCCL_ALGO='allreduce:ring'.",
 )
 IB_DISABLED = Code(
     "GD625",
@@ -124,20 +137,33 @@ DCGM_BAD_VARS = (
     "COMPUTE_PROFILE",
     "OPENCL_PROFILE",
 )
-# NCCL_P2P_LEVEL names, as ranks of path length; NCCL's default PCIe cut-off is PXB.
-LEVELS = {"LOC": 0, "NVL": 1, "PIX": 2, "PXB": 3, "PHB": 4, "SYS": 5}
-PCIE_RANK = {"SAME": 2, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 4.5, "SYS": 5}
-DEFAULT_P2P_RANK = LEVELS["PXB"]
 _RDMA_PREFIXES = ("ib", "roce", "mlx")
 
 
 def _flag(env: dict[str, str], name: str) -> bool:
-    """NCCL reads these as integers: set and non-zero means on."""
+    """CUDA_LAUNCH_BLOCKING: set and non-zero means on."""
     value = env.get(name, "").strip()
     try:
         return int(value) != 0
     except ValueError:
         return False
+
+
+def p2p_disabled(env: dict[str, str]) -> bool:
+    """NCCL_P2P_DISABLE counts only when strtol reads it as 1 (ncclGetLevel)."""
+    return nccl_int(env.get("NCCL_P2P_DISABLE")) == 1
+
+
+def shm_disabled(env: dict[str, str]) -> bool:
+    return nccl_int(env.get("NCCL_SHM_DISABLE")) == 1  # shm.cc: ncclParamShmDisable() == 1
+
+
+def ib_disabled(env: dict[str, str]) -> bool:
+    return bool(nccl_int(env.get("NCCL_IB_DISABLE")))  # net_ib/init.cc: if (ncclParamIbDisable())
+
+
+def nvls_disabled(env: dict[str, str]) -> bool:
+    return nccl_int(env.get("NCCL_NVLS_ENABLE")) == 0  # nvls.cc: if (!ncclParamNvlsEnable() ...)
 
 
 @dataclass(frozen=True)
@@ -160,8 +186,9 @@ class PairPath:
         return self.nvlinks > 0 or self.p2p_ok
 
     @property
-    def rank(self) -> float:
-        return 1 if self.nvlinks else PCIE_RANK.get(self.pcie_level or "", 5)
+    def path(self) -> str:
+        """The path type NCCL sees between the two GPUs (nccl_rules.pair_path)."""
+        return nccl_rules.pair_path(self.nvlinks, self.pcie_level)
 
 
 def _pair_path(snapshot: Snapshot, a: Gpu, b: Gpu) -> PairPath:
@@ -228,7 +255,7 @@ def launch_env_check(ctx: CheckContext) -> list[Finding]:
 
 
 def _p2p_disable(env: dict[str, str], paths: list[PairPath], rtx40_old_driver: bool) -> list[Finding]:
-    if not _flag(env, "NCCL_P2P_DISABLE"):
+    if not p2p_disabled(env):
         return []
     capable = [p for p in paths if p.p2p_capable]
     evidence = {
@@ -257,9 +284,9 @@ def _p2p_disable(env: dict[str, str], paths: list[PairPath], rtx40_old_driver: b
 
 
 def _shm_disable(env: dict[str, str], paths: list[PairPath]) -> list[Finding]:
-    if not _flag(env, "NCCL_SHM_DISABLE"):
+    if not shm_disabled(env):
         return []
-    p2p_off = _flag(env, "NCCL_P2P_DISABLE")
+    p2p_off = p2p_disabled(env)
     needing = [p for p in paths if not p.p2p_capable or p2p_off]
     evidence = {"NCCL_SHM_DISABLE": env["NCCL_SHM_DISABLE"], "pairs_using_shm": len(needing), "pairs": len(paths)}
     if not needing:
@@ -300,7 +327,7 @@ def _nvls_eligible(gpus: list[Gpu], paths: list[PairPath]) -> bool:
 
 def _nvls(env: dict[str, str], gpus: list[Gpu], paths: list[PairPath]) -> list[Finding]:
     value = env.get("NCCL_NVLS_ENABLE")
-    if value is None or _flag(env, "NCCL_NVLS_ENABLE"):
+    if value is None or not nvls_disabled(env):
         return []
     evidence = {"NCCL_NVLS_ENABLE": value, "gpus": len(gpus), "nvswitch": bool(paths) and all(p.switch for p in paths)}
     if not _nvls_eligible(gpus, paths):
@@ -328,71 +355,147 @@ def _nvls(env: dict[str, str], gpus: list[Gpu], paths: list[PairPath]) -> list[F
     ]
 
 
-def _level_rank(value: str) -> float | None:
-    value = value.strip().upper()
-    if value in LEVELS:
-        return LEVELS[value]
-    try:
-        return max(0, min(5, int(value)))
-    except ValueError:
-        return None
+def nccl_version(snapshot: Snapshot) -> tuple[int, ...] | None:
+    """The NCCL torch runs (its nvidia-nccl wheel), or None when not recorded."""
+    value = snapshot.software.torch_nccl
+    return version_tuple(str(value)) if known(value) else None
 
 
-def _p2p_level(env: dict[str, str], paths: list[PairPath]) -> list[Finding]:
+def default_p2p(snapshot: Snapshot, gpus: list[Gpu]) -> nccl_rules.DefaultLevel:
+    host = snapshot.host
+    arch, vendor = nccl_rules.cpu_kind(
+        host.cpu_arch if known(host.cpu_arch) else None, host.cpu_vendor if known(host.cpu_vendor) else None
+    )
+    return nccl_rules.default_p2p_level(nccl_version(snapshot), arch, vendor, len(gpus))
+
+
+def _p2p_level(env: dict[str, str], paths: list[PairPath], default: nccl_rules.DefaultLevel) -> list[Finding]:
     value = env.get("NCCL_P2P_LEVEL")
-    if value is None or _flag(env, "NCCL_P2P_DISABLE"):
+    if value is None or p2p_disabled(env):
         return []
-    rank = _level_rank(value)
-    if rank is None:
+    level = nccl_rules.level(value)
+    evidence: dict[str, Any] = {"NCCL_P2P_LEVEL": value, "nccl_default": default.level, "default_basis": default.basis}
+    if level is None:
+        hint_case = f" (upper case: {value.upper()})" if value.upper() in nccl_rules.PATH_TYPES else ""
         return [
             Finding(
                 P2P_LEVEL.code,
                 Status.WARN,
                 "host",
-                f"NCCL_P2P_LEVEL={value!r} is not a level NCCL knows (LOC, NVL, PIX, PXB, PHB, SYS or 0-5)",
-                "unset NCCL_P2P_LEVEL or set a valid level",
-                {"NCCL_P2P_LEVEL": value},
-            )
-        ]
-    lost = [p for p in paths if p.p2p_capable and p.rank <= max(DEFAULT_P2P_RANK, 1) and p.rank > rank]
-    evidence = {"NCCL_P2P_LEVEL": value, "pairs_losing_p2p": [f"{p.a}-{p.b} {p.label}" for p in lost][:16]}
-    if not lost:
-        return [
-            Finding(
-                P2P_LEVEL.code,
-                Status.PASS,
-                "host",
-                f"NCCL_P2P_LEVEL={value} keeps P2P on every GPU pair that has it",
-                "",
+                f"NCCL_P2P_LEVEL={value!r} is not a level NCCL knows{hint_case}: NCCL ignores it and keeps its "
+                f"default {default.level} ({default.basis})",
+                "unset NCCL_P2P_LEVEL or set a valid level: LOC, NVL, PIX, PXB, PHB or SYS",
                 evidence,
             )
         ]
-    return [
-        Finding(
-            P2P_LEVEL.code,
-            Status.WARN,
-            "host",
-            f"NCCL_P2P_LEVEL={value} cuts P2P off {len(lost)} GPU pair(s): {_cost_p2p(lost)}",
-            "unset NCCL_P2P_LEVEL",
-            evidence,
+    rank = nccl_rules.RANK
+
+    def allows(cut: str, p: PairPath) -> bool:
+        return p.p2p_capable and rank[p.path] <= rank[cut]
+
+    lost = [p for p in paths if allows(default.level, p) and not allows(level, p)]
+    gained = [p for p in paths if allows(level, p) and not allows(default.level, p)]
+    evidence.update(
+        {
+            "nccl_level": level,
+            "pairs_losing_p2p": [f"{p.a}-{p.b} {p.label}" for p in lost][:16],
+            "pairs_gaining_p2p": [f"{p.a}-{p.b} {p.label}" for p in gained][:16],
+        }
+    )
+    read_as = f" (NCCL reads it as {level})" if level != value else ""
+    if lost:
+        return [
+            Finding(
+                P2P_LEVEL.code,
+                Status.WARN,
+                "host",
+                f"NCCL_P2P_LEVEL={value}{read_as} cuts P2P off {len(lost)} GPU pair(s) that NCCL's default "
+                f"{default.level} ({default.basis}) keeps: {_cost_p2p(lost)}",
+                "unset NCCL_P2P_LEVEL",
+                evidence,
+            )
+        ]
+    if gained:
+        kinds = _labels(gained)
+        msg = (
+            f"NCCL_P2P_LEVEL={value}{read_as} turns P2P on for {len(gained)} {kinds} pair(s) NCCL's default "
+            f"{default.level} ({default.basis}) leaves off: the link probes (GD421) show whether it pays"
         )
-    ]
+        return [Finding(P2P_LEVEL.code, Status.PASS, "host", msg, "", evidence)]
+    msg = f"NCCL_P2P_LEVEL={value}{read_as} changes nothing here: NCCL's default is {default.level} ({default.basis})"
+    return [Finding(P2P_LEVEL.code, Status.PASS, "host", msg, "", evidence)]
 
 
-def _algo_proto(env: dict[str, str], gpus: list[Gpu], paths: list[PairPath]) -> list[Finding]:
-    forced = {k: env[k] for k in ("NCCL_ALGO", "NCCL_PROTO") if env.get(k, "").strip()}
+def _ll128_by_default(gpus: list[Gpu], paths: list[PairPath]) -> bool:
+    """NCCL enables LL128 by itself only where every GPU pair talks over NVLink and the GPUs share one
+    supported compute capability (tuning.cc: typeIntra <= PATH_NVB, minCompCap == maxCompCap, cc 7.0-10.x)."""
+    ccs = {str(g.compute_capability) for g in gpus if known(g.compute_capability)}
+    majors = {int(float(cc)) for cc in ccs if cc.replace(".", "", 1).isdigit()}
+    return bool(paths) and all(p.nvlinks for p in paths) and len(ccs) == 1 and majors <= {7, 8, 9, 10}
+
+
+def _algo_proto(snapshot: Snapshot, gpus: list[Gpu], paths: list[PairPath]) -> list[Finding]:
+    env = snapshot.env
+    forced = {k: env[k] for k in ("NCCL_ALGO", "NCCL_PROTO") if env.get(k, "")}
     if not forced:
         return []
-    costs = []
-    algo = forced.get("NCCL_ALGO", "").lower()
-    if algo and _nvls_eligible(gpus, paths) and ("nvls" not in algo or algo.startswith("^")):
-        costs.append("no NVLink SHARP (~1.3x slower all-reduce on this NVSwitch Hopper box)")
-    if algo and "tree" not in algo and len(gpus) > 1:
-        costs.append("no Tree (slower all-reduce across nodes)")
-    proto = forced.get("NCCL_PROTO", "").lower()
-    if proto and not proto.startswith("^") and "ll" not in proto.replace("ll128", ""):
-        costs.append("no LL protocol (small messages slower)")
+    nccl = nccl_version(snapshot)
+    evidence: dict[str, Any] = {**forced, "torch_nccl": snapshot.software.torch_nccl, "expected": "unset"}
     text = " ".join(f"{k}={v}" for k, v in forced.items())
+    costs: list[str] = []
+    fails: list[str] = []
+    eligible = _nvls_eligible(gpus, paths)
+    if "NCCL_ALGO" in forced:
+        try:
+            allowed = nccl_rules.parse_list(forced["NCCL_ALGO"], nccl_rules.ALGORITHMS, nccl)
+        except nccl_rules.ListError as exc:
+            fails.append(f"NCCL rejects NCCL_ALGO ({exc}) and communicator creation fails")
+        else:
+            evidence["allreduce_algorithms"] = sorted(allowed["AllReduce"])
+            ignored = nccl_rules.unknown_tokens(forced["NCCL_ALGO"], nccl_rules.ALGORITHMS)
+            if nccl is not None and nccl < nccl_rules.PER_FUNCTION_SYNTAX and ignored:
+                costs.append(f"NCCL {snapshot.software.torch_nccl} ignores {', '.join(map(repr, ignored))}")
+            stranded = [f for f in nccl_rules.FUNCTIONS if not allowed[f] & nccl_rules.usable(f, eligible)]
+            evidence["collectives_without_algorithm"] = stranded
+            if stranded and (nccl is None or nccl >= nccl_rules.PER_FUNCTION_SYNTAX):
+                fails.append(
+                    f"{', '.join(stranded)} can use none of the algorithms it allows on this machine: NCCL 2.24+ "
+                    "fails them ('No algorithm/protocol available', no fallback to Ring)"
+                )
+            elif stranded:
+                costs.append(f"{', '.join(stranded)} fall back to Ring")
+            reduce_ok = allowed["AllReduce"] & nccl_rules.usable("AllReduce", eligible)
+            if eligible and "NVLS" not in allowed["AllReduce"] and reduce_ok:
+                costs.append("no NVLink SHARP (~1.3x slower all-reduce on this NVSwitch Hopper box)")
+            if len(gpus) > 1 and "Tree" not in allowed["AllReduce"] and reduce_ok:
+                costs.append("no Tree (slower all-reduce across nodes)")
+    if "NCCL_PROTO" in forced:
+        try:
+            protos = nccl_rules.parse_list(forced["NCCL_PROTO"], nccl_rules.PROTOCOLS, nccl)["AllReduce"]
+        except nccl_rules.ListError as exc:
+            fails.append(f"NCCL rejects NCCL_PROTO ({exc}) and communicator creation fails")
+        else:
+            evidence["allreduce_protocols"] = sorted(protos)
+            if not protos:
+                fails.append("NCCL_PROTO leaves all-reduce no protocol at all")
+            if "LL" not in protos:
+                costs.append("no LL protocol (small messages slower)")
+            if "LL128" in protos and not _ll128_by_default(gpus, paths):
+                costs.append(
+                    "LL128 forced on where NCCL would not enable it (not all pairs on NVLink): NCCL's user "
+                    "guide warns this can corrupt data"
+                )
+    if fails:
+        return [
+            Finding(
+                ALGO_PROTO.code,
+                Status.FAIL,
+                "host",
+                f"{text}: {'; '.join(fails)}",
+                "unset " + " ".join(forced) + ", or write a list NCCL accepts (no spaces, e.g. allreduce:ring)",
+                evidence,
+            )
+        ]
     cost = "; ".join(costs) if costs else "overrides NCCL's per-size tuning"
     return [
         Finding(
@@ -401,13 +504,13 @@ def _algo_proto(env: dict[str, str], gpus: list[Gpu], paths: list[PairPath]) -> 
             "host",
             f"{text} forces NCCL's choice: {cost}",
             "unset " + " ".join(forced),
-            {**forced, "expected": "unset"},
+            evidence,
         )
     ]
 
 
 def _ib_disable(env: dict[str, str], ifaces: list[str] | None) -> list[Finding]:
-    if not _flag(env, "NCCL_IB_DISABLE") or ifaces is None:
+    if not ib_disabled(env) or ifaces is None:
         return []
     rdma = [i for i in ifaces if i.lower().startswith(_RDMA_PREFIXES)]
     evidence = {"NCCL_IB_DISABLE": env["NCCL_IB_DISABLE"], "ib_interfaces": rdma}
@@ -496,8 +599,12 @@ def nccl_env(ctx: CheckContext) -> list[Finding]:
         *_p2p_disable(env, paths, rtx40_p2p_broken(ctx.snapshot, gpus)),
         *_shm_disable(env, paths),
         *_nvls(env, gpus, paths),
-        *_p2p_level(env, paths),
-        *_algo_proto(env, gpus, paths),
+        *_p2p_level(env, paths, default_p2p(ctx.snapshot, gpus)),
+        *_algo_proto(ctx.snapshot, gpus, paths),
         *_ib_disable(env, ifaces),
         *_socket_ifname(env, ifaces),
     ]
+
+
+# The newer NCCL and torch settings live in their own module; importing it registers its check.
+from gpudoctor.checks import nccl_tuning  # noqa: E402, F401

@@ -39,23 +39,3 @@ def listed(items: list[str], limit: int = 4, sep: str = ", ") -> str:
     """The first `limit` items, then how many more: 'a, b, c, d, +2 more'."""
     shown = sep.join(items[:limit])
     return f"{shown}{sep}+{len(items) - limit} more" if len(items) > limit else shown
-
-
-def nccl_int(value: str | None) -> int | None:
-    """An integer environment variable as NCCL reads it (NCCL_PARAM: strtoll(str, NULL, 0)): leading
-    space and a sign allowed, 0x hex and leading-0 octal, and whatever follows the digits ignored,
-    so "4M" is 4 and "yes" is 0. None when unset or empty (NCCL then keeps its default)."""
-    if value is None or not value.strip():
-        return None
-    text = value.lstrip()
-    sign = -1 if text.startswith("-") else 1
-    text = text[1:] if text[:1] in "+-" else text
-    base, digits = 10, "0123456789"
-    if text[:2].lower() == "0x" and len(text) > 2 and text[2] in "0123456789abcdefABCDEF":
-        base, digits, text = 16, "0123456789abcdefABCDEF", text[2:]
-    elif text.startswith("0"):
-        base, digits = 8, "01234567"
-    end = 0
-    while end < len(text) and text[end] in digits:
-        end += 1
-    return sign * int(text[:end], base) if end else 0
