@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor import clock_reasons, xid
-from gpudoctor.checks import gpu_modes, health
+from gpudoctor.checks import gpu_modes, health, link_errors
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, CheckOptions
 from gpudoctor.snapshot import GpuProcess, Missing, RemapHistogram, Snapshot, SramEcc, XidEvent, load
@@ -155,22 +155,26 @@ def test_hardware_xid_hint_is_the_catalogs_immediate_action(xid_number: int, wor
     assert words in f.hint and f.evidence["catalog"] == {str(xid_number): xid.bucket(xid_number)}
 
 
+CHANGED = "GPU recovery action changed from "
+
+
 def xid154(text: str) -> XidEvent:
     return XidEvent("PCI:0000:18:00", 154, f"NVRM: Xid (PCI:0000:18:00): 154, {text}")
 
 
 @pytest.mark.parametrize(
-    ("text", "status", "words"),
+    ("text", "now", "status", "words"),
     [
-        ("GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)", Status.FAIL, "reset it"),
-        ("GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", Status.FAIL, "Reboot the node"),
-        ("GPU recovery action changed from 0x0 (None) to 0x3 (Drain P2P)", Status.WARN, "peer-to-peer"),
-        ("GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)", Status.FAIL, "drained"),
-        ("GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)", Status.PASS, ""),
+        (CHANGED + "0x0 (None) to 0x1 (GPU Reset Required)", "gpu_reset", Status.FAIL, "reset it"),
+        (CHANGED + "0x0 (None) to 0x2 (Node Reboot Required)", "node_reboot", Status.FAIL, "Reboot the node"),
+        (CHANGED + "0x0 (None) to 0x3 (Drain P2P)", "drain_p2p", Status.WARN, "peer-to-peer"),
+        (CHANGED + "0x0 (None) to 0x4 (Drain and Reset)", "drain_and_reset", Status.FAIL, "drained"),
+        (CHANGED + "0x1 (GPU Reset Required) to 0x0 (None)", "none", Status.PASS, ""),
     ],
 )
-def test_xid_154_is_judged_by_the_action_it_names(text: str, status: Status, words: str) -> None:
-    s = snap("h100_sxm_8x")
+def test_xid_154_is_judged_by_the_action_it_names(text: str, now: str, status: Status, words: str) -> None:
+    # `now` is what NVML still reports for GPU 0 (on 18:00.0): the action is pending, not yet done.
+    s = gpu_change(snap("h100_sxm_8x"), 0, recovery_action=now)
     s = replace(s, host=replace(s.host, xid_events=[XidEvent("PCI:0000:18:00", 120, "GSP error"), xid154(text)]))
     by_xid = {tuple(f.evidence["xids"]): f for f in health.xid_errors(CheckContext(s))}
     f = by_xid[(154,)]
@@ -180,7 +184,7 @@ def test_xid_154_is_judged_by_the_action_it_names(text: str, status: Status, wor
 
 def test_xid_154_already_acted_on_passes_when_nvml_reports_no_action_now() -> None:
     s = gpu_change(snap("h100_sxm_8x"), 0, recovery_action="none")
-    text = "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+    text = CHANGED + "0x0 (None) to 0x1 (GPU Reset Required)"
     s = replace(s, host=replace(s.host, xid_events=[xid154(text)]))
     (f,) = health.xid_errors(CheckContext(s))
     assert f.status is Status.PASS and "since done" in f.message
@@ -315,4 +319,52 @@ def test_exhausted_remap_banks_warn_before_the_remap_fails() -> None:
     assert "1 of 640 DRAM banks have no spare rows" in full.message and "3 more have few" in full.message
     healthy = gpu_change(snap("a100_sxm_8x"), 3, remap_histogram=RemapHistogram(640, 0, 0, 0, 0))
     (p,) = health.memory_errors(CheckContext(healthy))
-    assert p.status is Status.PASS and "every DRAM bank has spare rows on GPU 3" in p.message
+    assert p.status is Status.PASS and "every DRAM bank has spare rows on GPU 0, 1, 2, 3, 4, 5, 6, 7" in p.message
+
+
+def smi_reading(title: str) -> dict[str, str]:
+    """`Name : value` lines of one verbatim `nvidia-smi -q` excerpt in nvidia_smi_q_h100.md,
+    keyed by the section path ("ECC Errors/Aggregate/SRAM Threshold Exceeded")."""
+    text = (REFERENCE / "nvidia_smi_q_h100.md").read_text(encoding="utf-8")
+    block = text.split(f"## {title}", 1)[1].split("```", 2)[1]
+    values: dict[str, str] = {}
+    path: list[tuple[int, str]] = []
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        name, _, value = (part.strip() for part in line.partition(":"))
+        path = [(d, n) for d, n in path if d < depth]
+        if value:
+            values["/".join(n for _, n in path) + ("/" if path else "") + name] = value
+        else:
+            path.append((depth, name))
+    return values
+
+
+def test_h100_fixture_matches_a_real_h100_reading() -> None:
+    smi = smi_reading("NVIDIA H100")
+    s = snap("h100_sxm_8x")
+    for g in s.gpus:
+        assert g.inforom_image == smi["Inforom Version/Image Version"]
+        # The GSP firmware carries the driver's version (590.48.01 on 590.48.01).
+        assert smi["GSP Firmware Version"] == "590.48.01" and g.gsp_firmware == s.driver.driver_version
+        assert g.recovery_action == smi["GPU Recovery Action"].lower()
+        h = g.remap_histogram
+        assert isinstance(h, RemapHistogram)
+        assert (h.max, h.high, h.partial, h.low, h.none) == tuple(
+            int(smi[f"Remapped Rows/Bank Remap Availability Histogram/{k}"].split()[0])
+            for k in ("Max", "High", "Partial", "Low", "None")
+        )
+        assert isinstance(g.sram_ecc, SramEcc) and g.sram_ecc.threshold_exceeded is False
+        assert smi["ECC Errors/Aggregate/SRAM Threshold Exceeded"] == "No"
+        sram = (g.sram_ecc.aggregate_uncorrectable_parity, g.sram_ecc.aggregate_uncorrectable_secded)
+        assert sram == (
+            int(smi["ECC Errors/Aggregate/SRAM Uncorrectable Parity"]),
+            int(smi["ECC Errors/Aggregate/SRAM Uncorrectable SEC-DED"]),
+        )
+        assert g.ecc_uncorrected_dram_aggregate == int(smi["ECC Errors/Aggregate/DRAM Uncorrectable"])
+    # A real, healthy H100 shows replays since reset: a count alone is no verdict, a rise is.
+    assert int(smi["Replays Since Reset"]) == 9
+    replayed = replace(s, gpus=[replace(g, pcie_replays=9, pcie_replays_later=9) for g in s.gpus])
+    assert not_ok(link_errors.link_errors(CheckContext(replayed))) == []

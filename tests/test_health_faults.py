@@ -17,7 +17,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 FAULT_DIR = FIXTURES / "faults"
 
 # The codes the health/config checks own: a healthy machine must not warn or fail on any of them.
-OWN_PREFIXES = ("GD10", "GD23", "GD51", "GD52", "GD62", "GD8")
+OWN_PREFIXES = ("GD10", "GD23", "GD3", "GD51", "GD52", "GD62", "GD63", "GD8")
 OWN_EXCEPT = ("GD101",)
 
 

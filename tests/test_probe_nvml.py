@@ -330,8 +330,9 @@ def test_link_counters_a_gpu_does_not_support_are_asked_once(tmp_path: Path) -> 
     gpu = collected.gpu(0)
     assert all(link.errors.reason == "unsupported" for link in gpu.nvlinks)
     asked = [c for c in fake.calls if c == "nvmlDeviceGetNvLinkErrorCounter"]
-    assert len(asked) == 8 * 4, "four counters of link 0 per GPU, then no more questions"
-    assert gpu.error_window_s == Missing("not_collected")  # nothing to read twice
+    assert len(asked) == 8 * 4, "four counters of link 0 per GPU, then no more questions, nor a second pass"
+    assert all(link.errors_later == Missing("not_collected") for link in gpu.nvlinks)
+    assert gpu.pcie_replays_later == 0 and isinstance(gpu.error_window_s, float)  # PCIe is still read twice
 
 
 def test_an_older_driver_without_the_newer_calls_records_unsupported(tmp_path: Path) -> None:

@@ -45,11 +45,14 @@ def driver_bus_ids(root: Path) -> list[str]:
 
 def count_again(nvml: Nvml, reading: GpuReading) -> Gpu:
     """Read a GPU's link error counters a second time: a counter that rose since the first
-    reading is a link erroring now, not one that erred once since the driver loaded."""
+    reading is a link erroring now, not one that erred once since the driver loaded. A link whose
+    counters could not be read the first time is not asked again."""
     if reading.counted_at is None or isinstance(reading.handle, Missing):
         return reading.gpu
     reader = DeviceReader(nvml, reading.handle)
-    gpu = with_second_counts(reading.gpu, reading.counted_at, read_error_counts(reader, reading.gpu.nvlinks))
+    links = reading.gpu.nvlinks
+    counted = [link for link in links if not isinstance(link.errors, Missing)] if isinstance(links, list) else links
+    gpu = with_second_counts(reading.gpu, reading.counted_at, read_error_counts(reader, counted))
     return dataclasses.replace(gpu, lost=True) if reader.lost else gpu
 
 
