@@ -257,24 +257,26 @@ def test_p2p_level_pxb_on_amd_epyc_with_an_older_nccl_cuts_node_and_sys_pairs() 
     assert one(intel, "GD623").status is Status.PASS  # Intel's default is PXB already
 
 
-def test_p2p_level_phb_keeps_node_pairs_ncclphb_is_nvidia_smi_node() -> None:
-    s = snap("h100_sxm_8x", NCCL_P2P_LEVEL="PHB")
+@pytest.mark.parametrize(
+    ("level", "vendor", "nccl_version", "status", "words"),
+    [
+        # 4+4 GPUs on two sockets: 12 NODE pairs keep P2P (NCCL's PHB is nvidia-smi's NODE), 16 SYS pairs lose it
+        ("PHB", "AuthenticAMD", "2.21.5", Status.WARN, "16 GPU pair(s)"),
+        ("SYS", "GenuineIntel", "2.26.2", Status.PASS, "turns P2P on for 28"),
+    ],
+)
+def test_p2p_level_on_pcie_pairs_across_two_sockets(
+    level: str, vendor: str, nccl_version: str, status: Status, words: str
+) -> None:
+    s = snap("h100_sxm_8x", NCCL_P2P_LEVEL=level)
     s = replace(s, gpus=[replace(g, nvlinks=Missing("unsupported")) for g in s.gpus])
-    f = one(with_cpu(s, "x86_64", "AuthenticAMD", "2.21.5"), "GD623")
-    # 4+4 GPUs on two sockets: 12 NODE pairs keep P2P, the 16 SYS pairs lose it
-    assert f.status is Status.WARN and "16 GPU pair(s)" in f.message
+    f = one(with_cpu(s, "x86_64", vendor, nccl_version), "GD623")
+    assert f.status is status and words in f.message
 
 
 def test_lower_case_p2p_level_is_ignored_by_nccl() -> None:
     f = one(snap("a100_sxm_8x", NCCL_P2P_LEVEL="pxb"), "GD623")
     assert f.status is Status.WARN and "NCCL ignores it" in f.message and "PXB" in f.message
-
-
-def test_p2p_level_sys_on_intel_says_what_it_turns_on() -> None:
-    s = snap("h100_sxm_8x", NCCL_P2P_LEVEL="SYS")
-    s = replace(s, gpus=[replace(g, nvlinks=Missing("unsupported")) for g in s.gpus])
-    f = one(with_cpu(s, "x86_64", "GenuineIntel", "2.26.2"), "GD623")
-    assert f.status is Status.PASS and "turns P2P on for 28" in f.message
 
 
 def test_nccl_disable_flags_count_only_as_nccl_reads_them() -> None:
