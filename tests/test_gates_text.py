@@ -9,6 +9,7 @@ import pytest
 from rich.console import Console
 
 from gpudoctor.api import run_checks
+from gpudoctor.findings import Status
 from gpudoctor.render.text import render_report
 from tests.clirun import fixture, run_cli
 
@@ -28,7 +29,8 @@ def test_a_healthy_8_gpu_machine_is_one_line_per_check(capsys: pytest.CaptureFix
     assert len(lines) == len(checks) + 2  # header, one per check, verdict
     assert all(line.startswith("[✓] ") for line in lines[1:-1])
     assert "[✓] NVIDIA driver and NVML: driver 550.54.15, 8 GPU(s) seen by NVML" in lines
-    assert lines[-1].startswith("36 pass  ->  READY")  # GD407 states the expected busbw
+    passes = sum(f.status is Status.PASS for c in checks for f in c.findings)  # GD407, issue 8's checks
+    assert passes >= 41 and lines[-1].startswith(f"{passes} pass  ->  READY")
 
 
 def test_only_checks_that_are_not_a_pass_show_findings_hints_and_tables(capsys: pytest.CaptureFixture[str]) -> None:
@@ -46,7 +48,8 @@ def test_v_is_the_per_check_view_and_vv_adds_every_pass(capsys: pytest.CaptureFi
     vv = run_cli(capsys, "check", "--snapshot", H100, "-vv").out
     assert "GPU topology (as nvidia-smi topo -m)" not in compact and "GPU topology (as nvidia-smi topo -m)" in v
     assert "PASS NVIDIA driver and NVML  (nvml, " in v and "(+3 more passed)" in v
-    assert vv.count("  PASS GD") == 36 and v.count("  PASS GD") == 0
+    passes = sum(f.status is Status.PASS for c in run_checks(snapshot=H100).checks for f in c.findings)
+    assert vv.count("  PASS GD") == passes and v.count("  PASS GD") == 0
     assert len(compact.splitlines()) < len(v.splitlines()) < len(vv.splitlines())
 
 
