@@ -8,7 +8,6 @@ from collections import defaultdict
 from typing import Any
 
 from gpudoctor import clock_reasons, xid
-from gpudoctor.checks import link_errors, lost_gpus  # noqa: F401  (importing registers their checks)
 from gpudoctor.checks.lost_gpus import readable
 from gpudoctor.checks.targets import gpu_list, target_gpus
 from gpudoctor.findings import Finding, Status, gpu_subject

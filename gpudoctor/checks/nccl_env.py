@@ -604,7 +604,3 @@ def nccl_env(ctx: CheckContext) -> list[Finding]:
         *_ib_disable(env, ifaces),
         *_socket_ifname(env, ifaces),
     ]
-
-
-# The newer NCCL and torch settings live in their own module; importing it registers its check.
-from gpudoctor.checks import nccl_tuning  # noqa: E402, F401
