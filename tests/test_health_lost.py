@@ -96,3 +96,13 @@ def test_recorded_lost_gpu_reads_back_from_json() -> None:
     again = loads(dumps(s))
     assert again.gpu(1).unreachable == "nvmlDeviceGetHandleByIndex(1): GPU is lost"
     assert dataclasses.replace(again.gpu(1)) == s.gpu(1)
+
+
+def test_a_lost_gpu_is_not_blamed_on_its_links() -> None:
+    # Its NVLink and P2P facts are unknown: GD403 "pairs have no NVLink", GD401 "fewer links" and
+    # GD406 "no P2P" would send the user to the cabling for what GD827 explains.
+    s = lost_before_the_probe(h100(), 3)
+    results = run_checks(CheckContext(s), Selection(select=("topology", "lost_gpus")))
+    found = {(f.code, f.status) for r in results for f in r.findings}
+    assert ("GD827", Status.FAIL) in found
+    assert not [f for f in found if f[0] in ("GD401", "GD403", "GD404", "GD405", "GD406") and f[1] != Status.PASS]

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpudoctor import expectations
 from gpudoctor import topology as topo
+from gpudoctor.checks.lost_gpus import unreadable
 from gpudoctor.expectations import PCIE_GBPS_PER_LANE
 from gpudoctor.findings import Finding, Status, gpu_subject, pair_subject
 from gpudoctor.registry import CheckContext, Code, check
@@ -120,7 +121,6 @@ CODES = [MATRIX, FEWER_LINKS, NO_NVLINK_PAIRS, PCIE_WIDTH, PCIE_GEN, P2P, EXPECT
 def topology(ctx: CheckContext) -> Any:
     snap = ctx.snapshot
     indices = sorted(set(ctx.visible.nvml_indices))  # nvidia-smi order, like topo -m
-    gpus = [snap.gpu(i) for i in indices]
     labels = topo.matrix(snap, indices)
     details = {
         "tables": [topo.topo_table(snap, indices)],
@@ -140,10 +140,13 @@ def topology(ctx: CheckContext) -> Any:
             summary, message=f"{summary.message}; all-reduce should reach {figure:.0f} GB/s busbw (GD407)"
         )
     out = [summary]
-    out += _fewer_links(snap, gpus)
-    out += _pairs_without_nvlink(snap, indices)
-    out += _pcie(gpus)
-    out += _p2p(snap, indices)
+    # A GPU NVML cannot reach (GD827) has no link facts: judging its "missing" NVLink or P2P would
+    # blame the links for what is a lost GPU. The matrix above still shows it, as `?`.
+    judged = [i for i in indices if not unreadable(snap.gpu(i))]
+    out += _fewer_links(snap, [snap.gpu(i) for i in judged])
+    out += _pairs_without_nvlink(snap, judged)
+    out += _pcie([snap.gpu(i) for i in judged])
+    out += _p2p(snap, judged)
     out.append(expected)
     return out, details
 
