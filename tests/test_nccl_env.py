@@ -9,6 +9,7 @@ import pytest
 
 from gpudoctor import nccl_rules
 from gpudoctor.checks import nccl_env
+from gpudoctor.expectations import expected_busbw
 from gpudoctor.findings import Finding, Status
 from gpudoctor.nccl_rules import nccl_int
 from gpudoctor.registry import CheckContext
@@ -78,6 +79,19 @@ def test_shm_disable_costs_nothing_when_every_pair_uses_nvlink() -> None:
 def test_nvls_off_costs_nothing_on_a100() -> None:
     f = one(snap("a100_sxm_8x", NCCL_NVLS_ENABLE="0"), "GD622")
     assert f.status is Status.PASS
+
+
+def test_nvls_off_on_hopper_quotes_what_the_calibrated_model_expects_with_and_without() -> None:
+    f = one(snap("h100_sxm_8x", NCCL_NVLS_ENABLE="0"), "GD622")
+    with_nvls = expected_busbw(snap("h100_sxm_8x"), list(range(8)))
+    ring = expected_busbw(snap("h100_sxm_8x", NCCL_NVLS_ENABLE="0"), list(range(8)))
+    assert with_nvls is not None and ring is not None and with_nvls.algorithm == "nvls"
+    assert f.status is Status.WARN
+    assert f.evidence["expected_busbw_gbps"] == {
+        "nvls": round(with_nvls.busbw_gbps, 1),
+        "ring": round(ring.busbw_gbps, 1),
+    }
+    assert f"~{with_nvls.busbw_gbps:.0f} -> ~{ring.busbw_gbps:.0f} GB/s" in f.message
 
 
 def test_nvls_off_costs_nothing_with_four_gpus() -> None:

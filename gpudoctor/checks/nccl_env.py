@@ -6,6 +6,7 @@ that switch off a path this machine's hardware has, or name a network interface 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from gpudoctor import nccl_rules, topology
 from gpudoctor.checks.driver_stack import rtx40_p2p_broken
 from gpudoctor.checks.targets import listed, target_gpus, version_tuple
+from gpudoctor.expectations import expected_busbw
 from gpudoctor.findings import Finding, Status
 from gpudoctor.nccl_rules import nccl_int
 from gpudoctor.registry import CheckContext, Code, check
@@ -325,7 +327,8 @@ def _nvls_eligible(gpus: list[Gpu], paths: list[PairPath]) -> bool:
     return len(gpus) > 4 and bool(paths) and all(p.switch for p in paths) and all(hopper(g) for g in gpus)
 
 
-def _nvls(env: dict[str, str], gpus: list[Gpu], paths: list[PairPath]) -> list[Finding]:
+def _nvls(snapshot: Snapshot, gpus: list[Gpu], paths: list[PairPath]) -> list[Finding]:
+    env = snapshot.env
     value = env.get("NCCL_NVLS_ENABLE")
     if value is None or not nvls_disabled(env):
         return []
@@ -341,14 +344,21 @@ def _nvls(env: dict[str, str], gpus: list[Gpu], paths: list[PairPath]) -> list[F
                 evidence,
             )
         ]
-    evidence["expected_busbw_gbps"] = {"nvls": 480, "ring": 370}
+    # What this machine should reach with and without NVLS: the calibrated model's own figures.
+    indices = [g.index for g in gpus]
+    unset = {k: v for k, v in env.items() if k != "NCCL_NVLS_ENABLE"}
+    with_nvls = expected_busbw(dataclasses.replace(snapshot, env=unset), indices)
+    ring = expected_busbw(snapshot, indices)
+    cost = "about 1.3x slower"
+    if with_nvls is not None and ring is not None and with_nvls.algorithm == "nvls":
+        evidence["expected_busbw_gbps"] = {"nvls": round(with_nvls.busbw_gbps, 1), "ring": round(ring.busbw_gbps, 1)}
+        cost = f"~{with_nvls.busbw_gbps:.0f} -> ~{ring.busbw_gbps:.0f} GB/s busbw expected (GD407's model)"
     return [
         Finding(
             NVLS_DISABLED.code,
             Status.WARN,
             "host",
-            f"NCCL_NVLS_ENABLE=0 on {len(gpus)} NVSwitch Hopper GPUs: all-reduce loses NVLink SHARP "
-            "(~480 -> ~370 GB/s busbw, about 1.3x slower)",
+            f"NCCL_NVLS_ENABLE=0 on {len(gpus)} NVSwitch Hopper GPUs: all-reduce loses NVLink SHARP: {cost}",
             "unset NCCL_NVLS_ENABLE",
             evidence,
         )
@@ -598,7 +608,7 @@ def nccl_env(ctx: CheckContext) -> list[Finding]:
     return [
         *_p2p_disable(env, paths, rtx40_p2p_broken(ctx.snapshot, gpus)),
         *_shm_disable(env, paths),
-        *_nvls(env, gpus, paths),
+        *_nvls(ctx.snapshot, gpus, paths),
         *_p2p_level(env, paths, default_p2p(ctx.snapshot, gpus)),
         *_algo_proto(ctx.snapshot, gpus, paths),
         *_ib_disable(env, ifaces),
