@@ -1,7 +1,7 @@
 """Two runs compared: `check --baseline FILE` and `gpudoctor diff A B`.
 
 Each side is a saved `check --json` report or a snapshot. Facts (facts.py) are compared for
-changes: GPU count, models and UUIDs (GD011), driver and VBIOS (GD012), NVLink counts and PCIe
+changes: GPU count, models and UUIDs (GD011), driver, VBIOS, InfoROM and GSP firmware (GD012), NVLink counts and PCIe
 links (GD013). Measurements are compared for regressions beyond a tolerance (default 10%):
 all-reduce busbw per message size (GD014), the DDP step time (GD015), P2P copy bandwidth per pair
 (GD016). Every finding carries both values. The codes are gpudoctor's own (area 0), whatever they
@@ -43,9 +43,10 @@ GPUS = Code(
 SOFTWARE = Code(
     "GD012",
     "baseline-firmware-changed",
-    "Driver, CUDA driver version and VBIOS are those of the baseline",
-    what="Compares the NVIDIA driver version, the CUDA version the driver supports and each GPU's VBIOS "
-    "version with the baseline's.",
+    "Driver, CUDA driver version and GPU firmware are those of the baseline",
+    what="Compares the NVIDIA driver version, the CUDA version the driver supports and each GPU's VBIOS, "
+    "InfoROM image and GSP firmware version with the baseline's (GSP firmware only when the driver is "
+    "unchanged: it ships with the driver). A report that predates a field compares what both sides have.",
     why="A driver or firmware update changes NCCL's behaviour, clocks and fixes: a change in measured "
     "bandwidth after maintenance is often explained here, and nodes of one cluster should match.",
     fix="If the change was intended, refresh the baseline. Otherwise align the node with the fleet "
@@ -321,11 +322,15 @@ def compare_software(base: dict[str, Any], cur: dict[str, Any]) -> list[Finding]
         evidence = {k: {"baseline": b, "current": c} for k, (b, c) in changed.items()}
         out.append(_finding(SOFTWARE, Status.WARN, "host", f"{text} since the baseline", evidence, HINT_SOFTWARE))
     pairs, _, _ = pair_gpus(base.get("gpus", []), cur.get("gpus", []))
+    firmware = [("vbios", "VBIOS"), ("inforom_image", "InfoROM image")]
+    if "driver_version" not in changed:  # GSP firmware ships with the driver: a new driver says it already
+        firmware.append(("gsp_firmware", "GSP firmware"))
     out += _grouped(
         [
-            (_Change(SOFTWARE, Status.WARN, "vbios", "VBIOS", b["vbios"], c["vbios"], HINT_SOFTWARE), c["index"])
+            (_Change(SOFTWARE, Status.WARN, key, words, b[key], c[key], HINT_SOFTWARE), c["index"])
+            for key, words in firmware
             for b, c in pairs
-            if b.get("vbios") and c.get("vbios") and b["vbios"] != c["vbios"]
+            if b.get(key) and c.get(key) and b[key] != c[key]  # a report older than the field has none
         ]
     )
     if not out:
@@ -334,7 +339,7 @@ def compare_software(base: dict[str, Any], cur: dict[str, Any]) -> list[Finding]
                 SOFTWARE,
                 Status.PASS,
                 "host",
-                f"driver {cur.get('driver_version') or '?'} and VBIOS as in the baseline",
+                f"driver {cur.get('driver_version') or '?'} and GPU firmware as in the baseline",
                 {"driver_version": cur.get("driver_version")},
             )
         )

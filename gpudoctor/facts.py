@@ -33,6 +33,8 @@ def gpu_facts(gpu: Gpu) -> dict[str, Any]:
         "pci_bus_id": gpu.pci_bus_id,
         "memory_total_mib": _value(gpu.memory_total_mib),
         "vbios": _value(gpu.vbios),
+        "inforom_image": _value(gpu.inforom_image),
+        "gsp_firmware": _value(gpu.gsp_firmware),
         "nvlinks_active": None if links is None else sum(1 for link in links if link.active),
         "pcie_gen_max": _value(gpu.pcie_gen_max),
         "pcie_width_max": _value(gpu.pcie_width_max),

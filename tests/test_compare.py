@@ -142,6 +142,23 @@ def test_driver_and_vbios_changes_warn(tmp_path: Path, capsys: pytest.CaptureFix
     assert {f["status"] for f in found.values()} == {"warn"} and r.exit_code == 0
 
 
+def test_an_inforom_or_gsp_firmware_update_on_one_gpu_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    h100 = load("h100_sxm_8x")
+    old = h100.gpu(5)
+    assert isinstance(old.inforom_image, str) and isinstance(old.gsp_firmware, str)  # the fixture records both
+    updated = with_gpu(h100, 5, inforom_image="G520.0200.00.99", gsp_firmware="560.35.03")
+    r = diff_json(capsys, H100, write_variant(tmp_path, updated))
+    by_field = {f["evidence"].get("field"): f for f in r.findings("GD012")}
+    assert by_field["inforom_image"]["subject"] == "gpu:5"
+    assert (
+        f"InfoROM image: {old.inforom_image} in the baseline, G520.0200.00.99 now"
+        in by_field["inforom_image"]["message"]
+    )
+    assert by_field["gsp_firmware"]["status"] == "warn"
+
+
 def test_a_replaced_board_warns_on_the_same_host_and_another_host_is_not_uuid_compared(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
