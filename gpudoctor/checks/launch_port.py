@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.findings import Finding, Status
+from gpudoctor.redact import redacted
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Missing
 
@@ -77,6 +78,8 @@ def launch_port(ctx: CheckContext) -> list[Finding]:
         "free": status.free,
         "holder_pid": status.holder_pid,
         "holder_command": status.holder_command,
+        # The command line is another process's: its secrets were replaced by `[redacted]`.
+        "holder_command_redacted": redacted(status.holder_command),
         "from_env": "MASTER_PORT" in env,
     }
     if not status.resolves:

@@ -1,16 +1,232 @@
-"""The environment variables a snapshot may hold: an allow-list, never the whole environment.
+"""The environment variables a snapshot may hold: an allow-list BY NAME, never the whole environment.
 
-Anything else (tokens, passwords, cloud keys) must never reach a snapshot that users
-attach to bug reports, so variables are kept only when they are named here.
+Snapshots are attached to tickets, so a variable is kept only when it is named below: prefixes
+would let `NCCL_PASSWORD`, `TORCH_SECRET_KEY` or a site's own `CUDA_TOKEN` through. The list is
+every variable a check reads (tests/test_probe_host.py scans the checks for them) and the
+documented variables of the stack that change how a multi-GPU run behaves:
+
+- NCCL: the section titles of NCCL's user guide, docs/userguide/source/env.rst (NVIDIA/nccl
+  master, 2026-06), plus the renamed/removed names it still mentions (NCCL_IB_GDR_LEVEL,
+  NCCL_MIN_NRINGS, NCCL_MAX_NRINGS) and NCCL_COMM_ID. Left out on purpose: NCCL_SOCKET_MAGIC,
+  the value NCCL's socket handshake checks (a shared secret in all but name).
+- PyTorch: the ProcessGroupNCCL table of https://pytorch.org/docs/stable/torch_nccl_environment_variables.html,
+  their pre-2.2 NCCL_* spellings, the distributed debug switches, torchrun/torchelastic's
+  rendezvous variables and the CUDA allocator's.
+- CUDA: the runtime's device selection and debugging variables, and DCGM's list of
+  debugger/profiler variables that slow or break a run (checks/nccl_env.py DCGM_BAD_VARS).
+- Launchers: torchrun's and Slurm's job geometry.
+
+Values are kept with their credentials redacted (`gpudoctor.redact.text`): a `token=` inside
+NCCL_IB_HCA, a `user:password@` in MASTER_ADDR.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-ALLOWED_PREFIXES = ("CUDA_", "NCCL_", "TORCH_", "PYTORCH_", "ROLE_")
-ALLOWED_NAMES = frozenset(
+from gpudoctor.redact import text as redact_text
+
+NCCL_DOCUMENTED = frozenset(
     {
+        "NCCL_ALGO",
+        "NCCL_ALLOC_P2P_NET_LL_BUFFERS",
+        "NCCL_BUFFSIZE",
+        "NCCL_CGA_CLUSTER_SIZE",
+        "NCCL_CHECKS_DISABLE",
+        "NCCL_CHECK_MODE",
+        "NCCL_CHECK_POINTERS",
+        "NCCL_COLLNET_ENABLE",
+        "NCCL_COLLNET_NODE_THRESHOLD",
+        "NCCL_COMM_BLOCKING",
+        "NCCL_COMM_ID",
+        "NCCL_CONF_FILE",
+        "NCCL_CROSS_NIC",
+        "NCCL_CTA_POLICY",
+        "NCCL_CUMEM_ENABLE",
+        "NCCL_CUMEM_HOST_ENABLE",
+        "NCCL_DEBUG",
+        "NCCL_DEBUG_FILE",
+        "NCCL_DEBUG_SUBSYS",
+        "NCCL_DEBUG_TIMESTAMP_FORMAT",
+        "NCCL_DEBUG_TIMESTAMP_LEVELS",
+        "NCCL_DMABUF_ENABLE",
+        "NCCL_ENV_PLUGIN",
+        "NCCL_GRAPH_MIXING_SUPPORT",
+        "NCCL_GRAPH_REGISTER",
+        "NCCL_GRAPH_STREAM_ORDERING",
+        "NCCL_IB_ADAPTIVE_ROUTING",
+        "NCCL_IB_ADDR_FAMILY",
+        "NCCL_IB_ADDR_RANGE",
+        "NCCL_IB_AR_THRESHOLD",
+        "NCCL_IB_CUDA_SUPPORT",
+        "NCCL_IB_DISABLE",
+        "NCCL_IB_ECE_ENABLE",
+        "NCCL_IB_FIFO_TC",
+        "NCCL_IB_GDR_LEVEL",
+        "NCCL_IB_GID_INDEX",
+        "NCCL_IB_HCA",
+        "NCCL_IB_MERGE_NICS",
+        "NCCL_IB_OOO_RQ",
+        "NCCL_IB_PCI_RELAXED_ORDERING",
+        "NCCL_IB_QPS_PER_CONNECTION",
+        "NCCL_IB_RETRY_CNT",
+        "NCCL_IB_RETURN_ASYNC_EVENTS",
+        "NCCL_IB_ROCE_VERSION_NUM",
+        "NCCL_IB_SL",
+        "NCCL_IB_SPLIT_DATA_ON_QPS",
+        "NCCL_IB_TC",
+        "NCCL_IB_TIMEOUT",
+        "NCCL_IGNORE_COLLNET_MISMATCH",
+        "NCCL_IGNORE_CPU_AFFINITY",
+        "NCCL_IGNORE_NET_MISMATCH",
+        "NCCL_IPC_USE_ABSTRACT_SOCKET",
+        "NCCL_LAUNCH_MODE",
+        "NCCL_LAUNCH_ORDER_IMPLICIT",
+        "NCCL_LAUNCH_RACE_FATAL",
+        "NCCL_LEGACY_CUDA_REGISTER",
+        "NCCL_LL_THRESHOLD",
+        "NCCL_LOCAL_REGISTER",
+        "NCCL_MAX_CTAS",
+        "NCCL_MAX_NCHANNELS",
+        "NCCL_MAX_NRINGS",
+        "NCCL_MEM_SYNC_DOMAIN",
+        "NCCL_MIN_CTAS",
+        "NCCL_MIN_NCHANNELS",
+        "NCCL_MIN_NRINGS",
+        "NCCL_MNNVL_CLIQUE_ID",
+        "NCCL_MNNVL_ENABLE",
+        "NCCL_MNNVL_UUID",
+        "NCCL_MULTI_RANK_GPU_ENABLE",
+        "NCCL_NET",
+        "NCCL_NETDEVS_POLICY",
+        "NCCL_NET_GDR_C2C",
+        "NCCL_NET_GDR_LEVEL",
+        "NCCL_NET_GDR_READ",
+        "NCCL_NET_MERGE_LEVEL",
+        "NCCL_NET_MERGE_POLICY",
+        "NCCL_NET_PLUGIN",
+        "NCCL_NET_SHARED_BUFFERS",
+        "NCCL_NET_SHARED_COMMS",
+        "NCCL_NSOCKS_PERTHREAD",
+        "NCCL_NTHREADS",
+        "NCCL_NVB_DISABLE",
+        "NCCL_NVLS_ENABLE",
+        "NCCL_OOB_NET_ENABLE",
+        "NCCL_OOB_NET_IFNAME",
+        "NCCL_P2P_DIRECT_DISABLE",
+        "NCCL_P2P_DISABLE",
+        "NCCL_P2P_LEVEL",
+        "NCCL_P2P_LL_THRESHOLD",
+        "NCCL_P2P_NET_CHUNKSIZE",
+        "NCCL_P2P_PXN_LEVEL",
+        "NCCL_PROFILER_PLUGIN",
+        "NCCL_PROTO",
+        "NCCL_PXN_C2C",
+        "NCCL_PXN_DISABLE",
+        "NCCL_RAS_ADDR",
+        "NCCL_RAS_ENABLE",
+        "NCCL_RAS_TIMEOUT_FACTOR",
+        "NCCL_RUNTIME_CONNECT",
+        "NCCL_SET_STACK_SIZE",
+        "NCCL_SET_THREAD_NAME",
+        "NCCL_SHM_DISABLE",
+        "NCCL_SINGLE_RING_THRESHOLD",
+        "NCCL_SOCKET_FAMILY",
+        "NCCL_SOCKET_IFNAME",
+        "NCCL_SOCKET_NTHREADS",
+        "NCCL_SOCKET_POLL_TIMEOUT_MSEC",
+        "NCCL_SOCKET_RETRY_CNT",
+        "NCCL_SOCKET_RETRY_SLEEP_MSEC",
+        "NCCL_SYM_GIN_KERNELS_ENABLE",
+        "NCCL_TOPO_DUMP_FILE",
+        "NCCL_TOPO_FILE",
+        "NCCL_TREE_THRESHOLD",
+        "NCCL_TUNER_PLUGIN",
+        "NCCL_UID_STAGGER_RATE",
+        "NCCL_UID_STAGGER_THRESHOLD",
+        "NCCL_WIN_ENABLE",
+        # torch < 2.2 spellings of TORCH_NCCL_BLOCKING_WAIT / TORCH_NCCL_ASYNC_ERROR_HANDLING
+        "NCCL_BLOCKING_WAIT",
+        "NCCL_ASYNC_ERROR_HANDLING",
+        "NCCL_DESYNC_DEBUG",
+    }
+)
+
+TORCH_DOCUMENTED = frozenset(
+    {
+        # ProcessGroupNCCL (torch_nccl_environment_variables)
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "TORCH_NCCL_HIGH_PRIORITY",
+        "TORCH_NCCL_BLOCKING_WAIT",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT",
+        "TORCH_NCCL_DESYNC_DEBUG",
+        "TORCH_NCCL_ENABLE_TIMING",
+        "TORCH_NCCL_ENABLE_MONITORING",
+        "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+        "TORCH_NCCL_TRACE_BUFFER_SIZE",
+        "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+        "TORCH_NCCL_NAN_CHECK",
+        "TORCH_NCCL_AVOID_RECORD_STREAMS",
+        "TORCH_NCCL_COORD_CHECK_MILSEC",
+        "TORCH_NCCL_ABORT_IN_DESTROY_PG",
+        "TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK",
+        "TORCH_NCCL_USE_COMM_NONBLOCKING",
+        "TORCH_NCCL_CUDA_EVENT_CACHE",
+        "TORCH_NCCL_PROPAGATE_ERROR",
+        "TORCH_NCCL_RETHROW_CUDA_ERRORS",
+        "TORCH_NCCL_LOG_CPP_STACK_ON_UNCLEAN_SHUTDOWN",
+        # distributed debugging and logging
+        "TORCH_DISTRIBUTED_DEBUG",
+        "TORCH_CPP_LOG_LEVEL",
+        "TORCH_SHOW_CPP_STACKTRACES",
+        "TORCH_LOGS",
+        "TORCH_GLOO_LAZY_INIT",
+        "TORCH_USE_CUDA_DSA",
+        # the CUDA caching allocator and device checks
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "PYTORCH_ALLOC_CONF",
+        "PYTORCH_NO_CUDA_MEMORY_CACHING",
+        "PYTORCH_NVML_BASED_CUDA_CHECK",
+        # gloo's and tensorpipe's interface choice
+        "GLOO_SOCKET_IFNAME",
+        "GLOO_DEVICE_TRANSPORT",
+        "TP_SOCKET_IFNAME",
+    }
+)
+
+CUDA_DOCUMENTED = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "CUDA_LAUNCH_BLOCKING",
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+        "CUDA_MODULE_LOADING",
+        "CUDA_CACHE_DISABLE",
+        "CUDA_FORCE_PTX_JIT",
+        "CUDA_DISABLE_PTX_JIT",
+        "CUDA_MPS_PIPE_DIRECTORY",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_DRIVER_CAPABILITIES",
+        # DCGM's debugger/profiler list (checks/nccl_env.py DCGM_BAD_VARS)
+        "NSIGHT_CUDA_DEBUGGER",
+        "CUDA_INJECTION32_PATH",
+        "CUDA_INJECTION64_PATH",
+        "CUDA_AUTO_BOOST",
+        "CUDA_ENABLE_COREDUMP_ON_EXCEPTION",
+        "CUDA_COREDUMP_FILE",
+        "CUDA_DEVICE_WAITS_ON_EXCEPTION",
+        "CUDA_PROFILE",
+        "COMPUTE_PROFILE",
+        "OPENCL_PROFILE",
+    }
+)
+
+LAUNCHER_DOCUMENTED = frozenset(
+    {
+        # torchrun / torchelastic
         "MASTER_ADDR",
         "MASTER_PORT",
         "RANK",
@@ -19,13 +235,13 @@ ALLOWED_NAMES = frozenset(
         "LOCAL_WORLD_SIZE",
         "GROUP_RANK",
         "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_NAME",
+        "ROLE_WORLD_SIZE",
+        "TORCHELASTIC_RESTART_COUNT",
+        "TORCHELASTIC_MAX_RESTARTS",
         "NNODES",
         "OMP_NUM_THREADS",
-        # Debugger/profiler switches that slow or break a run (DCGM's list; CUDA_* ones
-        # are covered by the prefix).
-        "NSIGHT_CUDA_DEBUGGER",
-        "COMPUTE_PROFILE",
-        "OPENCL_PROFILE",
         # Slurm job geometry: how many tasks and GPUs, and where this task sits.
         "SLURM_NTASKS",
         "SLURM_NTASKS_PER_NODE",
@@ -45,10 +261,13 @@ ALLOWED_NAMES = frozenset(
     }
 )
 
+ALLOWED_NAMES = NCCL_DOCUMENTED | TORCH_DOCUMENTED | CUDA_DOCUMENTED | LAUNCHER_DOCUMENTED
+
 
 def allowed(name: str) -> bool:
-    return name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES)
+    return name in ALLOWED_NAMES
 
 
 def allowed_env(environ: Mapping[str, str]) -> dict[str, str]:
-    return {name: str(value) for name, value in sorted(environ.items()) if allowed(name)}
+    """The allow-listed variables of `environ`, their values with credentials redacted."""
+    return {name: redact_text(str(value)) for name, value in sorted(environ.items()) if allowed(name)}

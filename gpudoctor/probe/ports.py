@@ -6,6 +6,7 @@ import errno
 import socket
 
 from gpudoctor.probe.processes import command_line
+from gpudoctor.redact import text as redact_text
 from gpudoctor.snapshot import PortStatus
 
 TORCHRUN_DEFAULT_PORT = 29500
@@ -29,11 +30,16 @@ def port_holder(port: int) -> tuple[int | None, str | None]:
 
 
 def check_port(host: str, port: int) -> PortStatus:
-    """Try to bind host:port the way a c10d store would; never raises."""
+    """Try to bind host:port the way a c10d store would; never raises.
+
+    The status names the host with its credentials redacted (`user:[redacted]@10.0.0.1`): it
+    goes into snapshots and GD221/GD222 messages.
+    """
+    shown = redact_text(host)
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError, OSError):
-        return PortStatus(host=host, port=port, free=False, resolves=False)
+        return PortStatus(host=shown, port=port, free=False, resolves=False)
     family, _, _, _, addr = infos[0]
     local = family in (socket.AF_INET, socket.AF_INET6) and _is_local(addr[0])
     bind_addr = addr if local else ("", port)
@@ -43,12 +49,12 @@ def check_port(host: str, port: int) -> PortStatus:
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             pid, cmd = port_holder(port)
-            return PortStatus(host=host, port=port, free=False, holder_pid=pid, holder_command=cmd)
+            return PortStatus(host=shown, port=port, free=False, holder_pid=pid, holder_command=cmd)
         # Not an address of this machine (another node's MASTER_ADDR): we cannot judge it.
-        return PortStatus(host=host, port=port, free=True)
+        return PortStatus(host=shown, port=port, free=True)
     finally:
         sock.close()
-    return PortStatus(host=host, port=port, free=True)
+    return PortStatus(host=shown, port=port, free=True)
 
 
 def _is_local(ip: str) -> bool:

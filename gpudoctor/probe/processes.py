@@ -1,5 +1,8 @@
 """Compute processes on a GPU, with their owner and command line where we can see them.
 
+Command lines are other people's: `command_line` redacts their secrets (gpudoctor.redact) before
+they reach a snapshot, a report or a recording, and marks where it did.
+
 NVML reports host PIDs, also inside a container. In an isolated PID namespace those
 numbers mean nothing here (a local process may even have the same number), so they are
 left unresolved rather than pinned on the wrong process.
@@ -12,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from gpudoctor import redact
 from gpudoctor.probe.device import DeviceReader, convert_value
 from gpudoctor.snapshot import GpuProcess, Missing
 
@@ -51,9 +55,10 @@ def resolve(pid: int, root: Path, isolated: bool | Missing) -> tuple[int | None,
 
 
 def command_line(args: Iterable[str], limit: int = 300) -> str:
-    """A process's argv as one line: findings are one-line messages, and `python -c "..."`
-    arguments carry newlines. Whitespace runs become one space; a long line is cut with '...'."""
-    text = " ".join(" ".join(arg.split()) for arg in args)
+    """A process's argv as one line, its secrets redacted (`[redacted]`): findings are one-line
+    messages, and `python -c "..."` arguments carry newlines. Whitespace runs become one space;
+    a long line is cut with '...'."""
+    text = " ".join(" ".join(arg.split()) for arg in redact.argv(args))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -1,0 +1,164 @@
+"""Redaction: other people's secrets never reach an output; the shape of their commands does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudoctor import redact
+from gpudoctor.probe.ports import check_port
+from gpudoctor.probe.processes import command_line, resolve
+
+M = redact.MARKER
+NCCL_LINE = "NCCL INFO NCCL_IB_HCA set by environment to mlx5_0,"  # what NCCL_DEBUG=INFO prints
+
+# (argv, what it must become): secrets by option name, key=value, URL passwords, headers, random runs.
+SECRETS = [
+    (["python", "serve.py", "--api-key=sk-live-0001"], ["python", "serve.py", f"--api-key={M}"]),
+    (["python", "serve.py", "--token", "hunter2"], ["python", "serve.py", "--token", M]),
+    (["app", "--password=hunter2", "--db-password", "pw"], ["app", f"--password={M}", "--db-password", M]),
+    (["app", "--hf_token", "abc", "-secret", "x"], ["app", "--hf_token", M, "-secret", M]),
+    (["app", "--aws-secret-access-key", "wJalrXUtnFEMI/K7MDENG/bPxRfiCY"], ["app", "--aws-secret-access-key", M]),
+    (["app", "--key", "k1", "--access-key", "k2"], ["app", "--key", M, "--access-key", M]),
+    (["app", "key=abc", "API_KEY=def", "x=1"], ["app", f"key={M}", f"API_KEY={M}", "x=1"]),
+    (
+        ["git", "clone", "https://alice:s3cr3t@example.com/r.git"],
+        ["git", "clone", f"https://alice:{M}@example.com/r.git"],
+    ),
+    (["curl", "-H", "Authorization: Bearer eyJhbGciOi.x.y"], ["curl", "-H", f"Authorization: {M}"]),
+    (["curl", "-H", "X-Api-Key: zzz"], ["curl", "-H", f"X-Api-Key: {M}"]),
+    (["curl", "https://h/p?access_token=abc&n=1"], ["curl", f"https://h/p?access_token={M}&n=1"]),
+    (["run", "ghp_R4nd0mAlph4Num3r1cStr1ngOf36Chars"], ["run", f"ghp_{M}"]),
+    (["run", "hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"], ["run", f"hf_{M}"]),
+    (["run", "--data", "/mnt/x/Zm9vYmFyMTIzNDU2Nzg5MGFiY2RlZg/y"], ["run", "--data", f"/mnt/x/{M}/y"]),
+]
+
+# Realistic command lines that must come out exactly as they went in.
+UNTOUCHED = [
+    [
+        "torchrun",
+        "--nproc_per_node=8",
+        "--nnodes=2",
+        "--rdzv-endpoint=10.0.0.1:29500",
+        "--rdzv_backend=c10d",
+        "train.py",
+    ],
+    ["python", "train.py", "--model", "Meta-Llama-3.1-70B-Instruct", "--lr", "3e-4", "--seed", "-1", "--bf16"],
+    ["python", "-m", "torch.distributed.run", "--master_port=29501", "finetune.py", "--batch-size", "64"],
+    [
+        "python",
+        "eval.py",
+        "/home/u/.cache/huggingface/hub/models--meta-llama--Llama-2-7b-hf/snapshots/"
+        "8cca527612d856d7d32bd94f8103728d614eb852/config.json",
+        "--revision",
+        "8cca527612d856d7d32bd94f8103728d614eb852",
+    ],
+    ["python", "x.py", "--sort-key", "loss", "--metric_key", "acc", "--keyfile-dir", "/etc/ssl"],
+    ["docker", "run", "nvcr.io/nvidia/pytorch:24.05-py3@sha256:0123abcd", "--gpus", "all"],
+    ["python", "x.py", "--checkpoint", "checkpoints/Llama2Model7B/Epoch10Step2000/model.safetensors"],
+    ["python", "x.py", "TransformerEncoderLayerWithRotaryEmbedding", "NVIDIAGeForceRTX4090", "run-20240501-123456"],
+    ["python", "x.py", "--gpu", "GPU-5a2b3c4d-1111-2222-3333-444455556666", "--container", "0" * 64],
+    ["/usr/bin/python3", "-c", "import time; time.sleep(60)", "12345678901234567890"],
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), SECRETS, ids=[" ".join(a) for a, _ in SECRETS])
+def test_secret_values_are_redacted_and_the_shape_kept(argv: list[str], expected: list[str]) -> None:
+    assert redact.argv(argv) == expected
+
+
+@pytest.mark.parametrize("argv", UNTOUCHED, ids=[a[1] for a in UNTOUCHED])
+def test_realistic_command_lines_are_not_damaged(argv: list[str]) -> None:
+    assert redact.argv(argv) == argv
+
+
+def test_the_program_is_never_redacted() -> None:
+    program = "/opt/bin/Zm9vYmFyMTIzNDU2Nzg5MGFiY2RlZg"
+    assert redact.argv([program, "--token=x"])[0] == program
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("mlx5_0:1,mlx5_1:1,token=abc", f"mlx5_0:1,mlx5_1:1,token={M}"),
+        ("admin:hunter2@10.0.0.1", f"admin:{M}@10.0.0.1"),
+        ("eth0,ib0", "eth0,ib0"),
+        ("expandable_segments:True,max_split_size_mb:128", "expandable_segments:True,max_split_size_mb:128"),
+        ("GPU-5a2b3c4d-1111-2222-3333-444455556666,GPU-6a2b", "GPU-5a2b3c4d-1111-2222-3333-444455556666,GPU-6a2b"),
+        ("Basic checks passed; Token indices too long", "Basic checks passed; Token indices too long"),
+        (NCCL_LINE + "token=abc", NCCL_LINE + f"token={M}"),
+    ],
+)
+def test_values_keep_everything_but_their_credentials(value: str, expected: str) -> None:
+    assert redact.text(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("run", "random"),
+    [
+        ("R4nd0mAlph4Num3r1cStr1ngOf36Chars", True),  # base62
+        ("AKIA4QWE7RTY2UIO5PAS", True),  # base32-like (upper case and digits)
+        ("dGhpcyBpcyBhIHNlY3JldA", True),  # base64
+        ("8cca527612d856d7d32bd94f8103728d614eb852", False),  # a commit hash
+        ("TransformerEncoderLayerWithRotaryEmbedding", False),  # CamelCase: switches at words only
+        ("NVIDIAGeForceRTX4090xx", False),
+        ("thisisaverylonglowercaseword", False),
+        ("Short1a2B", False),  # too short to judge
+    ],
+)
+def test_the_long_random_string_rule(run: str, random: bool) -> None:
+    assert redact.looks_random(run) is random
+
+
+def test_a_command_line_says_that_it_was_redacted() -> None:
+    line = command_line(["python", "serve.py", "--api-key=sk-live-0001", "--port", "8000"])
+    assert line == f"python serve.py --api-key={M} --port 8000"
+    assert redact.redacted(line) and not redact.redacted("python serve.py")
+
+
+def test_another_process_seen_through_proc_is_redacted() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)", "--token", "tok-0000-secret", "--epochs", "3"]
+    )
+    try:
+        time.sleep(0.2)
+        _, _, command = resolve(proc.pid, Path("/"), False)
+        assert command is not None and "tok-0000-secret" not in command
+        assert command.endswith(f"--token {M} --epochs 3")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_master_port_holder_is_named_without_its_secrets() -> None:
+    code = (
+        "import socket, sys, time\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "print(s.getsockname()[1], flush=True); time.sleep(30)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "--api-key=sk-live-9999", "https://bob:pw-7777@hub.example/x"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        status = check_port("127.0.0.1", port)
+        assert not status.free and status.holder_pid == proc.pid
+        assert status.holder_command is not None
+        assert "sk-live-9999" not in status.holder_command and "pw-7777" not in status.holder_command
+        assert f"--api-key={M} https://bob:{M}@hub.example/x" in status.holder_command
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_master_addr_with_credentials_is_not_repeated_by_the_port_probe() -> None:
+    status = check_port("admin:hunter2@no-such-host.invalid", 29500)
+    assert "hunter2" not in status.host and status.host == f"admin:{M}@no-such-host.invalid"
+    assert not status.resolves
