@@ -64,22 +64,18 @@ def bench_allreduce(
     as_json: bool,
 ) -> None:
     """Sweep all-reduce sizes across one rank per GPU (or N CPU ranks); print algbw and busbw."""
-    from gpudoctor.launch import Task, launch, torchrun_env
+    from gpudoctor.launch import Task, choose_device, launch, torchrun_env
 
     gpus: list[int] = []
     uuids: list[str] = []
-    if device != "cpu" and not torchrun_env(os.environ):
+    under_launcher = torchrun_env(os.environ)  # torchrun/srun placed this rank on its GPU already
+    if device != "cpu" and not under_launcher:
         gpus, uuids = _visible_gpus()
-        if not gpus:
-            if device == "cuda":
-                raise UserError("no GPU is visible to run on", EXIT_UNAVAILABLE, "unavailable")
-            device = "cpu"
-        else:
-            device = "cuda"
-            if len(gpus) < 2:
-                raise UserError("one visible GPU: all-reduce needs at least 2", EXIT_UNAVAILABLE, "unavailable")
-    if device == "auto":
-        device = "cuda"
+    device, why_not = choose_device(device, 1 if under_launcher else len(gpus))  # the rule `check` uses too
+    if not device:
+        raise UserError(why_not, EXIT_UNAVAILABLE, "unavailable")
+    if device == "cuda" and not under_launcher and len(gpus) < 2:
+        raise UserError("one visible GPU: all-reduce needs at least 2", EXIT_UNAVAILABLE, "unavailable")
     on_gpu = device == "cuda"
     lo = parse_size(min_bytes or ("8M" if on_gpu else "64K"))
     hi = parse_size(max_bytes or ("1G" if on_gpu else "4M"))

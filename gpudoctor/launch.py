@@ -38,20 +38,24 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.procs import REAP_S, TERM_GRACE_S, terminate_groups
+from gpudoctor.signals import Stopped, deferred
 from gpudoctor.workloads.known_errors import classify
+
+if TYPE_CHECKING:
+    import subprocess
+
+# Imported where ranks start, not here: `check --quick` loads this module (the active checks
+# register with it) but never starts a rank, and every import is start-up time.
 
 GRACE_AFTER_FAILURE_S = 3.0  # how long peers of a failed rank get to report before we stop them
 TERM_WAIT_S = TERM_GRACE_S  # between SIGTERM and SIGKILL
@@ -219,6 +223,36 @@ class LaunchResult:
         }
 
 
+NO_GPU = "no GPU is visible"
+NO_GPU_AUTO = f"{NO_GPU}; `--device cpu --ranks N` runs the same machinery on CPU"
+
+
+def choose_device(requested: str, visible_gpus: int) -> tuple[str, str]:
+    """Where workloads run for `--device auto|cuda|cpu`: ("cuda" | "cpu", "") or ("", why not).
+
+    The one rule `check` and `bench` share: cpu when asked for; otherwise the GPUs, when one is
+    visible. `auto` on a machine without a visible GPU runs nothing rather than measuring the
+    CPU in place of the GPUs it was asked about; the reason says how to run on CPU.
+    """
+    if requested == "cpu":
+        return "cpu", ""
+    if visible_gpus > 0:
+        return "cuda", ""
+    return "", NO_GPU if requested == "cuda" else NO_GPU_AUTO
+
+
+def torch_missing_message() -> str | None:
+    """Why the ranks cannot import torch (a clear install hint), or None when they can."""
+    from gpudoctor.probe.software import torch_installed  # light: importlib only
+
+    if torch_installed():
+        return None
+    return (
+        f"PyTorch is not installed in {sys.executable}: the ranks run torch. Install it "
+        f"(`{Path(sys.executable).name} -m pip install torch`), or run the static checks alone with --quick"
+    )
+
+
 def torchrun_env(environ: Mapping[str, str]) -> bool:
     """True when a launcher (torchrun, srun + env) already set up a rendezvous for us."""
     return all(k in environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
@@ -231,7 +265,10 @@ def rank_env(
 
     On one node with GPUs, rank i must drive exactly the GPU gpudoctor names for it: the ranks
     get CUDA_VISIBLE_DEVICES=<UUIDs in rank order> (so cuda:i is the i-th UUID, whatever the
-    user's CUDA_DEVICE_ORDER would have made of indices) and CUDA_DEVICE_ORDER=PCI_BUS_ID. Under
+    user's CUDA_DEVICE_ORDER would have made of indices) and CUDA_DEVICE_ORDER=PCI_BUS_ID. On one
+    node with gloo (CPU), GLOO_SOCKET_IFNAME names the loopback interface: gloo otherwise listens
+    on the address the host name resolves to (a public one on most servers) for the whole run,
+    like the rendezvous store would (workloads/rank.py binds that one to loopback). Under
     torchrun/srun the user's (and launcher's) environment is left as it is.
     """
     env = dict(environ)
@@ -241,7 +278,24 @@ def rank_env(
     if device == "cuda" and not under_launcher and uuids and all(_is_uuid(u) for u in uuids):
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(uuids)
+    if device == "cpu" and not under_launcher:
+        env["GLOO_SOCKET_IFNAME"] = loopback_interface()
     return env
+
+
+def loopback_interface() -> str:
+    """The name of the interface that holds 127.0.0.1 ("lo" on Linux)."""
+    import socket
+
+    try:
+        import psutil  # lazy: only the active checks need it
+
+        for name, addrs in psutil.net_if_addrs().items():
+            if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
+                return name
+    except Exception:  # noqa: BLE001  (no psutil view of the interfaces: Linux's name)
+        pass
+    return "lo"
 
 
 def _is_uuid(text: object) -> bool:
@@ -347,20 +401,23 @@ def _apply(outcome: RankOutcome, ev: dict[str, Any], peers: list[dict[str, Any]]
 
 
 class _TermAsInterrupt:
-    """While ranks run, SIGTERM to gpudoctor unwinds like Ctrl-C so the ranks get stopped."""
+    """While ranks run, SIGTERM and SIGHUP to gpudoctor unwind like Ctrl-C so the ranks get
+    stopped (gpudoctor's CLI installs the same for its whole run: gpudoctor.signals)."""
 
     def __enter__(self) -> None:
-        self._old = None
+        self._old: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGTERM, self._raise)
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                if signal.getsignal(sig) in (signal.SIG_DFL, None):
+                    self._old[sig] = signal.signal(sig, self._raise)
 
     @staticmethod
     def _raise(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt("SIGTERM")
+        raise Stopped(signum)
 
     def __exit__(self, *exc: Any) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
 
 
 def launch(
@@ -381,12 +438,19 @@ def launch(
     reports. `gpu_uuids`: the same GPUs' UUIDs; on one node the ranks see exactly these, in this
     order (`rank_env`), so cuda:i is gpus[i].
     """
+    import shutil
+    import subprocess
+    import tempfile
+
     from gpudoctor.probe.ports import check_port
 
     env = dict(os.environ if environ is None else environ)
     backend = "nccl" if device == "cuda" else "gloo"
     start = time.monotonic()
     multi = torchrun_env(env)
+    no_torch = torch_missing_message()
+    if no_torch is not None:
+        return _setup_failed(device, backend, ranks, start, "no_torch", no_torch)
     if multi:
         local = [int(env.get("LOCAL_RANK", "0"))]
         world = int(env["WORLD_SIZE"])
@@ -406,13 +470,15 @@ def launch(
             except ValueError:
                 port = -1
             if not 0 < port < 65536:
+                from gpudoctor.redact import text as redact_text
+
                 return _setup_failed(
                     device,
                     backend,
                     world,
                     start,
                     "bad_port",
-                    f"MASTER_PORT={env['MASTER_PORT']!r} is not a port number",
+                    f"MASTER_PORT={redact_text(env['MASTER_PORT'])!r} is not a port number",
                 )
             status = check_port(host, port)
             if not status.free:
@@ -432,22 +498,6 @@ def launch(
                 )
             rendezvous = f"master_port:{port}"
 
-    outdir = Path(tempfile.mkdtemp(prefix="gpudoctor-ranks-"))
-    deadline = time.time() + timeout_s
-    spec = {
-        "tasks": [{"name": t.name, "params": t.params} for t in tasks],
-        "world_size": world,
-        "device": device,
-        "backend": backend,
-        "rendezvous": {"mode": "env"}
-        if multi
-        else {"mode": "tcpstore", "host": host, "port": port, "port_file": str(outdir / "store.port")},
-        "outdir": str(outdir),
-        "parent_pid": os.getpid(),
-        "deadline_epoch": deadline,
-        "op_timeout_s": max(1.0, timeout_s),
-    }
-    (outdir / "spec.json").write_text(json.dumps(spec))
     env = rank_env(env, device=device, gpu_uuids=gpu_uuids, under_launcher=multi)
     outcomes = [
         RankOutcome(r, lr, (gpus[lr] if gpus and lr < len(gpus) else None) if device == "cuda" else None)
@@ -456,9 +506,26 @@ def launch(
     procs: list[subprocess.Popen[bytes]] = []
     peers: list[dict[str, Any]] = []
     timed_out = None
-    stopped: set[int] = set()
+    outdir: Path | None = None
     try:
         with _TermAsInterrupt():
+            # Private (mkdtemp: 0700, an unpredictable name) and removed on every way out: the
+            # ranks' reports, logs and the rendezvous port live here.
+            outdir = Path(tempfile.mkdtemp(prefix="gpudoctor-ranks-"))
+            spec = {
+                "tasks": [{"name": t.name, "params": t.params} for t in tasks],
+                "world_size": world,
+                "device": device,
+                "backend": backend,
+                "rendezvous": {"mode": "env"}
+                if multi
+                else {"mode": "tcpstore", "host": host, "port": port, "port_file": str(outdir / "store.port")},
+                "outdir": str(outdir),
+                "parent_pid": os.getpid(),
+                "deadline_epoch": time.time() + timeout_s,
+                "op_timeout_s": max(1.0, timeout_s),
+            }
+            (outdir / "spec.json").write_text(json.dumps(spec))
             for o in outcomes:
                 log = open(outdir / f"rank{o.rank}.log", "wb")  # noqa: SIM115  (closed right after Popen)
                 try:
@@ -476,9 +543,12 @@ def launch(
                 o.pid = p.pid
             timed_out = _supervise(outcomes, procs, outdir, peers, start, timeout_s, join_share, progress, tasks)
     finally:
-        stopped = terminate_groups(procs)
-        _collect(outcomes, procs, outdir, peers, stopped)
-        shutil.rmtree(outdir, ignore_errors=True)
+        # A second Ctrl-C, SIGTERM or SIGHUP waits until the ranks are stopped and their files gone.
+        with deferred():
+            stopped = terminate_groups(procs)
+            if outdir is not None:
+                _collect(outcomes, procs, outdir, peers, stopped)
+                shutil.rmtree(outdir, ignore_errors=True)
     return LaunchResult(
         device=device,
         backend=backend,
@@ -571,6 +641,8 @@ def _collect(
     stopped: set[int],
 ) -> None:
     """Final reading after every rank is gone: decide each rank's state."""
+    from gpudoctor.redact import text as redact_text
+
     any_direct_failure = False
     for o, p in zip(outcomes, procs, strict=True):
         for ev in _Reader(outdir / f"rank{o.rank}.jsonl").read():
@@ -593,6 +665,10 @@ def _collect(
         if o.state in ("error", "exited"):
             any_direct_failure = True
     for o in outcomes:
+        # What a rank printed can hold the environment (NCCL_DEBUG=INFO echoes NCCL_IB_HCA, torch
+        # names MASTER_ADDR): it goes into findings, so it is redacted like any other text.
+        o.error = redact_text(o.error)
+        o.log_tail = redact_text(o.log_tail)
         if o.state == "unfinished":
             o.state = "aborted" if any_direct_failure else "hung"
             if not o.error:

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import subprocess  # lazy below: `check --quick` imports this module but never stops a rank
+
     import psutil
 
 TERM_GRACE_S = 2.0  # between SIGTERM and SIGKILL
@@ -116,6 +117,8 @@ def terminate_groups(
             live = _still_running(live)
         if not live:
             break
+    import subprocess
+
     end = time.monotonic() + reap_s
     for p in procs:
         try:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib
 import re
 import time
-import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -41,6 +40,7 @@ CODE_MODULES = ["gpudoctor.watch.codes", "gpudoctor.compare"]
 # Modules under gpudoctor/checks/, in the order their results are shown.
 CHECK_MODULES = [
     "nvml",
+    "torch_install",
     "driver_stack",
     "lost_gpus",
     "visibility",
@@ -231,8 +231,12 @@ class Selection:
         for token in self.select + self.ignore:
             if token in CHECKS:
                 continue
-            if token.upper().startswith("GD") and any(c.startswith(token.upper()) for c in CODES):
+            matching = [c for c in CODES if token.upper().startswith("GD") and c.startswith(token.upper())]
+            if any(CODE_OWNER[c] in CHECKS or CODE_OWNER[c] == "check" for c in matching):
                 continue
+            if matching:  # only codes another command raises (watch verdicts)
+                owner = CODE_OWNER[matching[0]]
+                raise SelectionError(f"{token!r} names `gpudoctor {owner}` codes, which `check` never gives")
             raise SelectionError(f"unknown check or code {token!r} (see `gpudoctor list-checks`)")
 
     @staticmethod
@@ -253,6 +257,8 @@ class Selection:
 
 
 def crashed(chk: Check, exc: BaseException) -> Finding:
+    import traceback  # only when a check crashed
+
     tb = traceback.extract_tb(exc.__traceback__)
     where = f"{tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else ""
     return Finding(

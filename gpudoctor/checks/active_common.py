@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpudoctor.findings import Finding, Status
-from gpudoctor.launch import LaunchResult, RankOutcome, Task, launch, torchrun_env
+from gpudoctor.launch import LaunchResult, RankOutcome, Task, choose_device, launch, torchrun_env
 from gpudoctor.registry import CHECKS, CheckContext, unmet_need
+from gpudoctor.snapshot import Missing
 
 # Sweeps: nccl-tests-like sizes on GPUs, small on CPU. NVLink machines keep rising past 1 GiB
 # (sjeaugey, nccl-tests#149: "At 512M the bandwidth is still increasing, so you should replace
@@ -43,14 +44,15 @@ class Plan:
 def plan(ctx: CheckContext) -> Plan:
     """Where the ranks run. Without a GPU and --device cuda, `no_gpu_skip` gives the finding."""
     opts = ctx.options
-    if opts.device == "cpu":
-        return Plan("cpu", opts.ranks or 2, [])
+    if isinstance(ctx.snapshot.software.torch, Missing) and ctx.snapshot.software.torch.reason == "unsupported":
+        return Plan("cpu" if opts.device == "cpu" else "cuda", 0, [], "PyTorch is not installed: see GD002")
     visible = ctx.visible
-    gpus = list(visible.nvml_indices)
-    if ctx.snapshot.driver.nvml_status != "ok" or not gpus:
-        if opts.device == "cuda":
-            return Plan("cuda", 0, [], "no GPU is visible")
-        return Plan("cpu", 0, [], "no GPU is visible; `--device cpu --ranks N` runs the same machinery on CPU")
+    gpus = list(visible.nvml_indices) if ctx.snapshot.driver.nvml_status == "ok" else []
+    device, why_not = choose_device(opts.device, len(gpus))  # the rule `bench` uses too
+    if device == "cpu":
+        return Plan("cpu", opts.ranks or 2, [])
+    if not device:
+        return Plan("cuda" if opts.device == "cuda" else "cpu", 0, [], why_not)
     if any(d.mig is not None for d in visible.devices) and len(gpus) > 1 and not opts.allow_mig:
         return Plan("cuda", 0, gpus, "MIG instances cannot join one multi-GPU process group (see GD3 findings)")
     return Plan("cuda", len(gpus), gpus, uuids=[d.uuid for d in visible.devices])

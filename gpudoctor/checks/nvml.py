@@ -46,6 +46,13 @@ def explain_init_failure(status: str, detail: str = "") -> tuple[str, str]:
     return _EXPLAIN.get(status, (f"NVML failed to initialise: {detail or status}", NVML_UNAVAILABLE.fix))
 
 
+def _no_gpu(ctx: CheckContext, message: str, hint: str, evidence: dict[str, object]) -> Finding:
+    """No usable GPU: a failure, unless the user asked for CPU ranks (then reported, not failing)."""
+    if ctx.options.device == "cpu":
+        return Finding("GD101", Status.SKIP, "host", f"{message} (not needed for --device cpu)", hint, evidence)
+    return Finding("GD101", Status.FAIL, "host", message, hint, evidence)
+
+
 @check("nvml", "NVIDIA driver and NVML", codes=[NVML_UNAVAILABLE])
 def nvml_available(ctx: CheckContext) -> list[Finding]:
     driver = ctx.snapshot.driver
@@ -54,15 +61,13 @@ def nvml_available(ctx: CheckContext) -> list[Finding]:
         evidence["detail"] = driver.nvml_detail
     if driver.nvml_status != "ok":
         message, hint = explain_init_failure(driver.nvml_status, driver.nvml_detail)
-        return [Finding("GD101", Status.FAIL, "host", message, hint, evidence)]
+        return [_no_gpu(ctx, message, hint, evidence)]
     count = len(ctx.snapshot.gpus)
     evidence["gpus"] = count
     if count == 0:
         return [
-            Finding(
-                "GD101",
-                Status.FAIL,
-                "host",
+            _no_gpu(
+                ctx,
                 "the NVIDIA driver is loaded but reports no GPUs",
                 "Check `nvidia-smi`; in a container pass the GPUs through (`--gpus all`); on "
                 "NVSwitch systems make sure nvidia-fabricmanager is running.",

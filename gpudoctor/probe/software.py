@@ -19,6 +19,8 @@ from gpudoctor.snapshot import Missing, Software
 NCCL_DISTRIBUTIONS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
 # torch/version.py: `cuda: Optional[str] = '12.4'` (older: `cuda = '11.8'`).
 _CUDA_LINE = re.compile(r"^cuda\s*(?::[^=]*)?=\s*(.+?)\s*$", re.MULTILINE)
+_VERSION_LINE = re.compile(r"^__version__\s*(?::[^=]*)?=\s*(.+?)\s*$", re.MULTILINE)
+TORCH_MISSING = "torch is not installed"
 
 
 def distribution_version(name: str) -> str | Missing:
@@ -41,19 +43,48 @@ def torch_cuda_from_text(text: str) -> str | None | Missing:
     return value if value is None or isinstance(value, str) else Missing("error", "torch/version.py: odd cuda value")
 
 
-def torch_cuda() -> str | None | Missing:
-    """torch.version.cuda without `import torch`; None for a CPU build."""
+def _torch_version_py() -> str | Missing:
+    """The text of torch/version.py, found without importing torch."""
     try:
         spec = importlib.util.find_spec("torch")  # a top-level find_spec does not run the package
     except (ImportError, ValueError) as exc:
         return Missing("error", f"cannot locate torch: {exc}")
     if spec is None or spec.origin is None:
-        return Missing("unsupported", "torch is not installed")
+        return Missing("unsupported", TORCH_MISSING)
     try:
-        text = (Path(spec.origin).parent / "version.py").read_text(encoding="utf-8")
+        return (Path(spec.origin).parent / "version.py").read_text(encoding="utf-8")
     except OSError as exc:
         return Missing("error", f"torch/version.py: {exc.strerror or exc}")
-    return torch_cuda_from_text(text)
+
+
+def torch_cuda() -> str | None | Missing:
+    """torch.version.cuda without `import torch`; None for a CPU build."""
+    text = _torch_version_py()
+    return text if isinstance(text, Missing) else torch_cuda_from_text(text)
+
+
+def torch_version() -> str | Missing:
+    """torch's version: its distribution's, else torch/version.py's (a source build on PYTHONPATH)."""
+    version = distribution_version("torch")
+    if isinstance(version, str):
+        return version
+    text = _torch_version_py()
+    if isinstance(text, Missing):
+        return text
+    match = _VERSION_LINE.search(text)
+    try:
+        value = ast.literal_eval(match.group(1)) if match else None
+    except (ValueError, SyntaxError):
+        value = None
+    return value if isinstance(value, str) else Missing("error", "torch/version.py has no __version__")
+
+
+def torch_installed() -> bool:
+    """Whether this Python can import torch (checked without importing it)."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def nccl_version() -> str | Missing:
@@ -69,7 +100,7 @@ def read_software() -> Software:
         python=platform.python_version(),
         gpudoctor=__version__,
         nvidia_ml_py=distribution_version("nvidia-ml-py"),
-        torch=distribution_version("torch"),
+        torch=torch_version(),
         torch_cuda=torch_cuda(),
         torch_nccl=nccl_version(),
     )

@@ -27,6 +27,7 @@ from typing import Any
 from gpudoctor.workloads.faults import Faults
 
 PR_SET_PDEATHSIG = 1
+LOOPBACK = "127.0.0.1"  # single-node rendezvous: never reachable from another host
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -92,6 +93,35 @@ class RankContext:
     def progress(self, message: str) -> None:
         self.events.emit("progress", message=message)
 
+    def all_gather_json(self, obj: Any) -> list[Any]:
+        """Every rank's `obj` (JSON-able), in rank order: see `all_gather_json`."""
+        return all_gather_json(obj, self.world_size, self.device)
+
+
+def all_gather_json(obj: Any, world: int, device: Any) -> list[Any]:
+    """`dist.all_gather_object` without numpy and without pickle.
+
+    torch's all_gather_object turns the received bytes back into objects with
+    `tensor.numpy()` (torch/distributed/distributed_c10d.py `_tensor_to_object`), so a torch
+    installed without numpy fails there with "Numpy is not available"; and it unpickles what
+    peers send. This sends JSON as a uint8 tensor: sizes first, then the padded payloads.
+    """
+    import torch
+    import torch.distributed as dist
+
+    payload = json.dumps(obj, separators=(",", ":")).encode("utf-8")
+    size = torch.tensor([len(payload)], dtype=torch.int64, device=device)
+    sizes = [torch.zeros_like(size) for _ in range(world)]
+    dist.all_gather(sizes, size)
+    lengths = [int(s.item()) for s in sizes]
+    longest = max(1, *lengths)
+    mine = torch.zeros(longest, dtype=torch.uint8, device=device)
+    if payload:
+        mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(device)
+    gathered = [torch.empty(longest, dtype=torch.uint8, device=device) for _ in range(world)]
+    dist.all_gather(gathered, mine)
+    return [json.loads(bytes(t[:n].cpu().tolist()).decode("utf-8")) for t, n in zip(gathered, lengths, strict=True)]
+
 
 def _device_id_supported(version: str) -> bool:
     """init_process_group(device_id=) exists from 2.3 and hangs in 2.6.0 < torch < 2.7.1 (pytorch#153960)."""
@@ -124,15 +154,31 @@ def _prewarm(task_names: Any) -> threading.Thread:
 
 
 def _store(spec: dict[str, Any], rank: int, world: int, timeout: timedelta) -> Any:
-    """Rank 0 binds the TCPStore (port 0 lets the kernel pick a free port) and tells the others."""
+    """Rank 0 opens the TCPStore on loopback only and tells the others its port.
+
+    TCPStore's server listens on every interface whatever host it is given (`ss -ltn` shows
+    `*:PORT`), unauthenticated, for the whole run; on a shared machine anyone who can reach the
+    port could read or poison the rendezvous. So rank 0 binds the listening socket itself, to
+    the loopback address (port 0 lets the kernel pick a free port, or the user's MASTER_PORT),
+    and hands it to the store (`master_listen_fd`, libuv backend). Single node only: under
+    torchrun/srun the launcher's env:// rendezvous is used instead.
+    """
     import torch.distributed as dist
 
     rdzv = spec["rendezvous"]
     port_file = Path(rdzv["port_file"])
     if rank == 0:
-        store = dist.TCPStore(rdzv["host"], int(rdzv["port"]), world, True, timeout, wait_for_workers=False)
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((LOOPBACK, int(rdzv["port"])))
+        listener.listen(max(128, world))
+        port = listener.getsockname()[1]
+        store = dist.TCPStore(
+            LOOPBACK, port, world, True, timeout, wait_for_workers=False, master_listen_fd=listener.fileno()
+        )
+        listener.detach()  # the store owns the descriptor now
         tmp = port_file.with_suffix(".tmp")
-        tmp.write_text(str(store.port))
+        tmp.write_text(str(port))
         tmp.replace(port_file)
         return store
     deadline = time.monotonic() + timeout.total_seconds()
@@ -140,7 +186,7 @@ def _store(spec: dict[str, Any], rank: int, world: int, timeout: timedelta) -> A
         if time.monotonic() > deadline:
             raise TimeoutError("timed out waiting for rank 0 to open the rendezvous store")
         time.sleep(0.02)
-    return dist.TCPStore(rdzv["host"], int(port_file.read_text()), world, False, timeout)
+    return dist.TCPStore(LOOPBACK, int(port_file.read_text()), world, False, timeout)
 
 
 def main(argv: list[str]) -> int:
@@ -206,8 +252,7 @@ def main(argv: list[str]) -> int:
             "node_rank": int(os.environ.get("GROUP_RANK", "0")),
             "device": str(device),
         }
-        peers: list[Any] = [None] * world
-        dist.all_gather_object(peers, me)
+        peers = all_gather_json(me, world, device)
         events.emit("peers", peers=peers)
         faults.at("joined")  # after the first collective, so the peers are left waiting in the next
 
@@ -226,8 +271,7 @@ def main(argv: list[str]) -> int:
 
         phase = "shutdown"
         t0 = time.perf_counter()
-        done: list[Any] = [None] * world
-        dist.all_gather_object(done, rank)  # every rank reached the end
+        done = all_gather_json(rank, world, device)  # every rank reached the end
         dist.destroy_process_group()
         events.emit("done", shutdown_s=time.perf_counter() - t0, finished_ranks=done)
         return 0

@@ -1,0 +1,132 @@
+"""First use after `pip install gpudoctor`: no numpy needed, a missing torch named with its install,
+`--device cpu` on a machine without a driver, and one rule for the default device."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from gpudoctor.checks import active_common
+from gpudoctor.checks.nvml import nvml_available
+from gpudoctor.checks.torch_install import torch_install
+from gpudoctor.findings import Status
+from gpudoctor.launch import NO_GPU_AUTO, choose_device, launch, rank_env
+from gpudoctor.registry import CheckContext, CheckOptions
+from gpudoctor.snapshot import Missing
+from tests.clirun import fixture, load, run_cli
+from tests.conftest import REPO
+
+FAKE_SITE = str(REPO / "tests" / "fakes" / "site")
+
+
+def gpudoctor(*args: str, hide: str = "", timeout: float = 200) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "GPUDOCTOR_FAULT", "RANK", "WORLD_SIZE")}
+    env.update(OMP_NUM_THREADS="1")
+    if hide:
+        env.update(PYTHONPATH=FAKE_SITE, GPUDOCTOR_TEST_HIDE=hide)
+    return subprocess.run(
+        [sys.executable, "-m", "gpudoctor", *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout
+    )
+
+
+# -- numpy ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_active_checks_pass_without_numpy() -> None:
+    """torch's all_gather_object needs numpy ("Numpy is not available"); the ranks gather JSON instead."""
+    out = gpudoctor("check", "--device", "cpu", "--ranks", "2", "--json", hide="numpy")
+    assert "Numpy is not available" not in out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    statuses = {
+        f["code"]: f["status"] for c in doc["checks"] for f in c["findings"] if c["name"] in ("allreduce", "ddp")
+    }
+    assert statuses and set(statuses.values()) == {"pass"}, statuses
+    assert out.returncode == 0, out.stderr
+
+
+# -- torch ---------------------------------------------------------------------------------
+
+
+def test_a_missing_torch_is_one_finding_that_names_the_install() -> None:
+    out = gpudoctor("check", "--device", "cpu", "--ranks", "2", hide="torch", timeout=60)
+    assert out.returncode == 1
+    assert "FAIL GD002 host       PyTorch is not installed in this Python" in out.stdout
+    assert "pip install torch" in out.stdout
+    assert "--timeout" not in out.stdout, "a missing torch is not a slow machine"
+    assert "skipped: PyTorch is not installed: see GD002" in out.stdout
+    assert "... starting" not in out.stderr, "ranks were started without torch"
+
+
+def test_bench_without_torch_says_so_in_one_line() -> None:
+    out = gpudoctor("bench", "allreduce", "--device", "cpu", hide="torch", timeout=60)
+    assert out.returncode == 3
+    assert out.stderr.startswith("gpudoctor: the sweep did not start: PyTorch is not installed in ")
+    assert "pip install torch" in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_launch_without_torch_starts_no_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpudoctor.probe import software
+
+    monkeypatch.setattr(software, "torch_installed", lambda: False)
+    result = launch([], device="cpu", ranks=2, timeout_s=5)
+    assert result.ranks == [] and result.setup_error is not None
+    assert result.setup_error["kind"] == "no_torch" and "pip install torch" in result.setup_error["message"]
+
+
+@pytest.mark.parametrize(("quick", "status"), [(False, Status.FAIL), (True, Status.WARN)])
+def test_gd002_fails_a_run_that_needs_torch_and_warns_otherwise(quick: bool, status: Status) -> None:
+    s = load("h100_sxm_8x")
+    gone = replace(s, software=replace(s.software, torch=Missing("unsupported", "torch is not installed")))
+    (f,) = torch_install(CheckContext(gone, CheckOptions(quick=quick)))
+    assert f.code == "GD002" and f.status is status
+    (ok,) = torch_install(CheckContext(s, CheckOptions(quick=quick)))
+    assert ok.status is Status.PASS and ok.message == "torch 2.4.1+cu124 is installed"
+
+
+# -- --device cpu without a driver -------------------------------------------------------------
+
+
+def test_gd101_is_reported_but_does_not_fail_a_cpu_run() -> None:
+    s = load("no_driver")
+    (cpu,) = nvml_available(CheckContext(s, CheckOptions(device="cpu")))
+    assert cpu.status is Status.SKIP and "not needed for --device cpu" in cpu.message
+    (auto,) = nvml_available(CheckContext(s, CheckOptions()))
+    assert auto.status is Status.FAIL
+
+
+def test_check_device_cpu_on_a_driverless_snapshot_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    r = run_cli(capsys, "check", "--snapshot", str(fixture("no_driver")), "--device", "cpu", "--json")
+    assert r.exit_code == 0 and r.one("GD101")["status"] == "skip"
+    assert run_cli(capsys, "check", "--snapshot", str(fixture("no_driver"))).exit_code == 1
+
+
+# -- one default device -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("requested", "gpus", "device"),
+    [("auto", 8, "cuda"), ("auto", 0, ""), ("cuda", 2, "cuda"), ("cuda", 0, ""), ("cpu", 8, "cpu"), ("cpu", 0, "cpu")],
+)
+def test_choose_device(requested: str, gpus: int, device: str) -> None:
+    assert choose_device(requested, gpus)[0] == device
+
+
+def test_check_and_bench_choose_alike_without_a_gpu() -> None:
+    """On this driverless machine `--device auto` runs nothing in both, and both say how to run on CPU."""
+    plan = active_common.plan(CheckContext(load("no_driver"), CheckOptions(device="auto")))
+    assert plan.ranks == 0 and plan.skip == NO_GPU_AUTO
+    out = gpudoctor("bench", "allreduce", timeout=60)
+    assert out.returncode == 3 and out.stderr == f"gpudoctor: {NO_GPU_AUTO}\n"
+
+
+def test_single_node_cpu_ranks_use_loopback_for_gloo() -> None:
+    env = rank_env({"GLOO_SOCKET_IFNAME": "eth0"}, device="cpu", gpu_uuids=None, under_launcher=False)
+    assert env["GLOO_SOCKET_IFNAME"] in ("lo", "lo0")
+    launched = rank_env({"GLOO_SOCKET_IFNAME": "eth0"}, device="cpu", gpu_uuids=None, under_launcher=True)
+    assert launched["GLOO_SOCKET_IFNAME"] == "eth0", "torchrun/srun runs keep the user's interface"
