@@ -1,4 +1,9 @@
-"""The `gpudoctor` command: click wiring only; the work lives in probe/, checks/, render/."""
+"""The `gpudoctor` command: click wiring only; the work lives in probe/, checks/, render/.
+
+Start-up is part of the interface (`check --quick` gates CI jobs; benchmarks/check_quick.py):
+each command imports what it needs when it runs, and `watch`, `report` and `bench` are loaded
+only when named (`LazyGroup`).
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,14 @@ import errno
 import json
 import os
 import sys
+from importlib import import_module
 from typing import Any
 
 import click
 
-from gpudoctor import __version__
-from gpudoctor.cli_types import FiniteFloat
-from gpudoctor.errors import EXIT_INTERRUPTED, EXIT_UNAVAILABLE, EXIT_USAGE, UserError
+from gpudoctor import __version__, signals
+from gpudoctor.cli_types import FiniteFloat, NonEmpty
+from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError, error_document, wants_json
 
 EXIT_CODES_HELP = """\b
 Exit codes:
@@ -20,13 +26,46 @@ Exit codes:
   1  a finding at or above --fail-on (an `error` finding counts as fail)
   2  usage error: bad option, unknown code, unusable input file
   3  gpudoctor could not run at all (e.g. cannot write its output)
-  130  interrupted"""
+  129  hung up (SIGHUP: the terminal or SSH session closed)
+  130  interrupted (Ctrl-C, SIGTERM)"""
+
+# Commands that live beside their subsystem, imported only when named: "name" -> "module:attribute".
+LAZY_COMMANDS = {
+    "bench": "gpudoctor.cli_bench:bench",
+    "report": "gpudoctor.watch.command:report",
+    "watch": "gpudoctor.watch.command:watch",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
+class LazyGroup(click.Group):
+    """A click group whose subcommands in LAZY_COMMANDS are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS and cmd_name not in self.commands:
+            module, attribute = LAZY_COMMANDS[cmd_name].split(":")
+            self.add_command(getattr(import_module(module), attribute), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
 @click.version_option(__version__, prog_name="gpudoctor")
 def main() -> None:
     """Is this machine ready for multi-GPU PyTorch training, and is the run balanced?"""
+
+
+FILE_NAME = NonEmpty("a file name")
+CODE_LIST = NonEmpty("codes, prefixes or check names", items=True)
+COLOR = click.option(
+    "--color",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Style the text output: auto = on a terminal unless NO_COLOR is set.",
+)
+QUIET = click.option("-q", "--quiet", is_flag=True, help="Show only what is not a pass, and the summary line.")
 
 
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -34,11 +73,21 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
 
 
 @main.command(epilog=EXIT_CODES_HELP)
-@click.option("--snapshot", "snapshot_path", metavar="FILE", help="Check a recorded snapshot instead of this machine.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: gpudoctor/schemas).")
-@click.option("--junit", "junit_path", metavar="FILE", help="Also write the findings as JUnit XML.")
 @click.option(
-    "--prometheus", "prometheus_path", metavar="FILE", help="Also write metrics for node_exporter's textfile collector."
+    "--snapshot",
+    "snapshot_path",
+    type=FILE_NAME,
+    metavar="FILE",
+    help="Check a recorded snapshot instead of this machine.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: gpudoctor/schemas).")
+@click.option("--junit", "junit_path", type=FILE_NAME, metavar="FILE", help="Also write the findings as JUnit XML.")
+@click.option(
+    "--prometheus",
+    "prometheus_path",
+    type=FILE_NAME,
+    metavar="FILE",
+    help="Also write metrics for node_exporter's textfile collector.",
 )
 @click.option(
     "--github/--no-github",
@@ -66,8 +115,12 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     metavar="FRACTION",
     help="Share of free GPU memory level 3's memory test writes and verifies (default 0.8).",
 )
-@click.option("--select", multiple=True, metavar="CODES", help="Only these codes, prefixes (GD4) or check names.")
-@click.option("--ignore", multiple=True, metavar="CODES", help="Leave out these codes, prefixes or check names.")
+@click.option(
+    "--select", multiple=True, type=CODE_LIST, metavar="CODES", help="Only these codes, prefixes (GD4) or check names."
+)
+@click.option(
+    "--ignore", multiple=True, type=CODE_LIST, metavar="CODES", help="Leave out these codes, prefixes or check names."
+)
 @click.option("--expect-gpus", type=click.IntRange(min=1), help="Fail when fewer GPUs are visible.")
 @click.option("--expect-model", metavar="NAME", help="Fail when a visible GPU's name does not contain NAME (GD010).")
 @click.option("--fail-on", type=click.Choice(["warn", "fail"]), help="What makes the exit code 1.  [default: fail]")
@@ -99,16 +152,21 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     metavar="GiB",
     help="Host RAM wanted per visible GPU (GD501).  [default: 16]",
 )
-@click.option("--baseline", metavar="FILE", help="Compare with a saved `check --json` report or a snapshot.")
+@click.option(
+    "--baseline", type=FILE_NAME, metavar="FILE", help="Compare with a saved `check --json` report or a snapshot."
+)
 @click.option("--tolerance", metavar="N%", help="Regression allowed against --baseline.  [default: 10%]")
 @click.option(
     "--config",
     "config_path",
+    type=FILE_NAME,
     metavar="FILE",
     help="Policy file (default: gpudoctor.toml or pyproject.toml found upwards).",
 )
 @click.option("--no-config", is_flag=True, help="Use no policy file.")
 @click.option("-v", "--verbose", count=True, help="-v: every check with its tables; -vv: passing findings too.")
+@QUIET
+@COLOR
 def check(
     snapshot_path: str | None,
     as_json: bool,
@@ -135,6 +193,8 @@ def check(
     config_path: str | None,
     no_config: bool,
     verbose: int,
+    quiet: bool,
+    color: str,
 ) -> None:
     """Check that this machine (or a recorded snapshot) is ready for a multi-GPU run."""
     from gpudoctor.api import run_checks
@@ -142,8 +202,9 @@ def check(
 
     if config_path and no_config:
         raise UserError("--config and --no-config contradict each other", EXIT_USAGE, "usage")
-    quiet = _quiet_rank(os.environ)
-    outputs = Outputs(junit_path, prometheus_path, github) if not quiet else Outputs(github=False)
+    _quiet_and_verbose(quiet, verbose)
+    other_rank = _quiet_rank(os.environ)
+    outputs = Outputs(junit_path, prometheus_path, github) if not other_rank else Outputs(github=False)
     outputs.precheck()
     report = run_checks(
         snapshot=snapshot_path,
@@ -166,17 +227,24 @@ def check(
         tolerance=tolerance,
         config=config_path,
         use_config=not no_config,
-        progress=_progress_printer(as_json),
+        progress=_progress_printer(as_json or quiet),
     )
-    if quiet:
+    if other_rank:
         # torchrun merges its local ranks' stdout: one report per node keeps --json parseable.
         counts = ", ".join(f"{n} {s}" for s, n in report.counts().items() if n)
-        click.echo(f"gpudoctor: {quiet}: {counts}; local rank 0 prints the report", err=True)
+        click.echo(f"gpudoctor: {other_rank}: {counts}; local rank 0 prints the report", err=True)
         sys.exit(report.exit_code)
-    _print_report(report, as_json, verbose, outputs)
+    _print_report(report, as_json, verbose, outputs, quiet, color)
 
 
-def _print_report(report: Any, as_json: bool, verbose: int, outputs: Any) -> None:
+def _quiet_and_verbose(quiet: bool, verbose: int) -> None:
+    if quiet and verbose:
+        raise UserError("-q/--quiet and -v/--verbose ask for opposite things; give one", EXIT_USAGE, "usage")
+
+
+def _print_report(
+    report: Any, as_json: bool, verbose: int, outputs: Any, quiet: bool = False, color: str = "auto"
+) -> None:
     """Side outputs, then the report; an output that failed is a line on stderr and exit 3."""
     problems = outputs.write(report, sys.stderr)
     _verdict[0] = EXIT_UNAVAILABLE if problems else report.exit_code  # what a closed pipe still exits with
@@ -185,9 +253,9 @@ def _print_report(report: Any, as_json: bool, verbose: int, outputs: Any) -> Non
 
         click.echo(dumps(report_document(report)), nl=False)
     else:
-        from gpudoctor.render.text import render_report
+        from gpudoctor.render.text import TextOptions, make_console, render_report  # rich: the text report only
 
-        render_report(report, _console(), verbose=verbose)
+        render_report(report, make_console(color), options=TextOptions(verbose=verbose, quiet=quiet))
     for problem in problems:
         click.echo(f"gpudoctor: {problem}", err=True)
     sys.exit(_verdict[0])
@@ -199,12 +267,20 @@ def _print_report(report: Any, as_json: bool, verbose: int, outputs: Any) -> Non
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: gpudoctor/schemas).")
 @click.option("--tolerance", metavar="N%", help="Regression allowed from A to B.  [default: 10%]")
 @click.option("--fail-on", type=click.Choice(["warn", "fail"]), help="What makes the exit code 1.  [default: fail]")
-@click.option("--ignore", multiple=True, metavar="CODES", help="Leave out these codes (GD011-GD016).")
-@click.option("--junit", "junit_path", metavar="FILE", help="Also write the findings as JUnit XML.")
+@click.option("--ignore", multiple=True, type=CODE_LIST, metavar="CODES", help="Leave out these codes (GD011-GD016).")
+@click.option("--junit", "junit_path", type=FILE_NAME, metavar="FILE", help="Also write the findings as JUnit XML.")
 @click.option("--github/--no-github", "github", default=None, help="GitHub Actions summary and annotations.")
-@click.option("--config", "config_path", metavar="FILE", help="Policy file for tolerance, fail-on, ignore, severity.")
+@click.option(
+    "--config",
+    "config_path",
+    type=FILE_NAME,
+    metavar="FILE",
+    help="Policy file for tolerance, fail-on, ignore, severity.",
+)
 @click.option("--no-config", is_flag=True, help="Use no policy file.")
 @click.option("-v", "--verbose", count=True, help="-v: every comparison; -vv: passing findings too.")
+@QUIET
+@COLOR
 def diff(
     before: str,
     after: str,
@@ -217,6 +293,8 @@ def diff(
     config_path: str | None,
     no_config: bool,
     verbose: int,
+    quiet: bool,
+    color: str,
 ) -> None:
     """Compare two saved reports (`check --json`) or snapshots: A the reference, B the one judged.
 
@@ -228,6 +306,7 @@ def diff(
 
     if config_path and no_config:
         raise UserError("--config and --no-config contradict each other", EXIT_USAGE, "usage")
+    _quiet_and_verbose(quiet, verbose)
     outputs = Outputs(junit_path, None, github)
     outputs.precheck()
     report = diff_report(
@@ -239,11 +318,13 @@ def diff(
         config=config_path,
         use_config=not no_config,
     )
-    _print_report(report, as_json, verbose, outputs)
+    _print_report(report, as_json, verbose, outputs, quiet, color)
 
 
 def _quiet_rank(environ: Any) -> str | None:
     """Under torchrun/srun, every local rank but 0 leaves the report to local rank 0."""
+    if "RANK" not in environ:  # not under a launcher: nothing to import (start-up time)
+        return None
     from gpudoctor.launch import torchrun_env  # torch-free
 
     if torchrun_env(environ) and environ.get("LOCAL_RANK", "0").strip() not in ("", "0"):
@@ -251,25 +332,18 @@ def _quiet_rank(environ: Any) -> str | None:
     return None
 
 
-def _console() -> Any:
-    from rich.console import Console
-
-    # Piped output is not wrapped at 80 columns: a log or CI artifact keeps one finding per line.
-    return Console(highlight=False, no_color="NO_COLOR" in os.environ, soft_wrap=not sys.stdout.isatty())
-
-
-def _progress_printer(as_json: bool) -> Any:
+def _progress_printer(silent: bool) -> Any:
     """Active checks say what they are doing; on stderr, so JSON on stdout stays clean."""
 
     def progress(message: str) -> None:
-        if not as_json:
+        if not silent:
             click.echo(f"  ... {message}", err=True)
 
     return progress
 
 
 @main.command("snapshot")
-@click.option("-o", "--output", metavar="FILE", help="Write to FILE instead of standard output.")
+@click.option("-o", "--output", type=FILE_NAME, metavar="FILE", help="Write to FILE instead of standard output.")
 def snapshot_cmd(output: str | None) -> None:
     """Record this machine's GPUs, host and allow-listed environment as JSON."""
     from gpudoctor import snapshot as snap
@@ -287,47 +361,36 @@ def snapshot_cmd(output: str | None) -> None:
 
 
 @main.command("list-checks")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 def list_checks(as_json: bool) -> None:
-    """List every check and the finding codes it can give."""
-    from gpudoctor.registry import CHECKS, LEVELS, load_all
+    """List every finding code, sorted by code: the check (or command) that raises it and its title."""
+    from gpudoctor.explain import code_rows
 
-    load_all()
-    rows = [
-        {"code": c.code, "name": c.name, "check": chk.name, "active": chk.active, "level": chk.level, "title": c.title}
-        for chk in CHECKS.values()
-        for c in chk.codes
-    ]
+    rows = code_rows()
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     for r in rows:
-        kind = LEVELS[r["level"]]
-        click.echo(f"{r['code']}  {r['check']:<14} {kind:<6}  {r['title']}")
+        click.echo(f"{r['code']}  {r['check']:<14} {r['kind']:<6}  {r['title']}")
 
 
 @main.command()
 @click.argument("code")
-def explain(code: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the explanation as one JSON document.")
+def explain(code: str, as_json: bool) -> None:
     """Explain a finding code: what it checks, why it matters, how to fix it."""
-    from gpudoctor.explain import explain_text
+    from gpudoctor.explain import explain_doc, explain_text
 
-    text = explain_text(code.upper())
+    if as_json:
+        doc = explain_doc(code.strip().upper())
+        if doc is None:
+            raise UserError(f"unknown finding code {code!r} (see `gpudoctor list-checks`)", EXIT_USAGE, "usage")
+        click.echo(json.dumps(doc, indent=2))
+        return
+    text = explain_text(code.strip().upper())
     if text is None:
         raise UserError(f"unknown finding code {code!r} (see `gpudoctor list-checks`)", EXIT_USAGE, "usage")
     click.echo(text, nl=False)
-
-
-def _wants_json(argv: list[str]) -> bool:
-    """--json given to gpudoctor itself, not to a command it follows (`watch -- cmd --json`)."""
-    ours = argv[: argv.index("--")] if "--" in argv else argv
-    return "--json" in ours
-
-
-def _error_document(argv: list[str], kind: str, message: str, exit_code: int) -> str:
-    command = next((a for a in argv if not a.startswith("-")), "")
-    doc = {"schema_version": 1, "command": command, "exit_code": exit_code, "error": {"kind": kind, "message": message}}
-    return json.dumps(doc, indent=2) + "\n"
 
 
 class OutputError(Exception):
@@ -376,6 +439,16 @@ _verdict: list[int] = [0]
 def run(argv: list[str] | None = None) -> None:
     """Entry point: every failure ends as one line (or one JSON document) and an exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    signals.install()  # SIGTERM/SIGHUP unwind like Ctrl-C: ranks stopped, files removed, a report of why
+    for stream in (sys.stdout, sys.stderr):
+        # A snapshot's text (a lone surrogate, a non-ASCII host name) that the terminal's encoding
+        # cannot show is shown as "?"; it never turns into "cannot write to standard output".
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="replace")
+            except (ValueError, OSError):
+                pass
     sys.stdout = GuardedStdout(sys.stdout)  # type: ignore[assignment]
     try:
         main.main(args=argv, prog_name="gpudoctor", standalone_mode=False)
@@ -385,8 +458,10 @@ def run(argv: list[str] | None = None) -> None:
         _fail(argv, exc.kind, str(exc), exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        _fail(argv, "interrupted", "interrupted", EXIT_INTERRUPTED, newline=True)
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        # click turns an interruption inside a command into Abort, after ending the ^C line itself
+        newline = not isinstance(exc, click.exceptions.Abort)
+        _fail(argv, "interrupted", signals.describe(exc), signals.exit_code(exc), newline=newline)
     except click.ClickException as exc:
         _fail(argv, "usage", _one_line_usage(exc), exc.exit_code)
     except Exception as exc:  # noqa: BLE001  (never a traceback; GPUDOCTOR_DEBUG=1 shows it)
@@ -426,23 +501,22 @@ def _output_failed(exc: OutputError) -> None:
 
 
 def _fail(argv: list[str], kind: str, message: str, exit_code: int, newline: bool = False) -> None:
-    if _wants_json(argv):
+    """One line on stderr (and the JSON error document under --json), then exit.
+
+    Held back meanwhile: a second Ctrl-C, SIGTERM or SIGHUP would cut the document in half. A
+    run that was stopped keeps its exit code even when its terminal is gone (SIGHUP: stdout and
+    stderr then fail with EIO): the code is what is left to say why it ended.
+    """
+    with signals.deferred():
+        stopped = kind == "interrupted"
+        if wants_json(argv):
+            try:
+                click.echo(error_document(argv, kind, message, exit_code), nl=False)
+            except OutputError as exc:
+                if not stopped:
+                    _output_failed(exc)
         try:
-            click.echo(_error_document(argv, kind, message, exit_code), nl=False)
-        except OutputError as exc:
-            _output_failed(exc)
-    click.echo(f"{chr(10) if newline else ''}gpudoctor: {message}", err=True)
+            click.echo(f"{chr(10) if newline else ''}gpudoctor: {message}", err=True)
+        except (OSError, ValueError):
+            pass  # no stderr left to say it on
     sys.exit(exit_code)
-
-
-def register_subcommands() -> None:
-    """Commands that live beside their subsystem (watch, bench) are added here."""
-    from gpudoctor.watch.command import register as register_watch  # light: click only, textual is lazy
-
-    register_watch(main)
-    from gpudoctor.cli_bench import bench  # light: the ranks import torch, this process does not
-
-    main.add_command(bench)
-
-
-register_subcommands()

@@ -36,6 +36,8 @@ CODE_RE = re.compile(r"^GD\d{3}$")
 
 # Modules that declare finding codes raised outside `gpudoctor check` (watch verdicts).
 CODE_MODULES = ["gpudoctor.watch.codes", "gpudoctor.compare"]
+# Owners of codes that `gpudoctor check` never gives (list-checks and explain say so; --select refuses them).
+NOT_IN_CHECK = frozenset({"watch"})
 
 # Modules under gpudoctor/checks/, in the order their results are shown.
 CHECK_MODULES = [
@@ -232,7 +234,7 @@ class Selection:
             if token in CHECKS:
                 continue
             matching = [c for c in CODES if token.upper().startswith("GD") and c.startswith(token.upper())]
-            if any(CODE_OWNER[c] in CHECKS or CODE_OWNER[c] == "check" for c in matching):
+            if any(CODE_OWNER[c] not in NOT_IN_CHECK for c in matching):
                 continue
             if matching:  # only codes another command raises (watch verdicts)
                 owner = CODE_OWNER[matching[0]]

@@ -18,6 +18,10 @@ prepared. The rules, for every output:
 `write_text` is for documents written whole; `open_stream` for files written line by line
 (`watch --record`): the stream is a new file from its first byte, renamed into place at once,
 so it never truncates an existing inode either.
+
+`read_text` is for input files (snapshots, recordings): only a regular file is read (a FIFO
+would block until someone writes to it, `/dev/zero` never ends), opened without blocking, and
+never more than a cap, so a wrong path is one clear message instead of a hang or a full memory.
 """
 
 from __future__ import annotations
@@ -25,11 +29,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import IO
 
-__all__ = ["check_target", "open_stream", "write_text"]
+__all__ = ["InputFileError", "check_target", "open_stream", "read_text", "write_text"]
+
+MIB = 1 << 20
 
 
 def _umask() -> int:
@@ -66,6 +71,8 @@ def _open_in_place(path: Path) -> IO[str]:
 
 def _new_beside(path: Path, st: os.stat_result | None) -> tuple[IO[str], Path]:
     """A new, empty, exclusively created file in `path`'s directory, and its name."""
+    import tempfile  # lazy: reading a snapshot (the start-up path) never writes
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     mode = stat.S_IMODE(st.st_mode) if st is not None and stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
     try:
@@ -114,3 +121,37 @@ def open_stream(path: str | Path) -> IO[str]:
         tmp.unlink(missing_ok=True)
         raise
     return out
+
+
+class InputFileError(OSError):
+    """An input file gpudoctor will not read; str() is the one-line reason (no path)."""
+
+
+def read_text(path: str | Path, limit: int) -> str:
+    """The UTF-8 text of the regular file at `path`, refusing anything else and more than `limit` bytes.
+
+    Raises FileNotFoundError, IsADirectoryError, PermissionError (as open does), InputFileError
+    for a file that is not regular or too large, UnicodeDecodeError for a file that is not text.
+    """
+    # O_NONBLOCK: opening a FIFO for reading would wait for a writer; it is refused below instead.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) else "not a file"
+            raise InputFileError(errno.EINVAL, f"is {kind}, not a regular file")
+        chunks = []
+        total = 0
+        while total <= limit:  # the size stat gives may change while we read (a file being written)
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise InputFileError(errno.EFBIG, f"is larger than {limit // MIB} MiB")
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8")

@@ -472,9 +472,17 @@ def loads(text: str) -> Snapshot:
     return from_jsonable(data)
 
 
+# A snapshot of 8 GPUs is about 60 KB; a file this large is something else (/dev/zero, a log).
+MAX_SNAPSHOT_BYTES = 32 << 20
+
+
 def load(path: str | Path) -> Snapshot:
+    from gpudoctor.safe_io import InputFileError, read_text
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_text(path, MAX_SNAPSHOT_BYTES)
+    except InputFileError as exc:
+        raise SnapshotError(f"{path}: {exc.strerror}") from None
     except FileNotFoundError:
         raise SnapshotError(f"{path}: no such file") from None
     except IsADirectoryError:

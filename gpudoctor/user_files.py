@@ -11,9 +11,19 @@ class UserFileError(ValueError):
     """Why a named file cannot be used, in a few words ("no such file", "not valid JSON: ...")."""
 
 
+# A policy or a saved report is kilobytes; a file this large is something else (a log, /dev/zero).
+MAX_BYTES = 32 << 20
+
+
 def read_text(path: str | Path) -> str:
+    """The file's text: a regular file only (a FIFO would block, /dev/zero never end), at most MAX_BYTES."""
+    from gpudoctor.safe_io import InputFileError
+    from gpudoctor.safe_io import read_text as read_regular
+
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return read_regular(path, MAX_BYTES)
+    except InputFileError as exc:
+        raise UserFileError(exc.strerror) from None
     except FileNotFoundError:
         raise UserFileError("no such file") from None
     except IsADirectoryError:

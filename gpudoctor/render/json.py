@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from importlib import resources
 from typing import Any
 
 from gpudoctor.findings import Report
@@ -18,5 +17,7 @@ def dumps(doc: dict[str, Any]) -> str:
 
 
 def report_schema() -> dict[str, Any]:
+    from importlib import resources  # lazy: only the tests and tools read the schema
+
     text = resources.files("gpudoctor.schemas").joinpath("report.schema.json").read_text("utf-8")
     return json.loads(text)

@@ -5,16 +5,35 @@ Mapping (docs/gates.md): `fail` -> <failure>; `error` (the check crashed) -> <er
 whose <system-out> starts with "warning:"; `pass` -> a passing test case. Test case names are
 "<code> <subject>", made unique within their suite with " #2", " #3"... in report order:
 GitLab keeps only the first of two test cases with the same name.
+
+Text from a snapshot (a GPU name, a host name, a process's command line) can hold characters
+XML 1.0 cannot carry at all, escaped or not: control characters and lone surrogates. They
+become U+FFFD, so the file always parses (ElementTree would write them as they are).
 """
 
 from __future__ import annotations
 
 import io
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from gpudoctor.findings import Report, Status
 from gpudoctor.safe_io import write_text
+
+# Outside XML 1.0's Char production (https://www.w3.org/TR/xml/#charsets).
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_safe(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)
+
+
+def _clean(element: ET.Element) -> None:
+    for el in element.iter():
+        el.attrib = {k: xml_safe(v) for k, v in el.attrib.items()}
+        if el.text:
+            el.text = xml_safe(el.text)
 
 
 def junit_tree(report: Report) -> ET.ElementTree:
@@ -53,6 +72,7 @@ def junit_tree(report: Report) -> ET.ElementTree:
                 ET.SubElement(case, "failure", message=f.message, type=f.status.value).text = body
             elif f.status == Status.WARN:
                 ET.SubElement(case, "system-out").text = f"warning: {body}"
+    _clean(suites)
     return ET.ElementTree(suites)
 
 

@@ -1,16 +1,22 @@
 """Human output: grouped by check, coloured by status, with a summary line.
 
-Three levels of detail (`-v` counts):
+How much is shown is a `TextOptions`. Three levels of detail (`-v` counts):
   0  compact, the default (like `flutter doctor`): one line per check with a mark; the findings,
      hints and tables only of checks that are not a pass. A healthy 8-GPU machine fits a screen.
   1  every check with its non-pass findings, a one-line summary of its passes, and its tables
      (the topology matrix).
   2  every finding, passes included.
+and `quiet` (-q): only what is not a pass, and the summary line (no title, no passing check, no
+table). How it looks is the console's (`make_console`: --color, NO_COLOR). A new layout is one
+more renderer over the same Report, chosen in `render_report`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import sys
+from dataclasses import dataclass
+from typing import IO, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -29,6 +35,40 @@ LABEL = {Status.PASS: "PASS", Status.SKIP: "SKIP", Status.WARN: "WARN", Status.F
 # The compact view's marks; the ASCII set where the output cannot encode the others.
 MARK = {Status.PASS: "[✓]", Status.SKIP: "[-]", Status.WARN: "[!]", Status.FAIL: "[✗]", Status.ERROR: "[?]"}
 ASCII_MARK = {Status.PASS: "[+]", Status.SKIP: "[-]", Status.WARN: "[!]", Status.FAIL: "[x]", Status.ERROR: "[?]"}
+COLOR_CHOICES = ("auto", "always", "never")
+
+
+@dataclass(frozen=True)
+class TextOptions:
+    verbose: int = 0  # 0 compact, 1 every check and its tables, 2 passing findings too
+    quiet: bool = False  # only what is not a pass, and the summary line
+
+
+def no_color_requested(environ: Any = os.environ) -> bool:
+    """NO_COLOR (https://no-color.org): present and not empty."""
+    return bool(environ.get("NO_COLOR"))
+
+
+def make_console(color: str = "auto", file: IO[str] | None = None) -> Console:
+    """The console every text output uses.
+
+    `color`: "always" styles even into a pipe or file; "never" writes plain text (no colour, no
+    bold, no escape sequence at all); "auto" styles a terminal unless NO_COLOR is set. Piped
+    output is not wrapped at 80 columns: a log or CI artifact keeps one finding per line. Text
+    is never read as rich markup or emoji codes: messages carry `[redacted]` and GPU names.
+    """
+    out = file if file is not None else sys.stdout
+    plain = color == "never" or (color == "auto" and no_color_requested())
+    is_tty = bool(getattr(out, "isatty", lambda: False)())
+    return Console(
+        file=file,
+        highlight=False,
+        color_system=None if plain else "auto",
+        force_terminal=True if color == "always" else None,
+        soft_wrap=not is_tty,
+        emoji=False,
+        markup=False,
+    )
 
 
 def status_text(status: Status) -> Text:
@@ -136,13 +176,40 @@ def render_compact(console: Console, result: CheckResult, marks: dict[Status, st
         console.print(render_table(spec))
 
 
-def render_report(report: Report, console: Console, verbose: int | bool = 0) -> None:
+def render_quiet(console: Console, result: CheckResult, marks: dict[Status, str]) -> None:
+    """-q: a check that is not a pass, as one line, and its warnings, failures and errors."""
+    if result.status == Status.PASS:
+        return
+    head = Text()
+    head.append(marks[result.status], style=STYLE[result.status])
+    head.append(f" {result.title}", style="bold" if result.status.rank else "")
+    if result.status == Status.SKIP:
+        summary = pass_summary(result)
+        if summary:
+            head.append(f": {summary}", style="dim")
+    console.print(head)
+    for f in result.findings:
+        if f.status not in (Status.PASS, Status.SKIP):
+            for line in finding_lines(f, False):
+                console.print(line)
+
+
+def render_report(
+    report: Report, console: Console, verbose: int | bool = 0, *, options: TextOptions | None = None
+) -> None:
+    """The whole report: a title, each check, the node table under a launcher, the summary line."""
+    options = options or TextOptions(verbose=int(verbose))
+    marks = _marks(console)
+    if options.quiet:
+        for result in report.checks:
+            render_quiet(console, result, marks)
+        console.print(summary_line(report))
+        return
     head = f"gpudoctor {report.gpudoctor_version} {report.command} on {report.source}"
     if report.policy:
         head += f" (policy {report.policy['path']})"
     console.print(Text(head, style="bold"))
-    level = int(verbose)
-    marks = _marks(console)
+    level = options.verbose
     for result in report.checks:
         if level == 0:
             render_compact(console, result, marks)

@@ -1,0 +1,144 @@
+"""A local run is safe on a shared machine: the rendezvous listens on loopback only, the rank
+directory is private and gone on every way out, and SIGTERM/SIGHUP end gpudoctor cleanly (also
+while it starts up). Real 2-rank CPU runs, read from outside through the process and socket tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import psutil
+import pytest
+
+from gpudoctor.render.json import report_schema
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+FAKE_SITE = str(REPO / "tests" / "fakes" / "site")
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+
+
+def env_with(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "GPUDOCTOR_FAULT", "RANK", "WORLD_SIZE")}
+    env.update(OMP_NUM_THREADS="1", **extra)
+    return env
+
+
+def start(*args: str, **env: str) -> subprocess.Popen[str]:
+    """`gpudoctor check --device cpu --ranks 2 --select ddp --json ...` with rank 1 hanging after joining."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpudoctor", "check", "--device", "cpu", "--ranks", "2", "--select", "ddp", *args],
+        env=env_with(GPUDOCTOR_FAULT="1:hang", **env),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
+def joined_ranks(proc: subprocess.Popen[str], within: float = 90.0) -> tuple[list[psutil.Process], Path]:
+    """gpudoctor's two ranks and their directory, once both have joined the group (rank 1 then hangs)."""
+    parent = psutil.Process(proc.pid)
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        ranks = [p for p in parent.children(recursive=True) if "gpudoctor.workloads.rank" in _cmdline(p)]
+        if len(ranks) == 2:
+            outdir = Path(_cmdline(ranks[0])[-2]).parent  # argv: python -m gpudoctor.workloads.rank SPEC RANK
+            events = [outdir / f"rank{r}.jsonl" for r in (0, 1)]
+            if all(e.exists() and '"event": "peers"' in e.read_text() for e in events):
+                return ranks, outdir
+        time.sleep(0.1)
+    raise AssertionError(f"the ranks did not join within {within} s")
+
+
+def gone(ranks: list[psutil.Process], within: float = 15.0) -> bool:
+    _, alive = psutil.wait_procs(ranks, timeout=within)
+    return not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    try:
+        return proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+
+
+def test_a_local_run_listens_on_loopback_only() -> None:
+    proc = start("--json")
+    try:
+        ranks, _ = joined_ranks(proc)
+        listening = [
+            (p.pid, c.laddr.ip, c.laddr.port)
+            for p in ranks
+            for c in p.net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN
+        ]
+        # rank 0 holds the rendezvous store; gloo listens in both ranks
+        assert any(pid == ranks[0].pid for pid, _, _ in listening) or any(
+            pid == ranks[1].pid for pid, _, _ in listening
+        ), f"no listening socket seen: {listening}"
+        assert [s for s in listening if s[1] not in LOOPBACK] == [], f"reachable from other hosts: {listening}"
+        proc.send_signal(signal.SIGTERM)
+        out, err = finish(proc)
+        assert proc.returncode == 130 and gone(ranks)
+    finally:
+        proc.kill()
+
+
+def test_sighup_stops_the_ranks_removes_their_private_directory_and_exits_129() -> None:
+    proc = start("--json")
+    try:
+        ranks, outdir = joined_ranks(proc)
+        assert stat.S_IMODE(outdir.stat().st_mode) == 0o700, "the rank directory is readable by others"
+        assert outdir.stat().st_uid == os.getuid()
+        proc.send_signal(signal.SIGHUP)
+        out, err = finish(proc)
+        assert proc.returncode == 129, err
+        doc = json.loads(out)
+        jsonschema.validate(doc, report_schema())
+        assert doc["exit_code"] == 129 and doc["error"] == {"kind": "interrupted", "message": "hung up (SIGHUP)"}
+        assert err.strip().splitlines()[-1] == "gpudoctor: hung up (SIGHUP)" and "Traceback" not in err
+        assert gone(ranks), "a rank outlived gpudoctor"
+        assert not outdir.exists(), f"{outdir} left behind"
+    finally:
+        proc.kill()
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "says"), [(signal.SIGTERM, 130, "terminated (SIGTERM)"), (signal.SIGHUP, 129, "hung up (SIGHUP)")]
+)
+def test_a_stop_signal_during_start_up_is_a_clean_exit(
+    tmp_path: Path, sig: signal.Signals, code: int, says: str
+) -> None:
+    """While the probe module is being imported (before any rank exists), as a scheduler's
+    SIGTERM or a dropped session's SIGHUP can arrive: one line, the JSON error document, the exit code."""
+    ready = tmp_path / "ready"
+    proc = start("--json", PYTHONPATH=FAKE_SITE, GPUDOCTOR_TEST_SLOW_IMPORT=f"gpudoctor.probe.machine:{ready}")
+    try:
+        end = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert ready.exists(), "gpudoctor never reached the probe"
+        proc.send_signal(sig)
+        out, err = finish(proc)
+        assert proc.returncode == code, err
+        doc = json.loads(out)
+        jsonschema.validate(doc, report_schema())
+        assert doc["error"] == {"kind": "interrupted", "message": says}
+        assert err == f"\ngpudoctor: {says}\n"
+    finally:
+        proc.kill()

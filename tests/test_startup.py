@@ -1,0 +1,64 @@
+"""`check --quick --snapshot` imports what it uses and nothing else (start-up is CI's wait; the
+figure itself is measured by benchmarks/check_quick.py, not here)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.clirun import fixture
+from tests.conftest import REPO
+
+PROBE = (
+    "import atexit, sys\n"
+    "atexit.register(lambda: sys.stderr.write('MODULES ' + ' '.join(sorted(sys.modules)) + '\\n'))\n"
+    "sys.argv[0] = 'gpudoctor'\n"
+    "from gpudoctor.__main__ import main\n"
+    "main()\n"
+)
+# Not needed to judge a recorded snapshot: the dashboard, the launcher's process machinery, the
+# temp-file machinery of writers, rich (JSON output), the JSON schema reader.
+NOT_ON_THE_JSON_PATH = [
+    "torch",
+    "textual",
+    "numpy",
+    "rich",
+    "gpudoctor.watch.command",
+    "gpudoctor.cli_bench",
+    "gpudoctor.probe.machine",
+    "psutil",
+    "subprocess",
+    "tempfile",
+    "shutil",
+    "importlib.resources",
+]
+
+
+def modules(*args: str) -> set[str]:
+    p = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=REPO, timeout=60, check=False
+    )
+    line = next(ln for ln in p.stderr.splitlines() if ln.startswith("MODULES "))
+    return set(line.split()[1:])
+
+
+def test_check_quick_json_on_a_snapshot_imports_only_what_it_uses() -> None:
+    loaded = modules("check", "--quick", "--snapshot", str(fixture("h100_sxm_8x")), "--json")
+    assert "gpudoctor.checks.topology" in loaded  # the probe itself works
+    assert sorted(m for m in NOT_ON_THE_JSON_PATH if m in loaded) == []
+
+
+def test_the_text_report_adds_rich_and_still_not_the_dashboard() -> None:
+    loaded = modules("check", "--quick", "--snapshot", str(fixture("h100_sxm_8x")))
+    assert "rich.console" in loaded
+    assert sorted(m for m in ("textual", "torch", "gpudoctor.watch.command", "subprocess") if m in loaded) == []
+
+
+def test_subcommands_load_when_named() -> None:
+    assert "gpudoctor.watch.command" in modules("watch", "--help")
+    assert "gpudoctor.cli_bench" in modules("bench", "--help")
+    help_text = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60
+    ).stdout
+    for name in ("bench", "check", "explain", "list-checks", "report", "snapshot", "watch"):
+        assert f"  {name} " in help_text
