@@ -22,6 +22,7 @@ import threading
 import psutil
 
 from gpudoctor.errors import EXIT_USAGE, UserError
+from gpudoctor.probe.processes import command_line  # one line, secrets redacted: it goes into recordings
 from gpudoctor.procs import terminate_group
 
 PR_SET_PDEATHSIG = 1
@@ -59,7 +60,7 @@ class Job:
             raise UserError(f"command not found: {argv[0]}", EXIT_USAGE, "usage") from None
         except PermissionError:
             raise UserError(f"command not executable: {argv[0]}", EXIT_USAGE, "usage") from None
-        job = cls(proc, psutil.Process(proc.pid), " ".join(argv))
+        job = cls(proc, psutil.Process(proc.pid), command_line(argv))
         job._start_sentinel()
         return job
 
@@ -117,7 +118,7 @@ class Job:
     def attach(cls, pid: int) -> Job:
         try:
             proc = psutil.Process(pid)
-            command = " ".join(proc.cmdline()) or proc.name()
+            command = command_line(proc.cmdline()) or proc.name()
         except psutil.NoSuchProcess:
             raise UserError(f"no process with PID {pid}", EXIT_USAGE, "usage") from None
         except psutil.AccessDenied:
