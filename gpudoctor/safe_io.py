@@ -66,6 +66,11 @@ def _in_place(st: os.stat_result | None) -> bool:
 
 def _open_in_place(path: Path) -> IO[str]:
     fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    # Between lstat and open the FIFO may have been swapped for a (hard link to a) regular file:
+    # what was opened is checked again, so nobody's file is written in place.
+    if not _in_place(os.fstat(fd)):
+        os.close(fd)
+        raise OSError(errno.EAGAIN, "was replaced while being opened; not written")
     return os.fdopen(fd, "w", encoding="utf-8")
 
 

@@ -121,3 +121,21 @@ def test_junit_from_a_snapshot_with_control_characters_parses(tmp_path: Path) ->
     root = ET.fromstring(junit.read_bytes())  # expat: rejects any character XML 1.0 cannot carry
     messages = [f.get("message", "") for f in root.iter("failure")]
     assert any("NVIDIA H100 80GB HBM3\ufffd\ufffd" in m for m in messages), messages
+
+
+def test_a_fifo_swapped_for_a_hard_link_before_opening_is_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race safe_io leaves no room for: lstat saw a FIFO, open finds a link to someone's file."""
+    from gpudoctor import safe_io
+
+    victim = tmp_path / "victim"
+    victim.write_text("someone else's data\n")
+    out = tmp_path / "report.xml"
+    os.link(victim, out)  # what the path became after lstat
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(safe_io, "check_target", lambda path: os.lstat(fifo))  # what lstat saw
+    with pytest.raises(OSError, match="replaced while being opened"):
+        safe_io.write_text(out, "<testsuites/>\n")
+    assert victim.read_text() == "someone else's data\n"
