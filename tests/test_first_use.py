@@ -38,15 +38,17 @@ def gpudoctor(*args: str, hide: str = "", timeout: float = 200) -> subprocess.Co
 
 
 @pytest.mark.slow
-def test_the_active_checks_pass_without_numpy() -> None:
-    """torch's all_gather_object needs numpy ("Numpy is not available"); the ranks gather JSON instead."""
-    out = gpudoctor("check", "--device", "cpu", "--ranks", "2", "--json", hide="numpy")
+def test_the_active_and_deep_checks_pass_without_numpy() -> None:
+    """torch's all_gather_object and tensor.numpy() need numpy ("Numpy is not available"); the ranks
+    gather JSON and hash tensor bytes without it, at every level (3 includes 2)."""
+    out = gpudoctor(
+        "check", "--level", "3", "--duration", "2", "--device", "cpu", "--ranks", "2", "--json", hide="numpy"
+    )
     assert "Numpy is not available" not in out.stdout + out.stderr
     doc = json.loads(out.stdout)
-    statuses = {
-        f["code"]: f["status"] for c in doc["checks"] for f in c["findings"] if c["name"] in ("allreduce", "ddp")
-    }
-    assert statuses and set(statuses.values()) == {"pass"}, statuses
+    ran = ("allreduce", "ddp", "deep_load", "deep_sdc", "deep_memory")
+    statuses = {c["name"]: c["status"] for c in doc["checks"] if c["name"] in ran}
+    assert statuses == dict.fromkeys(ran, "pass"), statuses
     assert out.returncode == 0, out.stderr
 
 

@@ -14,7 +14,7 @@ import hashlib
 import socket
 from typing import Any
 
-from gpudoctor.workloads.rank import RankContext
+from gpudoctor.workloads.rank import RankContext, all_gather_json, host_bytes
 
 ROW_WORDS = 1024  # words per row: plain sum < 2^41, weighted sum < 2^51, both exact in int64
 BLOCK_ROWS = 4096  # rows reduced at a time (16 MiB of words), to bound the temporary memory
@@ -35,9 +35,9 @@ def digest(tensor: Any) -> str:
     for start in range(0, rows.shape[0], BLOCK_ROWS):
         block = rows[start : start + BLOCK_ROWS].to(torch.int64)
         sums = torch.stack([block.sum(dim=1), (block * weights).sum(dim=1)], dim=1)
-        h.update(sums.cpu().numpy().tobytes())
+        h.update(host_bytes(sums))  # not .numpy(): the ranks run without numpy
     tail = words[full:].to(torch.int64)
-    h.update(tail.cpu().numpy().tobytes())
+    h.update(host_bytes(tail))
     return h.hexdigest()[:32]
 
 
@@ -75,8 +75,5 @@ def device_info(ctx: RankContext) -> dict[str, Any]:
 def gather_rows(mine: dict[str, Any], world: int) -> list[dict[str, Any]]:
     """Every rank's row, in rank order, on every rank (so rank 0's result holds them all,
     across nodes too)."""
-    import torch.distributed as dist
-
-    rows: list[Any] = [None] * world
-    dist.all_gather_object(rows, mine)
+    rows = all_gather_json(mine, world)  # not all_gather_object: it needs numpy and unpickles
     return sorted(rows, key=lambda r: r["rank"])

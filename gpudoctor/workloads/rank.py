@@ -98,16 +98,29 @@ class RankContext:
         return all_gather_json(obj, self.world_size, self.device)
 
 
-def all_gather_json(obj: Any, world: int, device: Any) -> list[Any]:
+def host_bytes(tensor: Any) -> bytes:
+    """A tensor's bytes as `tensor.numpy().tobytes()` gives them, without numpy (copied to the host)."""
+    import ctypes
+
+    host = tensor.detach().cpu().contiguous()
+    return ctypes.string_at(host.data_ptr(), host.numel() * host.element_size())
+
+
+def all_gather_json(obj: Any, world: int, device: Any = None) -> list[Any]:
     """`dist.all_gather_object` without numpy and without pickle.
 
     torch's all_gather_object turns the received bytes back into objects with
     `tensor.numpy()` (torch/distributed/distributed_c10d.py `_tensor_to_object`), so a torch
     installed without numpy fails there with "Numpy is not available"; and it unpickles what
     peers send. This sends JSON as a uint8 tensor: sizes first, then the padded payloads.
+    `device`: where the group's collectives run (default: this rank's GPU under NCCL, else CPU).
     """
     import torch
     import torch.distributed as dist
+
+    if device is None:
+        nccl = dist.get_backend() == "nccl"
+        device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
 
     payload = json.dumps(obj, separators=(",", ":")).encode("utf-8")
     size = torch.tensor([len(payload)], dtype=torch.int64, device=device)
