@@ -11,6 +11,8 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import jsonschema
@@ -51,13 +53,16 @@ def _cmdline(p: psutil.Process) -> list[str]:
 
 
 def joined_ranks(proc: subprocess.Popen[str], within: float = 90.0) -> tuple[list[psutil.Process], Path]:
-    """gpudoctor's two ranks and their directory, once both have joined the group (rank 1 then hangs)."""
+    """gpudoctor's two ranks (in rank order) and their directory, once both have joined the group
+    (rank 1 then hangs)."""
     parent = psutil.Process(proc.pid)
     end = time.monotonic() + within
     while time.monotonic() < end:
         ranks = [p for p in parent.children(recursive=True) if "gpudoctor.workloads.rank" in _cmdline(p)]
         if len(ranks) == 2:
-            outdir = Path(_cmdline(ranks[0])[-2]).parent  # argv: python -m gpudoctor.workloads.rank SPEC RANK
+            # argv: python -m gpudoctor.workloads.rank SPEC RANK
+            ranks.sort(key=lambda p: int(_cmdline(p)[-1]))
+            outdir = Path(_cmdline(ranks[0])[-2]).parent
             events = [outdir / f"rank{r}.jsonl" for r in (0, 1)]
             if all(e.exists() and '"event": "peers"' in e.read_text() for e in events):
                 return ranks, outdir
@@ -70,43 +75,42 @@ def gone(ranks: list[psutil.Process], within: float = 15.0) -> bool:
     return not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
 
-def finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
-    try:
-        return proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-
-
-def test_a_local_run_listens_on_loopback_only() -> None:
-    proc = start("--json")
-    try:
-        ranks, _ = joined_ranks(proc)
-        listening = [
-            (p.pid, c.laddr.ip, c.laddr.port)
-            for p in ranks
-            for c in p.net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN
-        ]
-        # rank 0 holds the rendezvous store; gloo listens in both ranks
-        assert any(pid == ranks[0].pid for pid, _, _ in listening) or any(
-            pid == ranks[1].pid for pid, _, _ in listening
-        ), f"no listening socket seen: {listening}"
-        assert [s for s in listening if s[1] not in LOOPBACK] == [], f"reachable from other hosts: {listening}"
-        proc.send_signal(signal.SIGTERM)
-        out, err = finish(proc)
-        assert proc.returncode == 130 and gone(ranks)
-    finally:
-        proc.kill()
-
-
-def test_sighup_stops_the_ranks_removes_their_private_directory_and_exits_129() -> None:
+@contextmanager
+def running() -> Iterator[tuple[subprocess.Popen[str], list[psutil.Process], Path]]:
+    """A `check --json` whose two ranks have joined; killed on the way out whatever happened."""
     proc = start("--json")
     try:
         ranks, outdir = joined_ranks(proc)
+        yield proc, ranks, outdir
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def stop(proc: subprocess.Popen[str], sig: signal.Signals) -> tuple[str, str]:
+    proc.send_signal(sig)
+    return proc.communicate(timeout=60)
+
+
+def test_a_local_run_listens_on_loopback_only() -> None:
+    with running() as (proc, ranks, _):
+        listening = {
+            (rank, c.laddr.ip, c.laddr.port)
+            for rank, p in enumerate(ranks)
+            for c in p.net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN
+        }
+        assert any(rank == 0 for rank, _, _ in listening), "rank 0's rendezvous store is not listening"
+        assert [s for s in listening if s[1] not in LOOPBACK] == [], f"reachable from other hosts: {listening}"
+        stop(proc, signal.SIGTERM)
+        assert proc.returncode == 130 and gone(ranks)
+
+
+def test_sighup_stops_the_ranks_removes_their_private_directory_and_exits_129() -> None:
+    with running() as (proc, ranks, outdir):
         assert stat.S_IMODE(outdir.stat().st_mode) == 0o700, "the rank directory is readable by others"
         assert outdir.stat().st_uid == os.getuid()
-        proc.send_signal(signal.SIGHUP)
-        out, err = finish(proc)
+        out, err = stop(proc, signal.SIGHUP)
         assert proc.returncode == 129, err
         doc = json.loads(out)
         jsonschema.validate(doc, report_schema())
@@ -114,8 +118,6 @@ def test_sighup_stops_the_ranks_removes_their_private_directory_and_exits_129() 
         assert err.strip().splitlines()[-1] == "gpudoctor: hung up (SIGHUP)" and "Traceback" not in err
         assert gone(ranks), "a rank outlived gpudoctor"
         assert not outdir.exists(), f"{outdir} left behind"
-    finally:
-        proc.kill()
 
 
 @pytest.mark.parametrize(
@@ -133,8 +135,7 @@ def test_a_stop_signal_during_start_up_is_a_clean_exit(
         while not ready.exists() and time.monotonic() < end:
             time.sleep(0.05)
         assert ready.exists(), "gpudoctor never reached the probe"
-        proc.send_signal(sig)
-        out, err = finish(proc)
+        out, err = stop(proc, sig)
         assert proc.returncode == code, err
         doc = json.loads(out)
         jsonschema.validate(doc, report_schema())

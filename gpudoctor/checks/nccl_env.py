@@ -17,6 +17,7 @@ from gpudoctor.checks.targets import listed, target_gpus, version_tuple
 from gpudoctor.expectations import expected_busbw
 from gpudoctor.findings import Finding, Status
 from gpudoctor.nccl_rules import nccl_int
+from gpudoctor.probe.environment import DCGM_DEBUG_VARS
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Snapshot, known
 
@@ -127,18 +128,7 @@ SOCKET_IFNAME = Code(
 LAUNCH_CODES = [LAUNCH_BLOCKING, DEBUG_VARS]
 NCCL_CODES = [P2P_DISABLED, SHM_DISABLED, NVLS_DISABLED, P2P_LEVEL, ALGO_PROTO, IB_DISABLED, SOCKET_IFNAME]
 
-DCGM_BAD_VARS = (
-    "NSIGHT_CUDA_DEBUGGER",
-    "CUDA_INJECTION32_PATH",
-    "CUDA_INJECTION64_PATH",
-    "CUDA_AUTO_BOOST",
-    "CUDA_ENABLE_COREDUMP_ON_EXCEPTION",
-    "CUDA_COREDUMP_FILE",
-    "CUDA_DEVICE_WAITS_ON_EXCEPTION",
-    "CUDA_PROFILE",
-    "COMPUTE_PROFILE",
-    "OPENCL_PROFILE",
-)
+DCGM_BAD_VARS = DCGM_DEBUG_VARS  # listed once, where the environment allow-list keeps them
 _RDMA_PREFIXES = ("ib", "roce", "mlx")
 
 

@@ -13,7 +13,7 @@ documented variables of the stack that change how a multi-GPU run behaves:
   their pre-2.2 NCCL_* spellings, the distributed debug switches, torchrun/torchelastic's
   rendezvous variables and the CUDA allocator's.
 - CUDA: the runtime's device selection and debugging variables, and DCGM's list of
-  debugger/profiler variables that slow or break a run (checks/nccl_env.py DCGM_BAD_VARS).
+  debugger/profiler variables that slow or break a run (DCGM_DEBUG_VARS, which the lint reads).
 - Launchers: torchrun's and Slurm's job geometry.
 
 Values are kept with their credentials redacted (`gpudoctor.redact.text`): a `token=` inside
@@ -196,6 +196,21 @@ TORCH_DOCUMENTED = frozenset(
     }
 )
 
+# The CUDA debugger/profiler variables DCGM's diagnostic flags as slowing or breaking a run (the
+# GD1xx lint in checks/nccl_env.py reads this list; it is kept here so the names are listed once).
+DCGM_DEBUG_VARS = (
+    "NSIGHT_CUDA_DEBUGGER",
+    "CUDA_INJECTION32_PATH",
+    "CUDA_INJECTION64_PATH",
+    "CUDA_AUTO_BOOST",
+    "CUDA_ENABLE_COREDUMP_ON_EXCEPTION",
+    "CUDA_COREDUMP_FILE",
+    "CUDA_DEVICE_WAITS_ON_EXCEPTION",
+    "CUDA_PROFILE",
+    "COMPUTE_PROFILE",
+    "OPENCL_PROFILE",
+)
+
 CUDA_DOCUMENTED = frozenset(
     {
         "CUDA_VISIBLE_DEVICES",
@@ -210,17 +225,7 @@ CUDA_DOCUMENTED = frozenset(
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
         "NVIDIA_VISIBLE_DEVICES",
         "NVIDIA_DRIVER_CAPABILITIES",
-        # DCGM's debugger/profiler list (checks/nccl_env.py DCGM_BAD_VARS)
-        "NSIGHT_CUDA_DEBUGGER",
-        "CUDA_INJECTION32_PATH",
-        "CUDA_INJECTION64_PATH",
-        "CUDA_AUTO_BOOST",
-        "CUDA_ENABLE_COREDUMP_ON_EXCEPTION",
-        "CUDA_COREDUMP_FILE",
-        "CUDA_DEVICE_WAITS_ON_EXCEPTION",
-        "CUDA_PROFILE",
-        "COMPUTE_PROFILE",
-        "OPENCL_PROFILE",
+        *DCGM_DEBUG_VARS,
     }
 )
 
