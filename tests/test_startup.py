@@ -48,10 +48,12 @@ def test_check_quick_json_on_a_snapshot_imports_only_what_it_uses() -> None:
     assert sorted(m for m in NOT_ON_THE_JSON_PATH if m in loaded) == []
 
 
-def test_the_text_report_adds_rich_and_still_not_the_dashboard() -> None:
-    loaded = modules("check", "--quick", "--snapshot", str(fixture("h100_sxm_8x")))
-    assert "rich.console" in loaded
-    assert sorted(m for m in ("textual", "torch", "gpudoctor.watch.command", "subprocess") if m in loaded) == []
+def test_the_piped_text_report_needs_no_rich_and_color_always_does() -> None:
+    snapshot = str(fixture("h100_sxm_8x"))
+    piped = modules("check", "--quick", "--snapshot", snapshot)
+    assert "gpudoctor.render.text" in piped
+    assert sorted(m for m in ("rich", "textual", "torch", "gpudoctor.watch.command", "subprocess") if m in piped) == []
+    assert "rich.console" in modules("check", "--quick", "--snapshot", snapshot, "--color", "always")
 
 
 def test_subcommands_load_when_named() -> None:

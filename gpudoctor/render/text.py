@@ -7,20 +7,23 @@ How much is shown is a `TextOptions`. Three levels of detail (`-v` counts):
      (the topology matrix).
   2  every finding, passes included.
 and `quiet` (-q): only what is not a pass, and the summary line (no title, no passing check, no
-table). How it looks is the console's (`make_console`: --color, NO_COLOR). A new layout is one
-more renderer over the same Report, chosen in `render_report`.
+table). A new layout is one more renderer over the same Report, chosen in `render_report`.
+
+How it looks is the console's (`make_console`): the renderers print `Line`s (styled spans) and
+`TableSpec`s. On a terminal (or with --color always) a rich Console draws them, styled and fitted
+to the width; otherwise (a pipe, a file, NO_COLOR, --color never) `PlainConsole` writes them as
+plain text, one line each, tables in aligned columns, without importing rich at all (start-up
+time: `check --quick` in CI prints to a pipe). Control characters from a snapshot (an escape
+sequence in a host name) are shown as "?" either way, never sent to the terminal.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import IO, Any
-
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from gpudoctor.findings import CheckResult, Finding, Report, Status
 
@@ -36,6 +39,8 @@ LABEL = {Status.PASS: "PASS", Status.SKIP: "SKIP", Status.WARN: "WARN", Status.F
 MARK = {Status.PASS: "[✓]", Status.SKIP: "[-]", Status.WARN: "[!]", Status.FAIL: "[✗]", Status.ERROR: "[?]"}
 ASCII_MARK = {Status.PASS: "[+]", Status.SKIP: "[-]", Status.WARN: "[!]", Status.FAIL: "[x]", Status.ERROR: "[?]"}
 COLOR_CHOICES = ("auto", "always", "never")
+# C0 controls but tab and newline, DEL and C1 controls: ESC would reach the terminal as a command.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -44,39 +49,117 @@ class TextOptions:
     quiet: bool = False  # only what is not a pass, and the summary line
 
 
+class Line:
+    """One line of text in styled spans; rich draws it through `__rich__`, PlainConsole as text."""
+
+    def __init__(self, text: str = "", style: str = "") -> None:
+        self.spans: list[tuple[str, str]] = []
+        if text:
+            self.append(text, style)
+
+    def append(self, text: str, style: str = "") -> Line:
+        self.spans.append((_CONTROL.sub("?", str(text)), style))
+        return self
+
+    def append_text(self, other: Line) -> Line:
+        self.spans.extend(other.spans)
+        return self
+
+    @property
+    def plain(self) -> str:
+        return "".join(text for text, _ in self.spans)
+
+    def __str__(self) -> str:
+        return self.plain
+
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        out = Text()
+        for text, style in self.spans:
+            out.append(text, style=style or None)
+        return out
+
+
+class TableSpec:
+    """A details table: {"title": str, "columns": [str], "rows": [[str]]}, drawn by either console."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+
+    def lines(self) -> list[str]:
+        """Plain columns: every column as wide as its widest cell, two spaces apart, never wrapped."""
+        columns = [_CONTROL.sub("?", str(c)) for c in self.spec.get("columns", [])]
+        rows = [[_CONTROL.sub("?", str(v)) for v in row] for row in self.spec.get("rows", [])]
+        widths = [max([len(c), *(len(r[i]) for r in rows if i < len(r))]) for i, c in enumerate(columns)]
+        out = [str(self.spec["title"])] if self.spec.get("title") else []
+        for cells in [columns, *rows]:
+            out.append("  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=False)).rstrip())
+        return out
+
+    def __rich__(self) -> Any:
+        return render_table(self.spec)
+
+
+class PlainConsole:
+    """The console of unstyled output: what rich would print without styles, one line per line."""
+
+    def __init__(self, file: IO[str] | None = None) -> None:
+        self._file = file
+
+    @property
+    def file(self) -> Any:
+        return self._file if self._file is not None else sys.stdout  # the one in place at print time
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.file, "encoding", None) or "utf-8"
+
+    def print(self, obj: Any = "") -> None:
+        lines = obj.lines() if isinstance(obj, TableSpec) else [_CONTROL.sub("?", str(obj))]
+        self.file.write("".join(line + "\n" for line in lines))
+
+
 def no_color_requested(environ: Any = os.environ) -> bool:
     """NO_COLOR (https://no-color.org): present and not empty."""
     return bool(environ.get("NO_COLOR"))
 
 
-def make_console(color: str = "auto", file: IO[str] | None = None) -> Console:
-    """The console every text output uses.
+def make_console(color: str = "auto", file: IO[str] | None = None) -> Any:
+    """The console every text output uses: rich when styling, PlainConsole otherwise.
 
     `color`: "always" styles even into a pipe or file; "never" writes plain text (no colour, no
-    bold, no escape sequence at all); "auto" styles a terminal unless NO_COLOR is set. Piped
-    output is not wrapped at 80 columns: a log or CI artifact keeps one finding per line. Text
-    is never read as rich markup or emoji codes: messages carry `[redacted]` and GPU names.
+    bold, no escape sequence at all); "auto" styles a terminal unless NO_COLOR is set (or TERM is
+    "dumb"). Text is never read as rich markup or emoji codes: messages carry `[redacted]`.
     """
     out = file if file is not None else sys.stdout
-    plain = color == "never" or (color == "auto" and no_color_requested())
     is_tty = bool(getattr(out, "isatty", lambda: False)())
+    styled = color == "always" or (
+        color == "auto" and is_tty and not no_color_requested() and os.environ.get("TERM") != "dumb"
+    )
+    if not styled:
+        return PlainConsole(file)
+    from rich.console import Console  # only for styled output
+
     return Console(
         file=file,
         highlight=False,
-        color_system=None if plain else "auto",
+        color_system="auto",
         force_terminal=True if color == "always" else None,
-        soft_wrap=not is_tty,
+        soft_wrap=not is_tty,  # a log or CI artifact keeps one finding per line
         emoji=False,
         markup=False,
     )
 
 
-def status_text(status: Status) -> Text:
-    return Text(LABEL[status], style=STYLE[status])
+def status_text(status: Status) -> Line:
+    return Line(LABEL[status], style=STYLE[status])
 
 
-def render_table(spec: dict[str, Any]) -> Table:
+def render_table(spec: dict[str, Any]) -> Any:
     """A details table: {"title": str, "columns": [str], "rows": [[str]]}."""
+    from rich.table import Table  # lazy: a healthy machine's compact report has no table
+
     table = Table(title=spec.get("title"), title_justify="left", box=None, pad_edge=False)
     columns = spec.get("columns", [])
     for i, col in enumerate(columns):
@@ -87,20 +170,20 @@ def render_table(spec: dict[str, Any]) -> Table:
     return table
 
 
-def finding_lines(f: Finding, verbose: bool) -> list[Text]:
-    line = Text("  ")
+def finding_lines(f: Finding, verbose: bool) -> list[Line]:
+    line = Line("  ")
     line.append_text(status_text(f.status))
     line.append(f" {f.code} ", style="bold")
     line.append(f"{f.subject:<10} ", style="cyan")
     line.append(f.message)
     out = [line]
     if f.hint and f.status != Status.PASS:
-        out.append(Text(f"                     hint: {f.hint}", style="dim"))
+        out.append(Line(f"                     hint: {f.hint}", style="dim"))
     return out
 
 
-def render_check(console: Console, result: CheckResult, verbose: bool) -> None:
-    head = Text()
+def render_check(console: Any, result: CheckResult, verbose: bool) -> None:
+    head = Line()
     head.append_text(status_text(result.status))
     head.append(f" {result.title}", style="bold")
     shared = result.details.get("shared_run_s")
@@ -116,20 +199,20 @@ def render_check(console: Console, result: CheckResult, verbose: bool) -> None:
         # Say what passed, in one line, so a clean run still shows what was checked.
         first = next(f for f in result.findings if f.status == Status.PASS)
         more = f" (+{hidden - 1} more passed)" if hidden > 1 else ""
-        console.print(Text(f"       {first.message}{more}", style="dim"))
+        console.print(Line(f"       {first.message}{more}", style="dim"))
     elif hidden:
-        console.print(Text(f"       +{hidden} passed", style="dim"))
+        console.print(Line(f"       +{hidden} passed", style="dim"))
     for spec in result.details.get("tables", []):
-        console.print(render_table(spec))
+        console.print(TableSpec(spec))
 
 
 def _ids(values: Any) -> str:
     return ",".join(str(v) for v in values) if values else "-"
 
 
-def summary_line(report: Report) -> Text:
+def summary_line(report: Report) -> Line:
     counts = report.counts()
-    text = Text()
+    text = Line()
     parts = [(s, counts[s.value]) for s in (Status.FAIL, Status.ERROR, Status.WARN, Status.PASS, Status.SKIP)]
     for i, (s, n) in enumerate(p for p in parts if p[1]):
         if i:
@@ -140,7 +223,7 @@ def summary_line(report: Report) -> Text:
     return text
 
 
-def _marks(console: Console) -> dict[Status, str]:
+def _marks(console: Any) -> dict[Status, str]:
     try:
         "".join(MARK.values()).encode(console.encoding or "ascii")
     except (UnicodeEncodeError, LookupError):
@@ -157,8 +240,8 @@ def pass_summary(result: CheckResult) -> str:
     return f"{shown[0].message}{more}"
 
 
-def render_compact(console: Console, result: CheckResult, marks: dict[Status, str]) -> None:
-    head = Text()
+def render_compact(console: Any, result: CheckResult, marks: dict[Status, str]) -> None:
+    head = Line()
     head.append(marks[result.status], style=STYLE[result.status])
     head.append(f" {result.title}", style="bold" if result.status.rank else "")
     if result.status in (Status.PASS, Status.SKIP):
@@ -173,14 +256,14 @@ def render_compact(console: Console, result: CheckResult, marks: dict[Status, st
             for line in finding_lines(f, False):
                 console.print(line)
     for spec in result.details.get("tables", []):
-        console.print(render_table(spec))
+        console.print(TableSpec(spec))
 
 
-def render_quiet(console: Console, result: CheckResult, marks: dict[Status, str]) -> None:
+def render_quiet(console: Any, result: CheckResult, marks: dict[Status, str]) -> None:
     """-q: a check that is not a pass, as one line, and its warnings, failures and errors."""
     if result.status == Status.PASS:
         return
-    head = Text()
+    head = Line()
     head.append(marks[result.status], style=STYLE[result.status])
     head.append(f" {result.title}", style="bold" if result.status.rank else "")
     if result.status == Status.SKIP:
@@ -194,9 +277,7 @@ def render_quiet(console: Console, result: CheckResult, marks: dict[Status, str]
                 console.print(line)
 
 
-def render_report(
-    report: Report, console: Console, verbose: int | bool = 0, *, options: TextOptions | None = None
-) -> None:
+def render_report(report: Report, console: Any, verbose: int | bool = 0, *, options: TextOptions | None = None) -> None:
     """The whole report: a title, each check, the node table under a launcher, the summary line."""
     options = options or TextOptions(verbose=int(verbose))
     marks = _marks(console)
@@ -208,7 +289,7 @@ def render_report(
     head = f"gpudoctor {report.gpudoctor_version} {report.command} on {report.source}"
     if report.policy:
         head += f" (policy {report.policy['path']})"
-    console.print(Text(head, style="bold"))
+    console.print(Line(head, style="bold"))
     level = options.verbose
     for result in report.checks:
         if level == 0:
@@ -227,6 +308,6 @@ def render_report(
             for n in report.nodes
         ]
         console.print(
-            render_table({"title": "nodes", "columns": ["node", "host", "ranks", "gpus", "status"], "rows": rows})
+            TableSpec({"title": "nodes", "columns": ["node", "host", "ranks", "gpus", "status"], "rows": rows})
         )
     console.print(summary_line(report))
