@@ -507,7 +507,7 @@ def _fail(argv: list[str], kind: str, message: str, exit_code: int, newline: boo
     run that was stopped keeps its exit code even when its terminal is gone (SIGHUP: stdout and
     stderr then fail with EIO): the code is what is left to say why it ended.
     """
-    with signals.deferred():
+    with signals.deferred(act=False):  # already on the way out: a second signal changes nothing
         stopped = kind == "interrupted"
         if wants_json(argv):
             try:

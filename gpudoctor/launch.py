@@ -526,21 +526,24 @@ def launch(
                 "op_timeout_s": max(1.0, timeout_s),
             }
             (outdir / "spec.json").write_text(json.dumps(spec))
-            for o in outcomes:
-                log = open(outdir / f"rank{o.rank}.log", "wb")  # noqa: SIM115  (closed right after Popen)
-                try:
-                    p = subprocess.Popen(
-                        [sys.executable, "-m", "gpudoctor.workloads.rank", str(outdir / "spec.json"), str(o.rank)],
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                        start_new_session=True,
-                    )
-                finally:
-                    log.close()
-                procs.append(p)
-                o.pid = p.pid
+            # A Ctrl-C inside Popen would leave a started rank that no list holds (Popen never
+            # returned it): the spawning is not interrupted; a stop signal is acted on right after.
+            with deferred():
+                for o in outcomes:
+                    log = open(outdir / f"rank{o.rank}.log", "wb")  # noqa: SIM115  (closed right after Popen)
+                    try:
+                        p = subprocess.Popen(
+                            [sys.executable, "-m", "gpudoctor.workloads.rank", str(outdir / "spec.json"), str(o.rank)],
+                            stdin=subprocess.DEVNULL,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            env=env,
+                            start_new_session=True,
+                        )
+                    finally:
+                        log.close()
+                    procs.append(p)
+                    o.pid = p.pid
             timed_out = _supervise(outcomes, procs, outdir, peers, start, timeout_s, join_share, progress, tasks)
     finally:
         # A second Ctrl-C, SIGTERM or SIGHUP waits until the ranks are stopped and their files gone.
@@ -644,7 +647,9 @@ def _collect(
     from gpudoctor.redact import text as redact_text
 
     any_direct_failure = False
-    for o, p in zip(outcomes, procs, strict=True):
+    for o in outcomes[len(procs) :]:  # a spawn that failed (fork, exec) left the later ranks unstarted
+        o.state, o.last_step, o.error = "aborted", "spawned", "not started"
+    for o, p in zip(outcomes, procs, strict=False):
         for ev in _Reader(outdir / f"rank{o.rank}.jsonl").read():
             _apply(o, ev, peers)
         o.exit_code = p.returncode

@@ -7,8 +7,9 @@ KeyboardInterrupt, so every `finally` runs (ranks stopped, temporary files remov
 ends with one line, the JSON error document under --json, and the exit code `exit_code` gives:
 129 for SIGHUP (128 + 1, as shells report it), 130 for SIGTERM and Ctrl-C (README: interrupted).
 
-`deferred()` holds these signals back while a cleanup that must not be cut short runs (stopping
-ranks, removing their directory); one that arrives meanwhile is raised as soon as it ends.
+`deferred()` holds these signals back while something that must not be cut short runs (starting
+a rank, stopping ranks and removing their directory, writing the error document); one that
+arrives meanwhile is acted on as soon as it ends.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from gpudoctor.errors import EXIT_HANGUP, EXIT_INTERRUPTED
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-_HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Stopped(KeyboardInterrupt):
@@ -72,13 +73,35 @@ def install() -> None:
 
 
 @contextmanager
-def deferred() -> Iterator[None]:
-    """Hold SIGINT, SIGTERM and SIGHUP back for the duration (main thread); deliver them after."""
+def deferred(act: bool = True) -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP back for the duration (main thread); act on the first after
+    (`act=False`: drop them, for a process that is on its way out already).
+
+    The handlers are swapped for one that only records, rather than the signals masked: a mask is
+    inherited by processes started meanwhile (the ranks would then ignore SIGTERM), and another
+    thread would still take the signal and run the handler in the main thread. What arrived is
+    then handled as it would have been: the previous handler is called (Ctrl-C raises
+    KeyboardInterrupt, `install()`'s raises Stopped), a default action is carried out.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    caught: list[int] = []
+    previous: dict[int, Any] = {}
+    for sig in HELD:
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # ignored stays ignored (nohup)
+            previous[sig] = signal.signal(sig, lambda signum, frame: caught.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if caught and act:
+            _deliver(caught[0], previous[caught[0]])
+
+
+def _deliver(signum: int, handler: Any) -> None:
+    if callable(handler):
+        handler(signum, None)
+    elif handler == signal.SIG_DFL:
+        signal.raise_signal(signum)  # the default action: the process ends by this signal

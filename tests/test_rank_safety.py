@@ -143,3 +143,41 @@ def test_a_stop_signal_during_start_up_is_a_clean_exit(
         assert err == f"\ngpudoctor: {says}\n"
     finally:
         proc.kill()
+
+
+def test_ctrl_c_while_a_rank_is_being_started_stops_every_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C that lands inside Popen (the rank exists, Popen has not returned it) used to leave
+    that rank out of the list to stop and crash the cleanup (GD001 'zip() argument 2 is shorter')."""
+    from gpudoctor.launch import Task, launch
+
+    real = subprocess.Popen
+    started: list[subprocess.Popen[bytes]] = []
+
+    def popen(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        proc = real(*args, **kwargs)  # type: ignore[call-overload]
+        started.append(proc)
+        if len(started) == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # handled before this Popen returns
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    with pytest.raises(KeyboardInterrupt):
+        launch([Task("ddp", {"batch": 8, "steps": 5})], device="cpu", ranks=2, timeout_s=60)
+    assert len(started) == 2 and all(p.poll() is not None for p in started), "a rank outlived the launch"
+
+
+def test_signals_held_back_are_acted_on_after_and_not_inherited() -> None:
+    from gpudoctor import signals
+
+    with pytest.raises(KeyboardInterrupt):
+        with signals.deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            # a process started meanwhile still dies of SIGTERM: nothing was masked
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+            child.terminate()
+            assert child.wait(timeout=10) == -signal.SIGTERM
+        raise AssertionError("not reached: the held Ctrl-C is raised when the block ends")
+    with signals.deferred(act=False):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
