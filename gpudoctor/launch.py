@@ -28,10 +28,17 @@ GPUs: on one node, the ranks get CUDA_DEVICE_ORDER=PCI_BUS_ID and CUDA_VISIBLE_D
 UUIDs in rank order> (`rank_env`), so local rank i drives exactly the GPU gpudoctor names for it.
 Under torchrun/srun the user's environment is left alone.
 
-Rendezvous: rank 0 binds a TCPStore to port 0 (or to MASTER_PORT when the user set it and it is
-free; when it is busy, nothing starts and `setup_error` names the holder). Under torchrun/srun
-(RANK, WORLD_SIZE, MASTER_ADDR set) this process starts ONE rank, its own, with the env://
-rendezvous that the launcher already set up, so the workload spans every node.
+Rendezvous: rank 0 opens a TCPStore on 127.0.0.1 only (workloads/rank.py binds the socket and
+hands it to the store), on port 0 (or on MASTER_PORT when the user set it and it is free; when it
+is busy, nothing starts and `setup_error` names the holder); CPU ranks get GLOO_SOCKET_IFNAME=<the
+loopback interface>. Under torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR set) this process starts
+ONE rank, its own, with the env:// rendezvous that the launcher already set up, so the workload
+spans every node.
+
+Files: the ranks' spec, reports, logs and port file live in a directory made by mkdtemp (0700,
+an unpredictable name), so they are written with plain opens; it is removed on every way out
+(SIGTERM and SIGHUP unwind like Ctrl-C: `_TermAsInterrupt`, gpudoctor.signals). Without torch
+nothing starts (`setup_error` kind "no_torch" names the install).
 """
 
 from __future__ import annotations
