@@ -365,7 +365,8 @@ def test_every_variable_a_check_reads_is_allowed_into_the_snapshot() -> None:
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 name = node.value
                 # "NCCL_" in `k.startswith("NCCL_")` is a prefix, not a variable the check reads
-                env_like = name.isupper() and "_" in name.strip("_") and name.replace("_", "").isalnum()
+                prefix = name.endswith("_")
+                env_like = name.isupper() and "_" in name and name.replace("_", "").isalnum() and not prefix
                 if env_like and name.split("_")[0] in {
                     "CUDA",
                     "NCCL",
