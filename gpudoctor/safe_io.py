@@ -29,8 +29,11 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import time
 from pathlib import Path
 from typing import IO
+
+FIFO_READER_GRACE_S = 2.0  # how long a FIFO output waits for its reader to open it
 
 __all__ = ["InputFileError", "check_target", "open_stream", "read_text", "write_text"]
 
@@ -65,7 +68,23 @@ def _in_place(st: os.stat_result | None) -> bool:
 
 
 def _open_in_place(path: Path) -> IO[str]:
-    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    # O_NONBLOCK: opening a FIFO that nobody reads would wait forever (a FIFO planted at
+    # /tmp/report.xml must not hang a CI job); without a reader it fails with ENXIO. A reader
+    # started beside gpudoctor (`cat fifo & gpudoctor ... --junit fifo`) gets a short grace.
+    deadline = time.monotonic() + FIFO_READER_GRACE_S
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            break
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            if time.monotonic() >= deadline:
+                raise OSError(
+                    errno.ENXIO, "is a FIFO that nothing reads (gpudoctor does not wait for a reader)"
+                ) from None
+            time.sleep(0.05)
+    os.set_blocking(fd, True)  # the writes themselves wait for a slow reader, as `>` would
     # Between lstat and open the FIFO may have been swapped for a (hard link to a) regular file:
     # what was opened is checked again, so nobody's file is written in place.
     if not _in_place(os.fstat(fd)):

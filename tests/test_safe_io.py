@@ -150,3 +150,16 @@ def test_watch_record_refuses_a_planted_link_before_the_job_starts(tmp_path: Pat
     )
     assert r.returncode == 3 and "symbolic link" in r.stderr and r.stderr.count("\n") == 1
     assert not marker.exists() and victim.read_text() == "keep"
+
+
+def test_a_fifo_nobody_reads_is_refused_not_waited_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A FIFO planted at the report path must not hang a CI job (or root's cron) forever.
+    fifo = tmp_path / "report.xml"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(safe_io, "FIFO_READER_GRACE_S", 0.1)
+    with pytest.raises(OSError, match="nothing reads"):
+        safe_io.write_text(fifo, "<testsuites/>")
+    with pytest.raises(OSError, match="nothing reads"):
+        safe_io.open_stream(fifo)
+    r = _gpudoctor("check", "--snapshot", FIXTURE, "--junit", str(fifo))
+    assert r.returncode == 3 and "nothing reads" in r.stderr
