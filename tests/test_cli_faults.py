@@ -4,6 +4,7 @@ snapshot, text its standard output cannot encode, and JUnit that XML cannot carr
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -111,6 +112,20 @@ def test_non_ascii_text_on_an_ascii_terminal(tmp_path: Path) -> None:
     text = gpudoctor("check", "--snapshot", path, "-v", env=env)
     assert text.returncode == 1, text.stderr  # the verdict (GD301), not 3 for standard output
     assert "cannot write" not in text.stderr and "NVIDIA H100 80GB HBM3 (gr?n)" in text.stdout
+
+
+@pytest.mark.parametrize("color", ["never", "always"])
+def test_machine_text_with_newlines_cannot_start_a_ci_workflow_command(tmp_path: Path, color: str) -> None:
+    # A CI runner executes `::add-mask::`/`::error::` at the start of a stdout line; an env value or
+    # a GPU name with a newline must not start such a line in the text report.
+    s = load("h100_sxm_8x")
+    env = {**s.env, "NCCL_ALGO": "ring\n::add-mask::secret", "NCCL_SOCKET_IFNAME": "eth\r\n::error title=x::pwned"}
+    s = replace(s, env=env, gpus=[replace(g, name=g.name + "\n::warning::x") if g.index == 1 else g for g in s.gpus])
+    out = gpudoctor("check", "--snapshot", write_variant(tmp_path, s), "-vv", "--color", color)
+    assert out.returncode == 1, out.stderr
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout).splitlines()  # styles aside (--color always)
+    assert [line for line in lines if line.startswith("::")] == []
+    assert "ring\\n::add-mask::secret" in out.stdout  # shown, escaped, so the user sees what is set
 
 
 def test_junit_from_a_snapshot_with_control_characters_parses(tmp_path: Path) -> None:

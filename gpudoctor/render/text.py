@@ -43,6 +43,16 @@ COLOR_CHOICES = ("auto", "always", "never")
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+def printable(text: object) -> str:
+    """Machine text (an env value, a co-tenant's command line, a GPU name) as one safe line.
+
+    A newline inside it would start a line of its own: a CI runner reads `::add-mask::...` or
+    `::error::...` at the start of a stdout line as a workflow command, and a log reader would
+    take it for gpudoctor's. It is shown as the two characters `\\n`; other controls as `?`.
+    """
+    return _CONTROL.sub("?", str(text).replace("\n", "\\n"))
+
+
 @dataclass(frozen=True)
 class TextOptions:
     verbose: int = 0  # 0 compact, 1 every check and its tables, 2 passing findings too
@@ -58,7 +68,7 @@ class Line:
             self.append(text, style)
 
     def append(self, text: str, style: str = "") -> Line:
-        self.spans.append((_CONTROL.sub("?", str(text)), style))
+        self.spans.append((printable(text), style))
         return self
 
     def append_text(self, other: Line) -> Line:
@@ -89,10 +99,10 @@ class TableSpec:
 
     def lines(self) -> list[str]:
         """Plain columns: every column as wide as its widest cell, two spaces apart, never wrapped."""
-        columns = [_CONTROL.sub("?", str(c)) for c in self.spec.get("columns", [])]
-        rows = [[_CONTROL.sub("?", str(v)) for v in row] for row in self.spec.get("rows", [])]
+        columns = [printable(c) for c in self.spec.get("columns", [])]
+        rows = [[printable(v) for v in row] for row in self.spec.get("rows", [])]
         widths = [max([len(c), *(len(r[i]) for r in rows if i < len(r))]) for i, c in enumerate(columns)]
-        out = [str(self.spec["title"])] if self.spec.get("title") else []
+        out = [printable(self.spec["title"])] if self.spec.get("title") else []
         for cells in [columns, *rows]:
             out.append("  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=False)).rstrip())
         return out
@@ -160,13 +170,14 @@ def render_table(spec: dict[str, Any]) -> Any:
     """A details table: {"title": str, "columns": [str], "rows": [[str]]}."""
     from rich.table import Table  # lazy: a healthy machine's compact report has no table
 
-    table = Table(title=spec.get("title"), title_justify="left", box=None, pad_edge=False)
+    title = spec.get("title")
+    table = Table(title=printable(title) if title else None, title_justify="left", box=None, pad_edge=False)
     columns = spec.get("columns", [])
     for i, col in enumerate(columns):
         # Only the last column wraps, so long CPU-affinity lists stay whole on one line.
-        table.add_column(str(col), overflow="fold", no_wrap=i < len(columns) - 1)
+        table.add_column(printable(col), overflow="fold", no_wrap=i < len(columns) - 1)
     for row in spec.get("rows", []):
-        table.add_row(*(str(v) for v in row))
+        table.add_row(*(printable(v) for v in row))
     return table
 
 
