@@ -65,6 +65,7 @@ def run_checks(
     timeout_s: float | None = None,
     min_busbw: float | str | None = None,
     allow_mig: bool | None = None,
+    collectives: Sequence[str] | None = None,
     ram_per_gpu_gb: float | None = None,
     baseline: str | Path | None = None,
     tolerance: float | str | None = None,
@@ -80,6 +81,7 @@ def run_checks(
     duration_s, mem_share: level 3's seconds of load (60) and share of free GPU memory tested (0.8).
     select/ignore: codes (GD401), prefixes (GD4) or check names; `ignore` adds to the policy's.
     min_busbw: GB/s, or a share of the expected busbw such as "80%".
+    collectives: also run and judge these beside all-reduce ("allgather", "reducescatter", ...).
     baseline: a saved `check --json` report or a snapshot to compare with (GD011-GD016),
     `tolerance` (default 10%, "10%" or 0.1) for its measured regressions.
     Every other argument left as None takes the policy's value, then gpudoctor's default.
@@ -121,6 +123,7 @@ def run_checks(
         timeout_s=timeout_s,
         min_busbw=min_busbw,
         allow_mig=allow_mig,
+        collectives=collectives,
         ram_per_gpu_gb=ram_per_gpu_gb,
     )
     ctx = CheckContext(snap_obj, options, progress=progress or (lambda message: None))
@@ -235,6 +238,7 @@ def check_options(
     timeout_s: float | None = None,
     min_busbw: float | str | None = None,
     allow_mig: bool | None = None,
+    collectives: Sequence[str] | None = None,
     ram_per_gpu_gb: float | None = None,
 ) -> Any:
     """CheckOptions from the arguments, then the policy, then the defaults: the one place they meet."""
@@ -267,7 +271,7 @@ def check_options(
         allow_mig=_first(allow_mig, policy.allow_mig, defaults.allow_mig),
         expect_model=expect_model if expect_model is not None else policy.expect_model,
         min_shm_bytes=None if policy.min_shm_gb is None else int(policy.min_shm_gb * (1 << 30)),
-        collectives=policy.collectives,
+        collectives=tuple(collectives) if collectives is not None else policy.collectives,
     )
 
 

@@ -68,6 +68,18 @@ COLOR = click.option(
 QUIET = click.option("-q", "--quiet", is_flag=True, help="Show only what is not a pass, and the summary line.")
 
 
+def _collectives(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
+    """--collectives: the names, checked; None when not given (then the policy's list applies)."""
+    if value is None:
+        return None
+    from gpudoctor.busbw import parse_ops
+
+    try:
+        return parse_ops(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(t.strip() for v in values for t in v.split(",") if t.strip())
 
@@ -146,6 +158,13 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
 )
 @click.option("--allow-mig", is_flag=True, default=None, help="Do not fail multi-GPU checks on MIG-enabled GPUs.")
 @click.option(
+    "--collectives",
+    metavar="LIST",
+    callback=_collectives,
+    help="Also run and judge these beside all-reduce: allgather, reducescatter (what FSDP/ZeRO use; "
+    "`fsdp` names both), alltoall, broadcast, sendrecv, or all.",
+)
+@click.option(
     "--ram-per-gpu",
     "ram_per_gpu_gb",
     type=FiniteFloat(min=0),
@@ -187,6 +206,7 @@ def check(
     timeout_s: float | None,
     min_busbw: str | None,
     allow_mig: bool | None,
+    collectives: tuple[str, ...] | None,
     ram_per_gpu_gb: float | None,
     baseline: str | None,
     tolerance: str | None,
@@ -222,6 +242,7 @@ def check(
         timeout_s=timeout_s,
         min_busbw=min_busbw,
         allow_mig=allow_mig,
+        collectives=collectives,
         ram_per_gpu_gb=ram_per_gpu_gb,
         baseline=baseline,
         tolerance=tolerance,

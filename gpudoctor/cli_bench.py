@@ -1,10 +1,22 @@
-"""`gpudoctor bench allreduce`: the whole all-reduce sweep as a table (or JSON), no verdict."""
+"""`gpudoctor bench`: measurements printed whole.
+
+- `bench allreduce`: the all-reduce sweep as a table (or JSON), no verdict.
+- `bench collectives`: all-gather, reduce-scatter, all-to-all, broadcast and send/recv per pair,
+  verified, with the verdicts of checks/collectives.py (GD65x).
+- `bench scaling`: DDP training throughput on 1, 2, 4, ... GPUs with the step split and the
+  cause of a low efficiency (checks/scaling.py, GD72x), DataParallel beside it.
+
+Light to import (click only): the ranks import torch, this process never does.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -37,9 +49,106 @@ def sizes_between(lo: int, hi: int, factor: int) -> list[int]:
     return out
 
 
+def _collectives_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
+    from gpudoctor.checks.collectives import parse_ops  # torch-free
+
+    if not value:
+        return ()
+    try:
+        return parse_ops(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+collectives_option = click.option(
+    "--collectives",
+    metavar="LIST",
+    callback=_collectives_callback,
+    help="Also run and judge these collectives beside all-reduce: allgather, reducescatter "
+    "(what FSDP/ZeRO use; `fsdp` names both), alltoall, broadcast, sendrecv, or all.",
+)
+
+
 @click.group()
 def bench() -> None:
-    """Measurements without a verdict (all-reduce bandwidth sweep)."""
+    """Measurements printed whole: all-reduce sweep, other collectives, DDP scaling."""
+
+
+@dataclass
+class Target:
+    """Where the ranks run: one per visible GPU, or N CPU ranks; under torchrun, the launcher's."""
+
+    device: str
+    ranks: int
+    gpus: list[int] = field(default_factory=list)  # NVML index per local rank
+    uuids: list[str] = field(default_factory=list)
+    snapshot: Any = None  # the probe of this machine (GPUs only)
+
+
+def _target(device: str, ranks: int | None, minimum: int, what: str) -> Target:
+    """Resolve --device/--ranks; fewer than `minimum` GPUs is 'could not run' (exit 3)."""
+    from gpudoctor.launch import torchrun_env
+
+    if ranks is not None and device != "cpu":
+        raise UserError("--ranks needs --device cpu (on GPUs there is one rank per visible GPU)", EXIT_USAGE, "usage")
+    if device == "cpu":
+        return Target("cpu", ranks or 2)
+    if torchrun_env(os.environ):
+        return Target("cuda", int(os.environ["WORLD_SIZE"]))
+    snap, gpus, uuids = _visible_gpus()
+    if not gpus:
+        if device == "cuda":
+            raise UserError("no GPU is visible to run on", EXIT_UNAVAILABLE, "unavailable")
+        return Target("cpu", 2)
+    if len(gpus) < minimum:
+        raise UserError(f"one visible GPU: {what} needs at least {minimum}", EXIT_UNAVAILABLE, "unavailable")
+    return Target("cuda", len(gpus), gpus, uuids, snap)
+
+
+def _visible_gpus() -> tuple[Any, list[int], list[str]]:
+    """This machine's snapshot, and the visible GPUs' NVML indices and UUIDs in rank order."""
+    from gpudoctor.probe import collect
+    from gpudoctor.visibility import resolve
+
+    snap = collect()
+    if snap.driver.nvml_status != "ok":
+        return snap, [], []
+    devices = resolve(snap).devices
+    return snap, [d.nvml_index for d in devices], [d.uuid for d in devices]
+
+
+def _progress(as_json: bool) -> Any:
+    """What runs, on stderr (stdout stays one JSON document with --json)."""
+    return (lambda m: None) if as_json else (lambda m: click.echo(f"  ... {m}", err=True))
+
+
+def _run(task: Any, target: Target, timeout_s: float, as_json: bool) -> Any:
+    from gpudoctor.launch import launch
+
+    return launch(
+        [task],
+        device=target.device,
+        ranks=target.ranks,
+        timeout_s=timeout_s,
+        gpus=target.gpus,
+        gpu_uuids=target.uuids,
+        progress=_progress(as_json),
+    )
+
+
+def _why_not(result: Any, what: str = "the sweep") -> str:
+    if result.setup_error:
+        return f"{what} did not start: {result.setup_error['message']}"
+    parts = [f"{r.label}: {r.error or r.state}" for r in result.suspects()]
+    return f"{what} did not complete: " + ("; ".join(parts) or "no result")
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    tty = sys.stdout.isatty()
+    # Piped (a log, a CI artifact): wide enough that the tables keep every column whole.
+    return Console(highlight=False, no_color="NO_COLOR" in os.environ, soft_wrap=not tty, width=None if tty else 160)
 
 
 @bench.command("allreduce")
@@ -64,36 +173,12 @@ def bench_allreduce(
     as_json: bool,
 ) -> None:
     """Sweep all-reduce sizes across one rank per GPU (or N CPU ranks); print algbw and busbw."""
-    from gpudoctor.launch import Task, choose_device, launch, torchrun_env
+    from gpudoctor.launch import Task
 
-    gpus: list[int] = []
-    uuids: list[str] = []
-    under_launcher = torchrun_env(os.environ)  # torchrun/srun placed this rank on its GPU already
-    if device != "cpu" and not under_launcher:
-        gpus, uuids = _visible_gpus()
-    device, why_not = choose_device(device, 1 if under_launcher else len(gpus))  # the rule `check` uses too
-    if not device:
-        raise UserError(why_not, EXIT_UNAVAILABLE, "unavailable")
-    if device == "cuda" and not under_launcher and len(gpus) < 2:
-        raise UserError("one visible GPU: all-reduce needs at least 2", EXIT_UNAVAILABLE, "unavailable")
-    on_gpu = device == "cuda"
-    lo = parse_size(min_bytes or ("8M" if on_gpu else "64K"))
-    hi = parse_size(max_bytes or ("1G" if on_gpu else "4M"))
-    params: dict[str, Any] = {
-        "sizes": sizes_between(lo, hi, factor),
-        "warmup": warmup if warmup is not None else (5 if on_gpu else 1),
-        "iters": iters if iters is not None else (20 if on_gpu else 5),
-    }
-    progress = (lambda m: None) if as_json else (lambda m: click.echo(f"  ... {m}", err=True))
-    result = launch(
-        [Task("allreduce", params)],
-        device=device,
-        ranks=ranks or len(gpus) or 2,
-        timeout_s=timeout_s,
-        gpus=gpus,
-        gpu_uuids=uuids,
-        progress=progress,
-    )
+    target = _target(device, ranks, 2, "all-reduce")
+    params: dict[str, Any] = {"sizes": _sweep_sizes(target, min_bytes, max_bytes, factor)}
+    params |= _repeats(target, iters, warmup)
+    result = _run(Task("allreduce", params), target, timeout_s, as_json)
     data = result.results("allreduce")
     if data is None:
         raise UserError(_why_not(result), EXIT_UNAVAILABLE, "unavailable")
@@ -114,34 +199,273 @@ def bench_allreduce(
     sys.exit(exit_code)
 
 
-def _visible_gpus() -> tuple[list[int], list[str]]:
-    """The visible GPUs' NVML indices and UUIDs, in the order the ranks will drive them."""
-    from gpudoctor.probe import collect
-    from gpudoctor.visibility import resolve
-
-    snap = collect()
-    if snap.driver.nvml_status != "ok":
-        return [], []
-    devices = resolve(snap).devices
-    return [d.nvml_index for d in devices], [d.uuid for d in devices]
+def _sweep_sizes(target: Target, min_bytes: str | None, max_bytes: str | None, factor: int) -> list[int]:
+    on_gpu = target.device == "cuda"
+    lo = parse_size(min_bytes or ("8M" if on_gpu else "64K"))
+    hi = parse_size(max_bytes or ("1G" if on_gpu else "4M"))
+    return sizes_between(lo, hi, factor)
 
 
-def _why_not(result: Any) -> str:
-    if result.setup_error:
-        return f"the sweep did not start: {result.setup_error['message']}"
-    parts = [f"{r.label}: {r.error or r.state}" for r in result.suspects()]
-    return "the sweep did not complete: " + ("; ".join(parts) or "no result")
+def _repeats(target: Target, iters: int | None, warmup: int | None) -> dict[str, int]:
+    on_gpu = target.device == "cuda"
+    return {
+        "warmup": warmup if warmup is not None else (5 if on_gpu else 1),
+        "iters": iters if iters is not None else (20 if on_gpu else 5),
+    }
 
 
 def _print_table(data: dict[str, Any]) -> None:
-    from rich.console import Console
-
     from gpudoctor.checks.allreduce import sweep_table
     from gpudoctor.render.text import render_table
 
-    Console(highlight=False, no_color="NO_COLOR" in os.environ).print(render_table(sweep_table(data)))
+    _console().print(render_table(sweep_table(data)))
     best = max(data["rows"], key=lambda r: r["busbw_gbps"], default=None)
     if best is not None:
         click.echo(f"# best busbw {best['busbw_gbps']:.2f} GB/s (busbw = algbw x {data['busbw_factor']:.3g})")
     if data["skipped_sizes"]:
         click.echo(f"# skipped for lack of free GPU memory: {data['skipped_sizes']}")
+
+
+def _report(command: str, name: str, title: str, findings: list[Any], started: float, fail_on: str) -> Any:
+    from gpudoctor import __version__
+    from gpudoctor.findings import CheckResult, Report, Status
+    from gpudoctor.snapshot import now_iso
+
+    result = CheckResult(name, title, findings, time.monotonic() - started)
+    return Report(command, "live", now_iso(), __version__, socket.gethostname(), [result], Status(fail_on))
+
+
+def _emit(report: Any, tables: list[dict[str, Any]], results: dict[str, Any], as_json: bool) -> None:
+    """One JSON document (the report plus `results`), or the tables, the findings and a summary."""
+    if as_json:
+        from gpudoctor.render.json import dumps
+
+        click.echo(dumps(report.to_json() | {"results": results}), nl=False)
+    else:
+        from rich.text import Text
+
+        from gpudoctor.findings import Status
+        from gpudoctor.render.text import STYLE, finding_lines, render_table
+
+        console = _console()
+        for spec in tables:
+            console.print(render_table(spec))
+            console.print()
+        for finding in report.findings:
+            for line in finding_lines(finding, verbose=True):
+                console.print(line)
+        counts = report.counts()
+        text = Text()
+        shown = [(s, n) for s, n in counts.items() if n]
+        for i, (s, n) in enumerate(shown):
+            text.append(("" if not i else ", ") + f"{n} {s}", style=STYLE[Status(s)])
+        text.append(f"  (exit {report.exit_code}, --fail-on {report.fail_on.value})", style="bold")
+        console.print(text)
+    sys.exit(report.exit_code)
+
+
+FAIL_ON = click.option("--fail-on", type=click.Choice(["warn", "fail"]), default="fail", show_default=True)
+
+
+@bench.command("collectives")
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
+@click.option("--ranks", type=click.IntRange(min=2, max=64), help="Ranks for --device cpu (default 2).")
+@click.option(
+    "--ops",
+    default="all",
+    show_default=True,
+    metavar="LIST",
+    help="Which: allgather, reducescatter, alltoall, broadcast, sendrecv (per pair), or all.",
+)
+@click.option("--min-bytes", default=None, metavar="SIZE", help="Smallest size S (default 8M on GPUs, 64K on CPU).")
+@click.option("--max-bytes", default=None, metavar="SIZE", help="Largest size S (default 1G on GPUs, 4M on CPU).")
+@click.option("--factor", type=click.IntRange(min=2), default=2, show_default=True, help="Size step factor.")
+@click.option("--pair-bytes", default=None, metavar="SIZE", help="Send/recv size per pair (default 256M GPU, 1M CPU).")
+@click.option("--iters", type=click.IntRange(min=1), default=None, help="Timed iterations per size.")
+@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Warm-up iterations per size.")
+@FAIL_ON
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=300.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def bench_collectives(
+    device: str,
+    ranks: int | None,
+    ops: str,
+    min_bytes: str | None,
+    max_bytes: str | None,
+    factor: int,
+    pair_bytes: str | None,
+    iters: int | None,
+    warmup: int | None,
+    fail_on: str,
+    timeout_s: float,
+    as_json: bool,
+) -> None:
+    """All-gather, reduce-scatter, all-to-all, broadcast and send/recv per pair: algbw and busbw as
+    nccl-tests defines each, every result verified (a rank sending wrong data is named)."""
+    from gpudoctor.checks.collectives import Judging, judge, parse_ops
+    from gpudoctor.expectations import expected_busbw
+    from gpudoctor.launch import Task
+
+    try:
+        chosen = parse_ops(ops)
+    except ValueError as exc:
+        raise UserError(f"--ops: {exc}", EXIT_USAGE, "usage") from None
+    if not chosen:
+        raise UserError("--ops names no collective", EXIT_USAGE, "usage")
+    target = _target(device, ranks, 2, "a collective")
+    started = time.monotonic()
+    on_gpu = target.device == "cuda"
+    params: dict[str, Any] = {
+        "ops": [op for op in chosen if op != "sendrecv"],
+        "sizes": _sweep_sizes(target, min_bytes, max_bytes, factor),
+        "pair_bytes": parse_size(pair_bytes or ("256M" if on_gpu else "1M")) if "sendrecv" in chosen else 0,
+    } | _repeats(target, iters, warmup)
+    result = _run(Task("collectives", params), target, timeout_s, as_json)
+    data = result.results("collectives")
+    results: dict[str, Any] = {"collectives": data, "launch": result.to_json()}
+    if data is None:
+        from gpudoctor.checks.collectives import not_completed
+
+        report = _report("bench collectives", "collectives", "Collectives", [not_completed(result)], started, fail_on)
+        _emit(report, [], results, as_json)
+    if not on_gpu:
+        how = Judging(no_verdict="CPU/gloo")
+    elif result.node_count > 1 or target.snapshot is None:
+        how = Judging(no_verdict="across nodes the network caps busbw")
+    else:
+        how = Judging(target.gpus, target.snapshot, expected_busbw(target.snapshot, target.gpus))
+    findings, details = judge(data, how)
+    report = _report("bench collectives", "collectives", "Collectives", findings, started, fail_on)
+    _emit(report, details["tables"], results, as_json)
+
+
+def _model_sizes(name: str, text: str | None, defaults: dict[str, int], batch: int | None) -> dict[str, int]:
+    """`width=128,depth=4` over the defaults; unknown keys or non-positive values are usage errors."""
+    sizes = dict(defaults)
+    for item in (t.strip() for t in (text or "").split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in sizes:
+            keys = ", ".join(k for k in defaults)
+            raise UserError(f"--{name}-size: cannot read {item!r} (KEY=N with KEY one of {keys})", EXIT_USAGE, "usage")
+        try:
+            sizes[key] = int(value)
+        except ValueError:
+            raise UserError(
+                f"--{name}-size: {key} must be a whole number, not {value!r}", EXIT_USAGE, "usage"
+            ) from None
+        if sizes[key] < 1:
+            raise UserError(f"--{name}-size: {key} must be at least 1", EXIT_USAGE, "usage")
+    if batch is not None:
+        sizes["batch"] = batch
+    if name == "transformer" and sizes["width"] % sizes["heads"]:
+        raise UserError("--transformer-size: width must be a multiple of heads", EXIT_USAGE, "usage")
+    return sizes
+
+
+def _counts(text: str | None, world: int) -> list[int]:
+    """--counts 1,2,4 (always with 1, the baseline), or 1, 2, 4, ... up to every rank and all of them."""
+    if not text:
+        out, k = [], 1
+        while k < world:
+            out.append(k)
+            k *= 2
+        return [*out, world]
+    try:
+        counts = sorted({int(t) for t in text.split(",") if t.strip()} | {1})
+    except ValueError:
+        raise UserError(f"--counts: cannot read {text!r} (example: 1,2,4,8)", EXIT_USAGE, "usage") from None
+    bad = [k for k in counts if not 1 <= k <= world]
+    if bad:
+        raise UserError(f"--counts: {bad[0]} is not between 1 and the {world} rank(s) there are", EXIT_USAGE, "usage")
+    return counts
+
+
+@bench.command("scaling")
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
+@click.option("--ranks", type=click.IntRange(min=1, max=64), help="Ranks for --device cpu (default 2).")
+@click.option("--model", type=click.Choice(["cnn", "transformer", "both"]), default="both", show_default=True)
+@click.option("--counts", metavar="LIST", help="GPU counts to train on (default 1, 2, 4, ... and all).")
+@click.option("--batch", type=click.IntRange(min=1), help="Batch per GPU (default: cnn 64, transformer 8; CPU 8).")
+@click.option("--cnn-size", metavar="K=N,...", help="ConvNet: width, depth, image, classes.")
+@click.option("--transformer-size", metavar="K=N,...", help="Transformer: width, layers, heads, seq, vocab.")
+@click.option("--amp", type=click.Choice(["off", "bf16", "fp16"]), default="off", show_default=True)
+@click.option("--accum", type=click.IntRange(min=1), default=1, show_default=True, help="Micro-batches per step.")
+@click.option("--bucket-mb", type=FiniteFloat(min=0, min_open=True), default=25.0, show_default=True)
+@click.option("--gradient-as-bucket-view", is_flag=True, help="DDP gradient_as_bucket_view=True.")
+@click.option("--static-graph", is_flag=True, help="DDP static_graph=True.")
+@click.option("--no-dataparallel", is_flag=True, help="Skip the nn.DataParallel comparison.")
+@click.option("--steps", type=click.IntRange(min=1), help="Measured steps per count (default 20 GPU, 6 CPU).")
+@click.option("--warmup", type=click.IntRange(min=0), help="Warm-up steps per count (default 5 GPU, 2 CPU).")
+@click.option("--warn-below", type=FiniteFloat(min=0, max=1), help="Efficiency that warns (default 0.80).")
+@click.option("--fail-below", type=FiniteFloat(min=0, max=1), help="Efficiency that fails (default 0.50).")
+@FAIL_ON
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=600.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def bench_scaling(
+    device: str,
+    ranks: int | None,
+    model: str,
+    counts: str | None,
+    batch: int | None,
+    cnn_size: str | None,
+    transformer_size: str | None,
+    amp: str,
+    accum: int,
+    bucket_mb: float,
+    gradient_as_bucket_view: bool,
+    static_graph: bool,
+    no_dataparallel: bool,
+    steps: int | None,
+    warmup: int | None,
+    warn_below: float | None,
+    fail_below: float | None,
+    fail_on: str,
+    timeout_s: float,
+    as_json: bool,
+) -> None:
+    """Train synthetic models with DDP on 1, 2, 4, ... GPUs (the same batch per GPU): samples/s,
+    speedup, efficiency, each step split into input, compute and communication not hidden, and
+    the cause of a low efficiency; DataParallel beside DDP on 2+ GPUs."""
+    from gpudoctor.checks import scaling
+    from gpudoctor.launch import Task
+
+    target = _target(device, ranks, 1, "scaling")
+    kind = target.device
+    models = ["cnn", "transformer"] if model == "both" else [model]
+    texts = {"cnn": cnn_size, "transformer": transformer_size}
+    sizes = {m: _model_sizes(m, texts[m], scaling.DEFAULT_SIZES[kind][m], batch) for m in models}
+    warn = scaling.WARN_EFFICIENCY if warn_below is None else warn_below
+    fail = scaling.FAIL_EFFICIENCY if fail_below is None else fail_below
+    if fail > warn:
+        raise UserError(f"--fail-below {fail:g} is above --warn-below {warn:g}", EXIT_USAGE, "usage")
+    default_warmup, default_steps = scaling.DEFAULT_STEPS[kind]
+    params: dict[str, Any] = {
+        "models": models,
+        "sizes": sizes,
+        "counts": _counts(counts, target.ranks),
+        "steps": steps or default_steps,
+        "warmup": default_warmup if warmup is None else warmup,
+        "accum": accum,
+        "amp": amp,
+        "bucket_cap_mb": bucket_mb,
+        "gradient_as_bucket_view": gradient_as_bucket_view,
+        "static_graph": static_graph,
+        "dataparallel": not no_dataparallel,
+    }
+    started = time.monotonic()
+    result = _run(Task("scaling", params), target, timeout_s, as_json)
+    data = result.results("scaling")
+    machine = scaling.Machine(target.gpus, target.snapshot)
+    results: dict[str, Any] = {"scaling": data, "launch": result.to_json()}
+    if data is None:
+        finding = scaling.not_completed(result, lambda r: machine.label(r.rank))
+        _emit(_report("bench scaling", "scaling", "DDP scaling", [finding], started, fail_on), [], results, as_json)
+    # On CPU ranks share the cores: a verdict only when the user asks for one with a threshold.
+    verdict = kind == "cuda" or warn_below is not None or fail_below is not None
+    thresholds = scaling.Thresholds(warn, fail, verdict)
+    findings, tables, rows = scaling.judge(data, machine, thresholds)
+    results["summary"] = rows
+    _emit(_report("bench scaling", "scaling", "DDP scaling", findings, started, fail_on), tables, results, as_json)

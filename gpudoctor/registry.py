@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 CODE_RE = re.compile(r"^GD\d{3}$")
 
-# Modules that declare finding codes raised outside `gpudoctor check` (watch verdicts).
-CODE_MODULES = ["gpudoctor.watch.codes", "gpudoctor.compare"]
+# Modules that declare finding codes raised outside `gpudoctor check` (watch, bench scaling verdicts).
+CODE_MODULES = ["gpudoctor.watch.codes", "gpudoctor.compare", "gpudoctor.checks.scaling"]
 # Owners of codes that `gpudoctor check` never gives (list-checks and explain say so; --select refuses them).
 NOT_IN_CHECK = frozenset({"watch"})
 
@@ -58,6 +58,7 @@ CHECK_MODULES = [
     "memory",
     "host_resources",
     "allreduce",
+    "collectives",
     "ddp",
     "link_probes",
     "deep_load",

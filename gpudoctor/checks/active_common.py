@@ -30,6 +30,8 @@ PLATEAU = {"from_bytes": 1 << 30, "gain": 0.03}
 # The GPU sweep's share of the active checks' deadline (which also covers importing torch,
 # joining and the DDP run): a heuristic; the sweep ends before a size predicted to overrun it.
 SWEEP_SHARE = 0.3
+COLLECTIVE_CUDA_SIZES = CUDA_SIZES[:8]  # 8 MiB .. 1 GiB: `check --collectives`
+PAIR_BYTES_CUDA, PAIR_BYTES_CPU = 256 << 20, 1 << 20  # send/recv per pair (--collectives sendrecv)
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,20 @@ def world_size(ctx: CheckContext, p: Plan) -> int:
     return p.ranks
 
 
-def tasks_for(p: Plan, world: int, timeout_s: float = 120.0) -> list[Task]:
+def collectives_params(p: Plan, collectives: tuple[str, ...]) -> dict[str, Any]:
+    """`check --collectives`: 8 MiB .. 1 GiB on GPUs (the whole curve is `bench collectives`'s, so
+    the check keeps within its deadline beside the all-reduce sweep), the CPU sweep on CPU."""
+    cuda = p.device == "cuda"
+    return {
+        "ops": [op for op in collectives if op != "sendrecv"],
+        "sizes": COLLECTIVE_CUDA_SIZES if cuda else CPU_SIZES,
+        "warmup": 5 if cuda else 1,
+        "iters": 20 if cuda else 3,
+        "pair_bytes": (PAIR_BYTES_CUDA if cuda else PAIR_BYTES_CPU) if "sendrecv" in collectives else 0,
+    }
+
+
+def tasks_for(p: Plan, world: int, timeout_s: float = 120.0, collectives: tuple[str, ...] = ()) -> list[Task]:
     tasks = []
     if world >= 2:
         if p.device == "cuda":
@@ -89,6 +104,8 @@ def tasks_for(p: Plan, world: int, timeout_s: float = 120.0) -> list[Task]:
         else:
             params = {"sizes": CPU_SIZES, "warmup": 1, "iters": 3}
         tasks.append(Task("allreduce", params))
+        if collectives:  # check --collectives: a sweep for each, send/recv per pair
+            tasks.append(Task("collectives", collectives_params(p, collectives)))
     tasks.append(Task("ddp", {"batch": 8, "steps": 5}))
     return tasks
 
@@ -99,7 +116,7 @@ def shared_launch(ctx: CheckContext, p: Plan) -> LaunchResult:
         return ctx.active_run
     world = world_size(ctx, p)
     ctx.active_run = launch(
-        tasks_for(p, world, ctx.options.timeout_s),
+        tasks_for(p, world, ctx.options.timeout_s, ctx.options.collectives),
         device=p.device,
         ranks=p.ranks,
         timeout_s=ctx.options.timeout_s,

@@ -19,4 +19,6 @@ WORKLOADS: dict[str, str] = {
     "deep_allreduce": "gpudoctor.workloads.deep_allreduce:run",
     "deep_memory": "gpudoctor.workloads.deep_memory:run",
     "deep_links": "gpudoctor.workloads.deep_links:run",
+    "collectives": "gpudoctor.workloads.collectives:run",
+    "scaling": "gpudoctor.workloads.scaling:run",
 }

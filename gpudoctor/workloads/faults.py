@@ -6,7 +6,10 @@ actions: `hang` (sleep forever), `exit` (exit with status 17), `corrupt` (send w
 gradients), `wrongsum` (add a wrong value to its all-reduce input), `sdc` (silent data
 corruption in level 3's deep checks: flip one bit of its GEMM result from the second check on,
 of its all-reduce result from the second iteration on, and of its memory-test buffer after the
-first pattern is written). `when` for hang/exit:
+first pattern is written), `garble` (add 1 to the first element of every chunk it sends in the
+other collectives: all-gather, reduce-scatter, all-to-all, broadcast, send/recv), `slow` (a
+straggler: in `bench scaling` it sleeps as long again as each forward pass took). `when` for
+hang/exit:
 `start` (before importing torch), `import` (while importing torch: an import that never ends),
 or `joined` (after joining, the default: the peers then wait in a collective). Used by the
 tests and by users who want to watch each failure path.
@@ -19,7 +22,7 @@ import time
 from dataclasses import dataclass
 
 ENV = "GPUDOCTOR_FAULT"
-ACTIONS = ("hang", "exit", "corrupt", "wrongsum", "sdc")
+ACTIONS = ("hang", "exit", "corrupt", "wrongsum", "sdc", "garble", "slow")
 WHEN = ("start", "import", "joined")
 EXIT_STATUS = 17
 

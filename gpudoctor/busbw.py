@@ -1,0 +1,52 @@
+"""Bandwidth as nccl-tests defines it, for every collective gpudoctor times (torch-free).
+
+Source: NVIDIA/nccl-tests doc/PERFORMANCE.md and the `*GetBw` functions of src/*.cu
+(tests/reference/nccl_tests_busbw.md has the excerpts):
+
+    algbw = S / t            S: the size column of nccl-tests, t: seconds per operation
+    busbw = algbw * factor   all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all
+                             (n-1)/n; broadcast, reduce, send/recv 1
+
+S is the whole array: all-gather's output (n x the per-rank input), reduce-scatter's input
+(n x the per-rank output), all-to-all's per-rank send buffer (n chunks), broadcast's buffer,
+and for send/recv the bytes each rank sends (and receives at the same time).
+Figures are decimal GB/s (1e9 bytes), as nccl-tests prints them.
+"""
+
+from __future__ import annotations
+
+OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")
+TITLES = {
+    "allreduce": "all-reduce",
+    "allgather": "all-gather",
+    "reducescatter": "reduce-scatter",
+    "alltoall": "all-to-all",
+    "broadcast": "broadcast",
+    "sendrecv": "send/recv",
+}
+FACTOR_TEXT = {
+    "allreduce": "2(n-1)/n",
+    "allgather": "(n-1)/n",
+    "reducescatter": "(n-1)/n",
+    "alltoall": "(n-1)/n",
+    "broadcast": "1",
+    "sendrecv": "1",
+}
+
+
+def busbw_factor(op: str, n: int) -> float:
+    """busbw / algbw for `op` on `n` ranks (nccl-tests src/<op>.cu, `*GetBw`)."""
+    if op not in FACTOR_TEXT:
+        raise ValueError(f"unknown collective {op!r}")
+    if n < 1:
+        raise ValueError("a collective needs at least one rank")
+    if op == "allreduce":
+        return 2.0 * (n - 1) / n
+    if op in ("allgather", "reducescatter", "alltoall"):
+        return (n - 1) / n
+    return 1.0
+
+
+def algbw_gbps(nbytes: int, seconds: float) -> float:
+    """nccl-tests' algbw: bytes / seconds, in decimal GB/s."""
+    return nbytes / seconds / 1e9 if seconds > 0 else 0.0
