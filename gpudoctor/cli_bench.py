@@ -397,7 +397,7 @@ def _counts(text: str | None, world: int) -> list[int]:
 @click.option("--gradient-as-bucket-view", is_flag=True, help="DDP gradient_as_bucket_view=True.")
 @click.option("--static-graph", is_flag=True, help="DDP static_graph=True.")
 @click.option("--no-dataparallel", is_flag=True, help="Skip the nn.DataParallel comparison.")
-@click.option("--steps", type=click.IntRange(min=1), help="Measured steps per count (default 20 GPU, 6 CPU).")
+@click.option("--steps", type=click.IntRange(min=1), help="Measured steps per count (default 20 GPU, 12 CPU).")
 @click.option("--warmup", type=click.IntRange(min=0), help="Warm-up steps per count (default 5 GPU, 2 CPU).")
 @click.option("--warn-below", type=FiniteFloat(min=0, max=1), help="Efficiency that warns (default 0.80).")
 @click.option("--fail-below", type=FiniteFloat(min=0, max=1), help="Efficiency that fails (default 0.50).")

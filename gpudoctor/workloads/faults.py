@@ -8,8 +8,8 @@ corruption in level 3's deep checks: flip one bit of its GEMM result from the se
 of its all-reduce result from the second iteration on, and of its memory-test buffer after the
 first pattern is written), `garble` (add 1 to the first element of every chunk it sends in the
 other collectives: all-gather, reduce-scatter, all-to-all, broadcast, send/recv), `slow` (a
-straggler: in `bench scaling` it sleeps as long again as each forward pass took). `when` for
-hang/exit:
+straggler: in `bench scaling` it sleeps five times as long as each forward pass took, about
+2.5x its compute). `when` for hang/exit:
 `start` (before importing torch), `import` (while importing torch: an import that never ends),
 or `joined` (after joining, the default: the peers then wait in a collective). Used by the
 tests and by users who want to watch each failure path.

@@ -21,8 +21,8 @@ up within 10 %: the three are measured apart). A rank that waits for a slower on
 the all-reduce, so on the other ranks the communication figure includes that wait.
 
 Idle ranks (outside the first k) wait in a barrier of a CPU (gloo) group, so no NCCL kernel
-spins on their GPUs. The fault switch `slow` makes a rank sleep as long again as each forward
-pass took (a straggler).
+spins on their GPUs. The fault switch `slow` makes a rank sleep five times as long as each
+forward pass took, before its backward (a straggler: about 2.5x the compute).
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ class _Trainer:
             loss = loss_of(net(x), y)
         if self.slow:  # the test fault: this rank is a straggler
             self.ctx.sync()
-            time.sleep(time.perf_counter() - t0)
+            time.sleep(5 * (time.perf_counter() - t0))
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
     def step(self, sync: bool) -> tuple[float, float, float]:
@@ -291,6 +291,9 @@ def _train(ctx: RankContext, name: str, sizes: dict, k: int, group: Any, cfg: di
         synced.append(trainer.step(sync=True))
         bare.append(trainer.step(sync=False))
     steps = [s[0] + s[1] for s in synced]
+    # How much of each step the split accounts for, pairing each DDP step with the bare step
+    # beside it: the median of those ratios holds on a busy host where a mean would not.
+    accounted = statistics.median((s[0] + b[1] + s[2]) / (s[0] + s[1]) for s, b in zip(synced, bare, strict=True))
     row: dict[str, Any] = {  # the split in medians (one slow step on a busy host moves a mean)
         "rank": ctx.rank,
         "input_ms": _ms(statistics.median(s[0] for s in synced)),
@@ -299,6 +302,7 @@ def _train(ctx: RankContext, name: str, sizes: dict, k: int, group: Any, cfg: di
         "step_median_ms": _ms(statistics.median(steps)),
         "step_ms": _ms(sum(steps) / len(steps)),  # the mean: what throughput is made of
         "step_ms_max": _ms(max(steps)),
+        "accounted": round(accounted, 4),
         "peak_mem_bytes": int(torch.cuda.max_memory_allocated(ctx.device)) if cuda else None,
     }
     grad = trainer.grad_allreduce(group) if k > 1 else None
