@@ -69,6 +69,62 @@ collectives_option = click.option(
 )
 
 
+FAIL_ON_HELP = "What makes the exit code 1."
+EXIT_CODES = """\b
+Exit codes:
+  0  nothing at or above --fail-on
+  1  a finding at or above --fail-on (wrong data, a low efficiency, ...)
+  2  usage error
+  3  could not run (no GPU for --device cuda, the ranks did not start)
+  130  interrupted"""
+
+
+def _options(*decorators: Any) -> Any:
+    """Several click options as one decorator, in the order they are listed."""
+
+    def apply(func: Any) -> Any:
+        for decorator in reversed(decorators):
+            func = decorator(func)
+        return func
+
+    return apply
+
+
+def _where(min_ranks: int) -> Any:
+    return _options(
+        click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True),
+        click.option("--ranks", type=click.IntRange(min=min_ranks, max=64), help="Ranks for --device cpu (default 2)."),
+    )
+
+
+def _output(timeout_s: float, verdicts: bool = True) -> Any:
+    options = [
+        click.option(
+            "--timeout",
+            "timeout_s",
+            type=FiniteFloat(min=1),
+            default=timeout_s,
+            show_default=True,
+            help="Deadline in seconds for the whole run.",
+        ),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON document."),
+    ]
+    if verdicts:
+        options.insert(
+            0, click.option("--fail-on", type=click.Choice(["warn", "fail"]), default="fail", show_default=True)
+        )
+    return _options(*options)
+
+
+SWEEP = _options(
+    click.option("--min-bytes", default=None, metavar="SIZE", help="Smallest size (default 8M on GPUs, 64K on CPU)."),
+    click.option("--max-bytes", default=None, metavar="SIZE", help="Largest size (default 1G on GPUs, 4M on CPU)."),
+    click.option("--factor", type=click.IntRange(min=2), default=2, show_default=True, help="Size step factor."),
+    click.option("--iters", type=click.IntRange(min=1), default=None, help="Timed iterations per size."),
+    click.option("--warmup", type=click.IntRange(min=0), default=None, help="Warm-up iterations per size."),
+)
+
+
 @click.group()
 def bench() -> None:
     """Measurements printed whole: all-reduce sweep, other collectives, DDP scaling."""
@@ -152,15 +208,9 @@ def _console() -> Any:
 
 
 @bench.command("allreduce")
-@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
-@click.option("--ranks", type=click.IntRange(min=2, max=64), help="Ranks for --device cpu (default 2).")
-@click.option("--min-bytes", default=None, metavar="SIZE", help="Smallest message (default 8M on GPUs, 64K on CPU).")
-@click.option("--max-bytes", default=None, metavar="SIZE", help="Largest message (default 1G on GPUs, 4M on CPU).")
-@click.option("--factor", type=click.IntRange(min=2), default=2, show_default=True, help="Size step factor.")
-@click.option("--iters", type=click.IntRange(min=1), default=None, help="Timed iterations per size.")
-@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Warm-up iterations per size.")
-@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=300.0, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@_where(2)
+@SWEEP
+@_output(300.0, verdicts=False)
 def bench_allreduce(
     device: str,
     ranks: int | None,
@@ -264,12 +314,8 @@ def _emit(report: Any, tables: list[dict[str, Any]], results: dict[str, Any], as
     sys.exit(report.exit_code)
 
 
-FAIL_ON = click.option("--fail-on", type=click.Choice(["warn", "fail"]), default="fail", show_default=True)
-
-
-@bench.command("collectives")
-@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
-@click.option("--ranks", type=click.IntRange(min=2, max=64), help="Ranks for --device cpu (default 2).")
+@bench.command("collectives", epilog=EXIT_CODES)
+@_where(2)
 @click.option(
     "--ops",
     default="all",
@@ -277,23 +323,17 @@ FAIL_ON = click.option("--fail-on", type=click.Choice(["warn", "fail"]), default
     metavar="LIST",
     help="Which: allgather, reducescatter, alltoall, broadcast, sendrecv (per pair), or all.",
 )
-@click.option("--min-bytes", default=None, metavar="SIZE", help="Smallest size S (default 8M on GPUs, 64K on CPU).")
-@click.option("--max-bytes", default=None, metavar="SIZE", help="Largest size S (default 1G on GPUs, 4M on CPU).")
-@click.option("--factor", type=click.IntRange(min=2), default=2, show_default=True, help="Size step factor.")
 @click.option("--pair-bytes", default=None, metavar="SIZE", help="Send/recv size per pair (default 256M GPU, 1M CPU).")
-@click.option("--iters", type=click.IntRange(min=1), default=None, help="Timed iterations per size.")
-@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Warm-up iterations per size.")
-@FAIL_ON
-@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=300.0, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@SWEEP
+@_output(300.0)
 def bench_collectives(
     device: str,
     ranks: int | None,
     ops: str,
+    pair_bytes: str | None,
     min_bytes: str | None,
     max_bytes: str | None,
     factor: int,
-    pair_bytes: str | None,
     iters: int | None,
     warmup: int | None,
     fail_on: str,
@@ -383,9 +423,8 @@ def _counts(text: str | None, world: int) -> list[int]:
     return counts
 
 
-@bench.command("scaling")
-@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
-@click.option("--ranks", type=click.IntRange(min=1, max=64), help="Ranks for --device cpu (default 2).")
+@bench.command("scaling", epilog=EXIT_CODES)
+@_where(1)
 @click.option("--model", type=click.Choice(["cnn", "transformer", "both"]), default="both", show_default=True)
 @click.option("--counts", metavar="LIST", help="GPU counts to train on (default 1, 2, 4, ... and all).")
 @click.option("--batch", type=click.IntRange(min=1), help="Batch per GPU (default: cnn 64, transformer 8; CPU 8).")
@@ -401,9 +440,7 @@ def _counts(text: str | None, world: int) -> list[int]:
 @click.option("--warmup", type=click.IntRange(min=0), help="Warm-up steps per count (default 5 GPU, 2 CPU).")
 @click.option("--warn-below", type=FiniteFloat(min=0, max=1), help="Efficiency that warns (default 0.80).")
 @click.option("--fail-below", type=FiniteFloat(min=0, max=1), help="Efficiency that fails (default 0.50).")
-@FAIL_ON
-@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=600.0, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@_output(600.0)
 def bench_scaling(
     device: str,
     ranks: int | None,

@@ -3,11 +3,8 @@ sends wrong data named, `check --collectives`, and real gloo runs of `bench coll
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 
 from gpudoctor import snapshot as snap
@@ -17,11 +14,9 @@ from gpudoctor.expectations import expected_busbw
 from gpudoctor.findings import Status
 from gpudoctor.launch import LaunchResult, RankOutcome
 from gpudoctor.registry import CheckContext, CheckOptions
-from gpudoctor.render.json import report_schema
+from tests.bench_docs import bench_doc
 from tests.clirun import run_cli
 from tests.conftest import FIXTURES, leftover_ranks
-
-BENCH_SCHEMA = json.loads((Path(__file__).parent.parent / "gpudoctor/schemas/bench.schema.json").read_text())
 
 
 def sweep_rows(busbw: list[float], factor: float, wrong_cells: list[list[int]] | None = None) -> list[dict]:
@@ -294,20 +289,13 @@ def test_bad_options_are_one_line_usage_errors(
 # --- real ranks on CPU (gloo) ---
 
 
-def _doc(r: Any) -> dict:
-    doc = json.loads(r.out)
-    jsonschema.validate(doc, report_schema())
-    jsonschema.validate(doc["results"], BENCH_SCHEMA)
-    return doc
-
-
 @pytest.mark.slow
 def test_bench_collectives_on_three_cpu_ranks_is_exact_and_nccl_tests_shaped(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     r = run_cli(capsys, "bench", "collectives", "--device", "cpu", "--ranks", "3", "--max-bytes", "256K", "--json")
     assert r.exit_code == 0, r.out
-    doc = _doc(r)
+    doc = bench_doc(r.out)
     data = doc["results"]["collectives"]
     assert set(data["ops"]) == {"allgather", "reducescatter", "alltoall", "broadcast"}
     for op, sweep in data["ops"].items():
@@ -329,7 +317,7 @@ def test_a_garbling_rank_is_caught_in_every_collective_and_named(
     monkeypatch.setenv("GPUDOCTOR_FAULT", "1:garble")
     r = run_cli(capsys, "bench", "collectives", "--device", "cpu", "--ranks", "3", "--max-bytes", "64K", "--json")
     assert r.exit_code == 1
-    doc = _doc(r)
+    doc = bench_doc(r.out)
     data = doc["results"]["collectives"]
     for op, sweep in data["ops"].items():
         (row,) = sweep["rows"]

@@ -3,11 +3,8 @@ low efficiency), the options, and real gloo runs whose step split adds up."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 
 from gpudoctor import snapshot as snap
@@ -15,11 +12,10 @@ from gpudoctor.checks import scaling
 from gpudoctor.checks.scaling import Machine, Thresholds, judge, summarize
 from gpudoctor.findings import Status
 from gpudoctor.launch import LaunchResult, RankOutcome
-from gpudoctor.render.json import report_schema
+from tests.bench_docs import bench_doc
 from tests.clirun import run_cli
 from tests.conftest import FIXTURES, leftover_ranks
 
-BENCH_SCHEMA = json.loads((Path(__file__).parent.parent / "gpudoctor/schemas/bench.schema.json").read_text())
 CONFIG = {"steps": 20, "warmup": 5, "accum": 1, "amp": "off", "bucket_cap_mb": 25.0}
 H100 = snap.load(FIXTURES / "h100_sxm_8x.json")
 PCIE = snap.load(FIXTURES / "rtx4090_pcie_4x.json")
@@ -255,20 +251,13 @@ def test_bad_options_are_one_line_usage_errors(
 # --- real ranks on CPU (gloo) ---
 
 
-def _doc(out: str) -> dict:
-    doc = json.loads(out)
-    jsonschema.validate(doc, report_schema())
-    jsonschema.validate(doc["results"], BENCH_SCHEMA)
-    return doc
-
-
 @pytest.mark.slow
 def test_bench_scaling_on_two_cpu_ranks_reports_both_models_and_the_split_adds_up(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     r = run_cli(capsys, "bench", "scaling", "--device", "cpu", "--ranks", "2", "--steps", "10", "--json")
     assert r.exit_code == 0, r.err
-    doc = _doc(r.out)
+    doc = bench_doc(r.out)
     assert doc["command"] == "bench scaling"
     summary = doc["results"]["summary"]
     assert [(s["model"], s["gpus"]) for s in summary] == [

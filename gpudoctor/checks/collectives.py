@@ -24,7 +24,7 @@ from typing import Any
 from gpudoctor import topology
 from gpudoctor.busbw import FACTOR_TEXT, TITLES
 from gpudoctor.checks.active_common import describe, plan, shared_launch, skip_finding, world_size
-from gpudoctor.checks.allreduce import verdict
+from gpudoctor.checks.allreduce import sweep_table, verdict
 from gpudoctor.expectations import Expectation, expected_busbw
 from gpudoctor.findings import Finding, Status, pair_subject
 from gpudoctor.registry import CheckContext, Code, check
@@ -232,25 +232,13 @@ class Judging:
 
 
 def op_table(op: str, sweep: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
-    rows = [
-        [
-            size(r["bytes"]),
-            r["count"],
-            r["iters"],
-            f"{r['time_us']:.1f}",
-            f"{r['algbw_gbps']:.2f}",
-            f"{r['busbw_gbps']:.2f}",
-            r["wrong"],
-        ]
-        for r in sweep["rows"]
-    ]
-    factor = FACTOR_TEXT[op]
-    return {
-        "title": f"{TITLES[op]} ({data['backend']}, {data['world_size']} ranks, {data['dtype']}, "
-        f"busbw = algbw x {factor})",
-        "columns": ["size", "count", "iters", "time us", "algbw GB/s", "busbw GB/s", "#wrong"],
-        "rows": rows,
-    }
+    """The sweep of one collective, in the all-reduce sweep's columns."""
+    table = sweep_table({**data, "rows": sweep["rows"]})
+    table["title"] = (
+        f"{TITLES[op]} ({data['backend']}, {data['world_size']} ranks, {data['dtype']}, "
+        f"busbw = algbw x {FACTOR_TEXT[op]})"
+    )
+    return table
 
 
 def pairs_table(pairs: dict[str, Any], how: Judging) -> dict[str, Any]:

@@ -88,17 +88,25 @@ def _allgather(ctx: RankContext, nbytes: int, garble: bool) -> _Case:
     return _Case(lambda: dist.all_gather_into_tensor(out, inp), c, wrong, sum(wrong))
 
 
+def _chunks_for_everyone(ctx: RankContext, c: int, garble: bool) -> Any:
+    """This rank's input of n chunks of c elements, chunk d holding the pattern it sends to rank d."""
+    import torch
+
+    inp = torch.empty(c * ctx.world_size, device=ctx.device)
+    for d in range(ctx.world_size):
+        _fill(inp[d * c : (d + 1) * c], ctx.rank, d)
+        if garble:
+            inp[d * c] += 1
+    return inp
+
+
 def _alltoall(ctx: RankContext, nbytes: int, garble: bool) -> _Case:
     import torch
     import torch.distributed as dist
 
     n, me, dev = ctx.world_size, ctx.rank, ctx.device
     c = nbytes // ELEMENT // n
-    inp = torch.empty(c * n, device=dev)
-    for d in range(n):
-        _fill(inp[d * c : (d + 1) * c], me, d)
-        if garble:
-            inp[d * c] += 1
+    inp = _chunks_for_everyone(ctx, c, garble)
     out = torch.full((c * n,), -1.0, device=dev)
     dist.all_to_all_single(out, inp)
     wrong = [_wrong(out[s * c : (s + 1) * c], _pattern(s, me, dev)) for s in range(n)]
@@ -111,11 +119,7 @@ def _reducescatter(ctx: RankContext, nbytes: int, garble: bool) -> _Case:
 
     n, me, dev = ctx.world_size, ctx.rank, ctx.device
     c = nbytes // ELEMENT // n
-    inp = torch.empty(c * n, device=dev)
-    for d in range(n):
-        _fill(inp[d * c : (d + 1) * c], me, d)
-        if garble:
-            inp[d * c] += 1
+    inp = _chunks_for_everyone(ctx, c, garble)
     out = torch.full((c,), -1.0, device=dev)
     dist.reduce_scatter_tensor(out, inp)
     expected = sum(_pattern(s, me, dev) for s in range(n))
@@ -176,8 +180,9 @@ def _budget(ctx: RankContext) -> float | None:
     return t.item() * 0.8
 
 
-def _timed(ctx: RankContext, run: Callable[[], None], warmup: int, reps: int, group: Any = None) -> float:
-    """Seconds per call after warm-up, the slowest rank's (`group` None: every rank takes part)."""
+def _timed(ctx: RankContext, run: Callable[[], None], warmup: int, reps: int, slowest: bool = True) -> float:
+    """Seconds per call after warm-up: the slowest rank's, or (slowest=False, when only some ranks
+    take part) this rank's own."""
     import torch
     import torch.distributed as dist
 
@@ -189,7 +194,7 @@ def _timed(ctx: RankContext, run: Callable[[], None], warmup: int, reps: int, gr
         run()
     ctx.sync()
     elapsed = (time.perf_counter() - t0) / reps
-    if group is False:
+    if not slowest:
         return elapsed
     t = torch.tensor([elapsed], dtype=torch.float64, device=ctx.device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -285,7 +290,7 @@ def _pairs(ctx: RankContext, nbytes: int, params: dict[str, Any], cpu_group: Any
         exchange()
         ctx.sync()
         wrong = _wrong(recv, _pattern(peer, me, dev))
-        seconds = _timed(ctx, exchange, warmup, reps, group=False)
+        seconds = _timed(ctx, exchange, warmup, reps, slowest=False)
         mine.append({"a": a, "b": b, "receiver": me, "source": peer, "seconds": seconds, "wrong": wrong})
     ctx.events.emit("phase", name="collectives")
     every: list[Any] = [None] * n
