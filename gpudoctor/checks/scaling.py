@@ -42,15 +42,16 @@ THRESHOLD_SOURCE = (
 )
 
 # Model sizes and batches per device kind: big enough on GPUs for the gradient all-reduce to
-# matter (transformer: ~67 M parameters, 270 MB of fp32 gradients), tiny on CPU (tests).
+# matter (transformer: ~67 M parameters, 270 MB of fp32 gradients); on CPU small, but with steps
+# of several ms, long against a busy host's scheduling slices (tests).
 DEFAULT_SIZES: dict[str, dict[str, dict[str, int]]] = {
     "cuda": {
         "cnn": {"width": 64, "depth": 4, "image": 128, "classes": 100, "batch": 64},
         "transformer": {"width": 1024, "layers": 4, "heads": 16, "seq": 256, "vocab": 8192, "batch": 8},
     },
     "cpu": {
-        "cnn": {"width": 8, "depth": 2, "image": 16, "classes": 10, "batch": 8},
-        "transformer": {"width": 64, "layers": 2, "heads": 4, "seq": 32, "vocab": 256, "batch": 8},
+        "cnn": {"width": 16, "depth": 3, "image": 32, "classes": 10, "batch": 8},
+        "transformer": {"width": 64, "layers": 2, "heads": 4, "seq": 64, "vocab": 256, "batch": 8},
     },
 }
 DEFAULT_STEPS = {"cuda": (5, 20), "cpu": (2, 12)}  # (warm-up, measured) optimizer steps

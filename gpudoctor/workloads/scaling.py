@@ -12,12 +12,14 @@ How one step is split, per rank (`_Trainer`):
 - compute: the same step on the module without DDP (no gradient synchronisation, no buffer
   broadcast): forward, backward, optimizer step, synchronised. Timed in steps of its own,
   interleaved with the DDP steps so both see the same machine;
-- communication not hidden: in the DDP steps a comm hook notes when each gradient bucket was
-  ready and when its all-reduce finished (CUDA events on GPUs, the clock on CPU); the last
-  all-reduce's end minus the last bucket's readiness is what the backward pass did not hide;
+- communication not hidden (`_CommTimer`), in the DDP steps: DDP's buffer broadcast before each
+  forward, and the time from the last gradient bucket being ready (a comm hook notes it) to
+  backward() having waited for every all-reduce (CUDA events on the compute stream on GPUs, the
+  training thread's clock on CPU): what the backward pass did not hide;
 - step: the DDP step's wall time, input included.
-input + compute + communication is checked against the step time by the parent (it must add
-up within 10 %: the three are measured apart). A rank that waits for a slower one waits inside
+The median over steps of (input + compute + communication) / step, each DDP step paired with
+the bare step beside it, must be within 10 % of 1 (the parent checks): the three are measured
+apart. A rank that waits for a slower one waits inside
 the all-reduce, so on the other ranks the communication figure includes that wait.
 
 Idle ranks (outside the first k) wait in a barrier of a CPU (gloo) group, so no NCCL kernel
@@ -108,10 +110,12 @@ def loss_of(output: Any, target: Any) -> Any:
 
 
 class _CommTimer:
-    """Times the communication of a DDP step that compute did not hide, where it happens:
-    the buffer broadcast DDP runs before each forward (from the DDP module's forward entry to the
-    inner module's), and the gradient all-reduce after the backward (a comm hook running the
-    default all-reduce notes when each bucket was ready and when its all-reduce finished)."""
+    """Times the communication of a DDP step that compute did not hide, where the step waits
+    for it: DDP's buffer broadcast before each forward (from the DDP module's forward entry to the
+    inner module's), and the gradient all-reduce at the end of the backward (from the moment the
+    last gradient bucket was ready, noted by a comm hook running DDP's default all-reduce, to the
+    moment backward() has waited for every all-reduce). On GPUs the marks are CUDA events on the
+    compute stream (DDP makes it wait for the all-reduce), on CPU the clock of the training thread."""
 
     def __init__(self, cuda: bool) -> None:
         self.cuda = cuda
@@ -119,14 +123,14 @@ class _CommTimer:
 
     def reset(self) -> None:
         self.ready: list[Any] = []
-        self.done: list[Any] = []
+        self.backward_end: Any = None
         self.forwards: list[tuple[Any, Any]] = []
         self._entered: Any = None
 
-    def _mark(self) -> Any:
+    def mark(self) -> Any:
         import torch
 
-        if self.cuda:  # on the current stream: GPU time, after the work queued before it
+        if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
             return event
@@ -136,31 +140,25 @@ class _CommTimer:
         return start.elapsed_time(end) / 1000.0 if self.cuda else end - start
 
     def ddp_forward(self, module: Any, args: Any) -> None:
-        self._entered = self._mark()
+        self._entered = self.mark()
 
     def module_forward(self, module: Any, args: Any) -> None:
         if self._entered is not None:  # reached through DDP, after its buffer broadcast
-            self.forwards.append((self._entered, self._mark()))
+            self.forwards.append((self._entered, self.mark()))
             self._entered = None
 
     def hook(self, group, bucket):  # type: ignore[no-untyped-def]  (DDP rejects a non-GradBucket annotation)
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-        self.ready.append(self._mark())
-
-        def finished(fut: Any) -> Any:
-            self.done.append(self._mark())
-            return fut.value()
-
-        return default_hooks.allreduce_hook(group, bucket).then(finished)
+        self.ready.append(self.mark())
+        return default_hooks.allreduce_hook(group, bucket)
 
     def exposed_s(self) -> float:
         """Seconds of communication the step waited for (call once the device is synchronised)."""
         total = sum(max(0.0, self._between(a, b)) for a, b in self.forwards)
-        if self.ready and self.done:
-            last_ready = max(self.ready) if not self.cuda else self.ready[-1]
-            last_done = max(self.done) if not self.cuda else self.done[-1]
-            total += max(0.0, self._between(last_ready, last_done))
+        if self.ready and self.backward_end is not None:
+            last_ready = self.ready[-1] if self.cuda else max(self.ready)
+            total += max(0.0, self._between(last_ready, self.backward_end))
         return total
 
 
@@ -212,6 +210,8 @@ class _Trainer:
             self.ctx.sync()
             time.sleep(5 * (time.perf_counter() - t0))
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        if net is self.ddp:
+            self.timer.backward_end = self.timer.mark()  # DDP's backward returns once its all-reduces are done
 
     def step(self, sync: bool) -> tuple[float, float, float]:
         """One optimizer step: (input s, step s after the input, exposed communication s).
