@@ -50,3 +50,35 @@ def busbw_factor(op: str, n: int) -> float:
 def algbw_gbps(nbytes: int, seconds: float) -> float:
     """nccl-tests' algbw: bytes / seconds, in decimal GB/s."""
     return nbytes / seconds / 1e9 if seconds > 0 else 0.0
+
+
+# The collectives a user can ask for by name (`check --collectives`, `bench collectives --ops`, the
+# policy's `collectives` list), in the order they are run and shown. All-reduce is not among them:
+# `check` always measures it (GD601), so naming it selects nothing more.
+CHOICES = ("allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")
+_ALIASES = {name: name for name in CHOICES} | {
+    "allreduce": "",
+    "ag": "allgather",
+    "rs": "reducescatter",
+    "a2a": "alltoall",
+    "bcast": "broadcast",
+    "p2p": "sendrecv",
+    "fsdp": "allgather,reducescatter",
+}
+
+
+def parse_ops(text: str) -> tuple[str, ...]:
+    """`allgather,reducescatter` (also all-gather, reduce_scatter, send/recv, ag, rs, fsdp, all)
+    -> the collectives, in CHOICES order. Raises ValueError naming the word it cannot read."""
+    chosen: set[str] = set()
+    for word in (w.strip().lower() for w in text.split(",")):
+        if not word:
+            continue
+        key = word.replace("-", "").replace("_", "").replace("/", "")
+        if key == "all":
+            chosen |= set(CHOICES)
+        elif key in _ALIASES:
+            chosen |= {name for name in _ALIASES[key].split(",") if name}
+        else:
+            raise ValueError(f"unknown collective {word!r} (choose from {', '.join(CHOICES)}, or all)")
+    return tuple(c for c in CHOICES if c in chosen)

@@ -49,11 +49,12 @@ def sizes_between(lo: int, hi: int, factor: int) -> list[int]:
     return out
 
 
-def _collectives_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
-    from gpudoctor.checks.collectives import parse_ops  # torch-free
+def _collectives_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
+    """The names asked for, checked; None when not given (the policy's list, if any, applies)."""
+    from gpudoctor.busbw import parse_ops
 
-    if not value:
-        return ()
+    if value is None:
+        return None
     try:
         return parse_ops(value)
     except ValueError as exc:
@@ -342,7 +343,8 @@ def bench_collectives(
 ) -> None:
     """All-gather, reduce-scatter, all-to-all, broadcast and send/recv per pair: algbw and busbw as
     nccl-tests defines each, every result verified (a rank sending wrong data is named)."""
-    from gpudoctor.checks.collectives import Judging, judge, parse_ops
+    from gpudoctor.busbw import parse_ops
+    from gpudoctor.checks.collectives import Judging, judge
     from gpudoctor.expectations import expected_busbw
     from gpudoctor.launch import Task
 

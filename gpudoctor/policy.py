@@ -370,7 +370,7 @@ class _Reader:
 
 def collective_names() -> tuple[str, ...]:
     """The collectives `check` can judge (issue 12's all-gather and reduce-scatter beside all-reduce)."""
-    return ("all-reduce", "all-gather", "reduce-scatter")
+    return ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "broadcast", "send/recv")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from gpudoctor import snapshot as snap
-from gpudoctor.busbw import busbw_factor
-from gpudoctor.checks.collectives import Judging, collectives, judge, parse_ops, suspects
+from gpudoctor.busbw import busbw_factor, parse_ops
+from gpudoctor.checks.collectives import Judging, collectives, judge, suspects
 from gpudoctor.expectations import expected_busbw
 from gpudoctor.findings import Status
 from gpudoctor.launch import LaunchResult, RankOutcome
@@ -106,11 +106,19 @@ def test_unknown_collective_has_no_factor() -> None:
         ("reduce-scatter, all_gather", ("allgather", "reducescatter")),
         ("fsdp", ("allgather", "reducescatter")),
         ("a2a,p2p", ("alltoall", "sendrecv")),
+        ("all-reduce, all-gather, send/recv", ("allgather", "sendrecv")),  # the policy file's spelling
         ("all", ("allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")),
     ],
 )
 def test_collective_names_are_read_in_any_common_spelling(text: str, ops: tuple[str, ...]) -> None:
     assert parse_ops(text) == ops
+
+
+def test_every_name_the_policy_accepts_is_understood() -> None:
+    from gpudoctor.policy import collective_names
+
+    for name in collective_names():
+        parse_ops(name)  # raises on a name the policy lets through but the check would not run
 
 
 def test_an_unknown_collective_name_is_refused_by_name() -> None:
@@ -246,10 +254,10 @@ def test_check_without_the_option_says_how_to_ask_for_the_collectives() -> None:
     assert "--collectives allgather,reducescatter" in f.message
 
 
-def test_check_judges_the_shared_run_with_the_machine_model() -> None:
-    findings, details = collectives(
-        ctx_with(recorded({"allgather": [250.0], "reducescatter": [340.0]}), ("allgather", "reducescatter"))
-    )
+@pytest.mark.parametrize("names", [("allgather", "reducescatter"), ("all-reduce", "all-gather", "reduce-scatter")])
+def test_check_judges_the_shared_run_with_the_machine_model(names: tuple[str, ...]) -> None:
+    # --collectives gives canonical names, a policy file's `collectives` list its own spelling.
+    findings, details = collectives(ctx_with(recorded({"allgather": [250.0], "reducescatter": [340.0]}), names))
     assert {f.code: f.status for f in findings} == {"GD652": Status.PASS, "GD650": Status.WARN, "GD651": Status.PASS}
     assert len(details["tables"]) == 2
 

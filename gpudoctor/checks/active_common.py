@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpudoctor.busbw import parse_ops
 from gpudoctor.findings import Finding, Status
 from gpudoctor.launch import LaunchResult, RankOutcome, Task, choose_device, launch, torchrun_env
 from gpudoctor.registry import CHECKS, CheckContext, unmet_need
@@ -116,7 +117,7 @@ def shared_launch(ctx: CheckContext, p: Plan) -> LaunchResult:
         return ctx.active_run
     world = world_size(ctx, p)
     ctx.active_run = launch(
-        tasks_for(p, world, ctx.options.timeout_s, ctx.options.collectives),
+        tasks_for(p, world, ctx.options.timeout_s, parse_ops(",".join(ctx.options.collectives or ()))),
         device=p.device,
         ranks=p.ranks,
         timeout_s=ctx.options.timeout_s,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor import topology
-from gpudoctor.busbw import FACTOR_TEXT, TITLES
+from gpudoctor.busbw import FACTOR_TEXT, TITLES, parse_ops
 from gpudoctor.checks.active_common import describe, plan, shared_launch, skip_finding, world_size
 from gpudoctor.checks.allreduce import sweep_table, verdict
 from gpudoctor.expectations import Expectation, expected_busbw
@@ -119,33 +119,6 @@ FIGURES = Code(
 CODES = [ALLGATHER, REDUCESCATTER, WRONG, NOT_RUN, PAIRS, FIGURES]
 
 JUDGED = {"allgather": ALLGATHER, "reducescatter": REDUCESCATTER}
-CHOICES = ("allgather", "reducescatter", "alltoall", "broadcast", "sendrecv")
-_ALIASES = {name.replace("-", "").replace("_", ""): name for name in CHOICES} | {
-    "ag": "allgather",
-    "rs": "reducescatter",
-    "a2a": "alltoall",
-    "bcast": "broadcast",
-    "p2p": "sendrecv",
-    "fsdp": "allgather,reducescatter",
-}
-
-
-def parse_ops(text: str) -> tuple[str, ...]:
-    """`allgather,reducescatter` (also all-gather, ag, rs, fsdp, all) -> the collectives, in order.
-    Raises ValueError naming the word it cannot read."""
-    chosen: list[str] = []
-    for word in (w.strip().lower() for w in text.split(",")):
-        if not word:
-            continue
-        if word == "all":
-            names = list(CHOICES)
-        else:
-            key = word.replace("-", "").replace("_", "").replace("/", "")
-            if key not in _ALIASES:
-                raise ValueError(f"unknown collective {word!r} (choose from {', '.join(CHOICES)}, or all)")
-            names = _ALIASES[key].split(",")
-        chosen += [n for n in names if n not in chosen]
-    return tuple(c for c in CHOICES if c in chosen)
 
 
 @dataclass
@@ -444,7 +417,7 @@ def judging_for(ctx: CheckContext, gpus: list[int], device: str, nodes: int) -> 
 
 @check("collectives", "All-gather, reduce-scatter and other collectives", codes=CODES, active=True)
 def collectives(ctx: CheckContext) -> tuple[list[Finding], dict]:
-    ops = ctx.options.collectives
+    ops = parse_ops(",".join(ctx.options.collectives or ()))  # --collectives, or the policy's list
     if not ops:
         return [
             Finding(
