@@ -255,7 +255,8 @@ def test_bad_options_are_one_line_usage_errors(
 def test_bench_scaling_on_two_cpu_ranks_reports_both_models_and_the_split_adds_up(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    r = run_cli(capsys, "bench", "scaling", "--device", "cpu", "--ranks", "2", "--json")
+    # 30 steps: the medians hold on a shared CI host whose other jobs take the cores in slices.
+    r = run_cli(capsys, "bench", "scaling", "--device", "cpu", "--ranks", "2", "--steps", "30", "--json")
     assert r.exit_code == 0, r.err
     doc = bench_doc(r.out)
     assert doc["command"] == "bench scaling"
