@@ -24,7 +24,7 @@ import time
 from gpudoctor.checks.scaling import DEFAULT_SIZES, DEFAULT_STEPS
 
 RANK = """
-import json, sys, torch, torch.distributed as dist
+import json, os, sys, torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from gpudoctor.workloads.scaling import build_model, loss_of, make_batches
 
@@ -45,6 +45,7 @@ for name, size in sizes.items():
         opt.zero_grad(set_to_none=True)
 if world > 1:
     dist.destroy_process_group()
+os._exit(0)  # as gpudoctor's ranks do: gloo's teardown at interpreter exit can abort ("terminate called")
 """
 
 
