@@ -17,7 +17,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -286,7 +286,7 @@ def _report(command: str, name: str, title: str, findings: list[Any], started: f
     return Report(command, "live", now_iso(), __version__, socket.gethostname(), [result], Status(fail_on))
 
 
-def _emit(report: Any, tables: list[dict[str, Any]], results: dict[str, Any], as_json: bool) -> None:
+def _emit(report: Any, tables: list[dict[str, Any]], results: dict[str, Any], as_json: bool) -> NoReturn:
     """One JSON document (the report plus `results`), or the tables, the findings and a summary."""
     if as_json:
         from gpudoctor.render.json import dumps
@@ -353,7 +353,7 @@ def bench_collectives(
     except ValueError as exc:
         raise UserError(f"--ops: {exc}", EXIT_USAGE, "usage") from None
     if not chosen:
-        raise UserError("--ops names no collective", EXIT_USAGE, "usage")
+        raise UserError("--ops names no collective (all-reduce: `gpudoctor bench allreduce`)", EXIT_USAGE, "usage")
     target = _target(device, ranks, 2, "a collective")
     started = time.monotonic()
     on_gpu = target.device == "cuda"
@@ -469,7 +469,7 @@ def bench_scaling(
     speedup, efficiency, each step split into input, compute and communication not hidden, and
     the cause of a low efficiency; DataParallel beside DDP on 2+ GPUs."""
     from gpudoctor.checks import scaling
-    from gpudoctor.launch import Task
+    from gpudoctor.launch import Task, torchrun_env
 
     target = _target(device, ranks, 1, "scaling")
     kind = target.device
@@ -492,7 +492,8 @@ def bench_scaling(
         "bucket_cap_mb": bucket_mb,
         "gradient_as_bucket_view": gradient_as_bucket_view,
         "static_graph": static_graph,
-        "dataparallel": not no_dataparallel,
+        # DataParallel drives one node's GPUs from one process: not under torchrun/srun.
+        "dataparallel": not no_dataparallel and not torchrun_env(os.environ),
     }
     started = time.monotonic()
     result = _run(Task("scaling", params), target, timeout_s, as_json)

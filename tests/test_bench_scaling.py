@@ -185,6 +185,15 @@ def test_on_cpu_ranks_there_is_no_verdict_but_the_cause_is_still_named() -> None
     assert found["GD727"][0].status is Status.SKIP and "DataParallel skipped on CPU ranks" in found["GD727"][0].message
 
 
+def test_dataparallel_on_one_gpu_or_under_a_launcher_says_why_it_is_skipped() -> None:
+    rec = record({1: even(1, 0.0, 10.0, 0.0)})
+    (one,) = codes(judge(data(rec), Machine([0], H100), Thresholds())[0])["GD727"]
+    assert one.status is Status.SKIP and "needs 2 or more GPUs" in one.message
+    rec = record({1: even(1, 0.0, 10.0, 0.0), 2: even(2, 0.0, 10.0, 1.0)})
+    (launched,) = codes(judge(data(rec), Machine(), Thresholds())[0])["GD727"]
+    assert "under torchrun/srun" in launched.message
+
+
 def test_a_split_that_does_not_add_up_within_10_percent_is_flagged() -> None:
     rows = [row(0, 1.0, 60.0, 10.0, step_ms=100.0), row(1, 1.0, 60.0, 10.0, step_ms=100.0)]  # 71 %
     rec = record({1: [row(0, 1.0, 95.0, 0.0, step_ms=100.0)], 2: rows})

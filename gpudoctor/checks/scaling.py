@@ -463,27 +463,25 @@ def judge_model(summaries: list[CountSummary], machine: Machine, thresholds: Thr
 
 
 def judge_dataparallel(
-    record: dict[str, Any], summaries: list[CountSummary], machine: Machine, config: dict[str, Any]
+    record: dict[str, Any], summaries: list[CountSummary], machine: Machine, config: dict[str, Any], device: str
 ) -> Finding | None:
     """GD727: DataParallel's throughput and GPU-0 memory beside DDP's on the same GPUs."""
     dp = record.get("dataparallel")
     model = record["model"]
-    if not machine.gpus:
-        return Finding(
-            DATAPARALLEL.code,
-            Status.SKIP,
-            "host",
-            f"{model}: DataParallel skipped on CPU ranks: it splits each batch across CUDA devices from one "
-            "process, and without GPUs it would run the module unchanged on one device",
-            "",
-            {},
+    why = ""
+    if device != "cuda":
+        why = (
+            "on CPU ranks: it splits each batch across CUDA devices from one process, and without GPUs it "
+            "would run the module unchanged on one device"
         )
+    elif dp is None and not machine.gpus:
+        why = "under torchrun/srun: it runs in one process over one node's GPUs, not across the launcher's ranks"
+    elif dp is None and len(machine.gpus) < 2:
+        why = "it needs 2 or more GPUs"
+    if why:
+        return Finding(DATAPARALLEL.code, Status.SKIP, "host", f"{model}: DataParallel skipped {why}", "", {})
     if dp is None:
-        if len(machine.gpus) < 2:
-            return Finding(
-                DATAPARALLEL.code, Status.SKIP, "host", f"{model}: DataParallel needs 2 or more GPUs", "", {}
-            )
-        return None
+        return None  # --no-dataparallel
     n = dp["gpus"]
     ddp = next((s for s in summaries if s.gpus == n), None)
     per_step = n * record["sizes"]["batch"] * config["accum"]  # the same per-GPU batch
@@ -595,7 +593,7 @@ def judge(
             if extra is not None:
                 tables.append(extra)
         findings += judge_model(summaries, machine, thresholds)
-        dp = judge_dataparallel(record, summaries, machine, config)
+        dp = judge_dataparallel(record, summaries, machine, config, data["device"])
         if dp is not None:
             findings.append(dp)
     return findings, tables, rows
