@@ -345,7 +345,6 @@ def bench_collectives(
     nccl-tests defines each, every result verified (a rank sending wrong data is named)."""
     from gpudoctor.busbw import parse_ops
     from gpudoctor.checks.collectives import Judging, judge
-    from gpudoctor.expectations import expected_busbw
     from gpudoctor.launch import Task
 
     try:
@@ -375,7 +374,7 @@ def bench_collectives(
     elif result.node_count > 1 or target.snapshot is None:
         how = Judging(no_verdict="across nodes the network caps busbw")
     else:
-        how = Judging(target.gpus, target.snapshot, expected_busbw(target.snapshot, target.gpus))
+        how = Judging(target.gpus, target.snapshot)
     findings, details = judge(data, how)
     report = _report("bench collectives", "collectives", "Collectives", findings, started, fail_on)
     _emit(report, details["tables"], results, as_json)

@@ -6,11 +6,12 @@ shared rank run (active_common); `gpudoctor bench collectives` runs every one of
 judging is pure functions over the workload's figures (`judge`), tested with recorded numbers.
 
 Verdicts: all-gather and reduce-scatter best busbw against the machine's link bound
-(`expectations.expected_busbw`, the model all-reduce is judged by): in nccl-tests' busbw they
-run the same ring as all-reduce without NVLS, 361.4 and 362.9 GB/s against 367.2 for ring
-all-reduce on 8x H200 (ml-engineering network/README.md; tests/reference/). `--min-busbw` is
-not applied to them: with NVLS an all-reduce bar (~480 GB/s on H100/H200) is one they cannot
-reach. Send/recv per pair against `expected_busbw` of those two GPUs (busbw = algbw for both).
+(`expectations.expected_busbw(..., collective=)`: the bound all-reduce is judged by, without
+NVLink SHARP): in nccl-tests' busbw they run the same ring as all-reduce without NVLS, 361.4 and
+362.9 GB/s against 367.2 for ring all-reduce on 8x H200 (ml-engineering network/README.md;
+tests/reference/). `--min-busbw` in GB/s is not applied to them: with NVLS an all-reduce bar
+(~480 GB/s on H100/H200) is one they cannot reach. Send/recv per pair against
+`expected_busbw(the two GPUs, collective="sendrecv")` (busbw = algbw).
 All-to-all and broadcast are reported without a verdict: no public calibration to judge by.
 """
 
@@ -178,8 +179,7 @@ class Judging:
     """What the figures are judged against (all optional: None means no verdict)."""
 
     gpus: list[int] = field(default_factory=list)  # NVML index per rank ([] on CPU)
-    snapshot: Snapshot | None = None  # for the pair paths and their expectations
-    expect: Expectation | None = None  # the link bound for all-gather / reduce-scatter
+    snapshot: Snapshot | None = None  # the machine: links, paths and the expectations from them
     no_verdict: str = ""  # why there is no hardware verdict, when there is none
     warn_ratio: float = 0.8
     fail_ratio: float = 0.5
@@ -188,10 +188,15 @@ class Judging:
         gpu = self.gpus[rank] if rank < len(self.gpus) else None
         return f"rank {rank}" + (f" (GPU {gpu})" if gpu is not None else "")
 
-    def pair_expect(self, a: int, b: int) -> Expectation | None:
-        if self.snapshot is None or self.no_verdict or max(a, b) >= len(self.gpus):
+    def expect(self, op: str, ranks: list[int] | None = None) -> Expectation | None:
+        """What `op` should reach on these ranks' GPUs (all of them by default); None: no verdict."""
+        ranks = list(range(len(self.gpus))) if ranks is None else ranks
+        if self.snapshot is None or self.no_verdict or not ranks or max(ranks) >= len(self.gpus):
             return None
-        return expected_busbw(self.snapshot, [self.gpus[a], self.gpus[b]])
+        return expected_busbw(self.snapshot, [self.gpus[r] for r in ranks], collective=op)
+
+    def pair_expect(self, a: int, b: int) -> Expectation | None:
+        return self.expect("sendrecv", [a, b])
 
     def pair_name(self, a: int, b: int) -> str:
         if max(a, b) < len(self.gpus):
@@ -305,10 +310,10 @@ def _judge_busbw(op: str, sweep: dict[str, Any], data: dict[str, Any], how: Judg
     if code is FIGURES:
         why = "no public calibration to judge it by"
         return Finding(code.code, Status.PASS, "host", f"{where} (reported without a verdict: {why})", "", evidence)
-    if how.expect is None:
+    expect = how.expect(op)
+    if expect is None:
         why = how.no_verdict or "this machine's link facts are unknown"
         return Finding(code.code, Status.PASS, "host", f"{where} (no hardware verdict: {why})", "", evidence)
-    expect = how.expect
     ratio = best["busbw_gbps"] / expect.busbw_gbps if expect.busbw_gbps else float("inf")
     evidence |= expect.to_json() | {
         "ratio": round(ratio, 3),
@@ -412,7 +417,7 @@ def judging_for(ctx: CheckContext, gpus: list[int], device: str, nodes: int) -> 
         return Judging(**common, no_verdict="CPU/gloo")
     if nodes > 1:
         return Judging(**common, no_verdict=f"{nodes} nodes: the network between them caps busbw")
-    return Judging(**common, snapshot=ctx.snapshot, expect=expected_busbw(ctx.snapshot, gpus))
+    return Judging(**common, snapshot=ctx.snapshot)
 
 
 @check("collectives", "All-gather, reduce-scatter and other collectives", codes=CODES, active=True)
