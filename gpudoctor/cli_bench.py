@@ -49,27 +49,6 @@ def sizes_between(lo: int, hi: int, factor: int) -> list[int]:
     return out
 
 
-def _collectives_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
-    """The names asked for, checked; None when not given (the policy's list, if any, applies)."""
-    from gpudoctor.busbw import parse_ops
-
-    if value is None:
-        return None
-    try:
-        return parse_ops(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
-
-
-collectives_option = click.option(
-    "--collectives",
-    metavar="LIST",
-    callback=_collectives_callback,
-    help="Also run and judge these collectives beside all-reduce: allgather, reducescatter "
-    "(what FSDP/ZeRO use; `fsdp` names both), alltoall, broadcast, sendrecv, or all.",
-)
-
-
 FAIL_ON_HELP = "What makes the exit code 1."
 EXIT_CODES = """\b
 Exit codes:
@@ -143,20 +122,21 @@ class Target:
 
 
 def _target(device: str, ranks: int | None, minimum: int, what: str) -> Target:
-    """Resolve --device/--ranks; fewer than `minimum` GPUs is 'could not run' (exit 3)."""
-    from gpudoctor.launch import torchrun_env
+    """Resolve --device/--ranks with the rule `check` uses (launch.choose_device: `auto` without a
+    visible GPU runs nothing); fewer than `minimum` GPUs is 'could not run' (exit 3)."""
+    from gpudoctor.launch import choose_device, torchrun_env
 
     if ranks is not None and device != "cpu":
         raise UserError("--ranks needs --device cpu (on GPUs there is one rank per visible GPU)", EXIT_USAGE, "usage")
-    if device == "cpu":
+    under_launcher = torchrun_env(os.environ)  # torchrun/srun placed this rank on its GPU already
+    snap, gpus, uuids = _visible_gpus() if device != "cpu" and not under_launcher else (None, [], [])
+    chosen, why_not = choose_device(device, 1 if under_launcher else len(gpus))
+    if not chosen:
+        raise UserError(why_not, EXIT_UNAVAILABLE, "unavailable")
+    if chosen == "cpu":
         return Target("cpu", ranks or 2)
-    if torchrun_env(os.environ):
+    if under_launcher:
         return Target("cuda", int(os.environ["WORLD_SIZE"]))
-    snap, gpus, uuids = _visible_gpus()
-    if not gpus:
-        if device == "cuda":
-            raise UserError("no GPU is visible to run on", EXIT_UNAVAILABLE, "unavailable")
-        return Target("cpu", 2)
     if len(gpus) < minimum:
         raise UserError(f"one visible GPU: {what} needs at least {minimum}", EXIT_UNAVAILABLE, "unavailable")
     return Target("cuda", len(gpus), gpus, uuids, snap)
@@ -201,11 +181,9 @@ def _why_not(result: Any, what: str = "the sweep") -> str:
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from gpudoctor.render.text import make_console
 
-    tty = sys.stdout.isatty()
-    # Piped (a log, a CI artifact): wide enough that the tables keep every column whole.
-    return Console(highlight=False, no_color="NO_COLOR" in os.environ, soft_wrap=not tty, width=None if tty else 160)
+    return make_console()  # styled on a terminal; piped or NO_COLOR: plain text, aligned tables
 
 
 @bench.command("allreduce")
@@ -267,9 +245,9 @@ def _repeats(target: Target, iters: int | None, warmup: int | None) -> dict[str,
 
 def _print_table(data: dict[str, Any]) -> None:
     from gpudoctor.checks.allreduce import sweep_table
-    from gpudoctor.render.text import render_table
+    from gpudoctor.render.text import TableSpec
 
-    _console().print(render_table(sweep_table(data)))
+    _console().print(TableSpec(sweep_table(data)))
     best = max(data["rows"], key=lambda r: r["busbw_gbps"], default=None)
     if best is not None:
         click.echo(f"# best busbw {best['busbw_gbps']:.2f} GB/s (busbw = algbw x {data['busbw_factor']:.3g})")
@@ -293,25 +271,22 @@ def _emit(report: Any, tables: list[dict[str, Any]], results: dict[str, Any], as
 
         click.echo(dumps(report.to_json() | {"results": results}), nl=False)
     else:
-        from rich.text import Text
-
         from gpudoctor.findings import Status
-        from gpudoctor.render.text import STYLE, finding_lines, render_table
+        from gpudoctor.render.text import STYLE, Line, TableSpec, finding_lines
 
         console = _console()
         for spec in tables:
-            console.print(render_table(spec))
-            console.print()
+            console.print(TableSpec(spec))
+            console.print(Line())
         for finding in report.findings:
             for line in finding_lines(finding, verbose=True):
                 console.print(line)
-        counts = report.counts()
-        text = Text()
-        shown = [(s, n) for s, n in counts.items() if n]
+        summary = Line()
+        shown = [(s, n) for s, n in report.counts().items() if n]
         for i, (s, n) in enumerate(shown):
-            text.append(("" if not i else ", ") + f"{n} {s}", style=STYLE[Status(s)])
-        text.append(f"  (exit {report.exit_code}, --fail-on {report.fail_on.value})", style="bold")
-        console.print(text)
+            summary.append(("" if not i else ", ") + f"{n} {s}", style=STYLE[Status(s)])
+        summary.append(f"  (exit {report.exit_code}, --fail-on {report.fail_on.value})", style="bold")
+        console.print(summary)
     sys.exit(report.exit_code)
 
 

@@ -1,4 +1,5 @@
-"""`gpudoctor bench allreduce` (the sweep printed whole) and the failure path of every bench."""
+"""`gpudoctor bench allreduce` (the sweep printed whole), and what every bench shares: the failure
+path of a rank that dies, and running without numpy."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 from tests.bench_docs import bench_doc
 from tests.clirun import run_cli
 from tests.conftest import leftover_ranks
+from tests.test_first_use import gpudoctor as run_gpudoctor
 
 
 @pytest.mark.parametrize(
@@ -53,3 +55,13 @@ def test_a_rank_that_dies_is_named_and_nothing_is_left_behind(
     assert finding["code"] == code and finding["status"] == "fail"
     assert "rank 1" in finding["message"] and "exited with status 17" in finding["message"]
     assert leftover_ranks(within=5.0) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["collectives", "--max-bytes", "64K"], ["scaling", "--model", "cnn", "--steps", "2"]])
+def test_the_benches_run_without_numpy(args: list[str]) -> None:
+    # torch's all_gather_object needs numpy; the ranks gather JSON instead (workloads/rank.py).
+    out = run_gpudoctor("bench", *args, "--device", "cpu", "--ranks", "2", "--json", hide="numpy")
+    assert "Numpy is not available" not in out.stdout + out.stderr
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert bench_doc(out.stdout)["results"]["launch"]["ranks"][1]["state"] == "done"

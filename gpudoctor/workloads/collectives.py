@@ -29,7 +29,7 @@ from itertools import combinations
 from typing import Any
 
 from gpudoctor.busbw import algbw_gbps, busbw_factor
-from gpudoctor.workloads.rank import RankContext
+from gpudoctor.workloads.rank import RankContext, all_gather_json
 
 ROWS = 64  # pattern rows per chunk: misplaced chunks and rows show, not only missing data
 ELEMENT = 4  # float32
@@ -293,8 +293,7 @@ def _pairs(ctx: RankContext, nbytes: int, params: dict[str, Any], cpu_group: Any
         seconds = _timed(ctx, exchange, warmup, reps, slowest=False)
         mine.append({"a": a, "b": b, "receiver": me, "source": peer, "seconds": seconds, "wrong": wrong})
     ctx.events.emit("phase", name="collectives")
-    every: list[Any] = [None] * n
-    dist.all_gather_object(every, mine, group=cpu_group)
+    every = all_gather_json(mine, n, torch.device("cpu"), cpu_group)  # numpy-free, on the CPU group
     rows = []
     for a, b in combinations(range(n), 2):
         halves = [h for part in every for h in part if (h["a"], h["b"]) == (a, b)]

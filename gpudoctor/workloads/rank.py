@@ -106,14 +106,15 @@ def host_bytes(tensor: Any) -> bytes:
     return ctypes.string_at(host.data_ptr(), host.numel() * host.element_size())
 
 
-def all_gather_json(obj: Any, world: int, device: Any = None) -> list[Any]:
+def all_gather_json(obj: Any, world: int, device: Any = None, group: Any = None) -> list[Any]:
     """`dist.all_gather_object` without numpy and without pickle.
 
     torch's all_gather_object turns the received bytes back into objects with
     `tensor.numpy()` (torch/distributed/distributed_c10d.py `_tensor_to_object`), so a torch
     installed without numpy fails there with "Numpy is not available"; and it unpickles what
     peers send. This sends JSON as a uint8 tensor: sizes first, then the padded payloads.
-    `device`: where the group's collectives run (default: this rank's GPU under NCCL, else CPU).
+    `device`: where the group's collectives run (default: this rank's GPU under NCCL, else CPU);
+    `group`: a process group other than the default one (e.g. a gloo group: device CPU).
     """
     import torch
     import torch.distributed as dist
@@ -125,14 +126,14 @@ def all_gather_json(obj: Any, world: int, device: Any = None) -> list[Any]:
     payload = json.dumps(obj, separators=(",", ":")).encode("utf-8")
     size = torch.tensor([len(payload)], dtype=torch.int64, device=device)
     sizes = [torch.zeros_like(size) for _ in range(world)]
-    dist.all_gather(sizes, size)
+    dist.all_gather(sizes, size, group=group)
     lengths = [int(s.item()) for s in sizes]
     longest = max(1, *lengths)
     mine = torch.zeros(longest, dtype=torch.uint8, device=device)
     if payload:
         mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(device)
     gathered = [torch.empty(longest, dtype=torch.uint8, device=device) for _ in range(world)]
-    dist.all_gather(gathered, mine)
+    dist.all_gather(gathered, mine, group=group)
     return [json.loads(bytes(t[:n].cpu().tolist()).decode("utf-8")) for t, n in zip(gathered, lengths, strict=True)]
 
 

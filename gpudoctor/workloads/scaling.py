@@ -34,7 +34,7 @@ import statistics
 import time
 from typing import Any
 
-from gpudoctor.workloads.rank import RankContext
+from gpudoctor.workloads.rank import RankContext, all_gather_json
 
 MODELS = ("cnn", "transformer")
 
@@ -380,8 +380,7 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
         for k in counts:
             ctx.events.emit("phase", name=f"scaling {name} on {k} {unit}{'s' if k > 1 else ''}")
             mine = _train(ctx, name, sizes, k, groups.get(k), cfg) if me < k else None
-            every: list[Any] = [None] * n
-            dist.all_gather_object(every, mine, group=cpu_group)
+            every = all_gather_json(mine, n, torch.device("cpu"), cpu_group)  # numpy-free, on the CPU group
             done = [e for e in every[:k] if e is not None]
             params_count = done[0]["params"]
             runs.append({"gpus": k, "ranks": [e["row"] for e in done], "grad_allreduce": done[0]["grad_allreduce"]})
@@ -390,8 +389,7 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
             ctx.events.emit("phase", name=f"dataparallel {name} on {n} GPUs")
             mine = _dataparallel(ctx, name, sizes, n, cfg) if me == 0 else None
             torch.cuda.empty_cache()  # DataParallel's replicas and batches are gone with its frame
-            every = [None] * n
-            dist.all_gather_object(every, mine, group=cpu_group)  # the others wait here, on the CPU
+            every = all_gather_json(mine, n, torch.device("cpu"), cpu_group)  # the others wait here, on the CPU
             record["dataparallel"] = every[0]
         models.append(record)
     ctx.events.emit("phase", name="scaling")
