@@ -78,10 +78,8 @@ def _raised_line(code: str) -> str:
     if by["kind"] == "baseline":
         return f"Raised by `gpudoctor check --baseline FILE` and `gpudoctor diff A B`. {select}"
     if not by["selectable"]:
-        return (
-            f"Raised by `gpudoctor {by['check']}` (and `gpudoctor report` on its recordings); "
-            f"`gpudoctor check --select` does not take it."
-        )
+        also = " (and `gpudoctor report` on its recordings)" if by["check"] == "watch" else ""
+        return f"Raised by `gpudoctor {by['check']}`{also}; `gpudoctor check --select` does not take it."
     kind = {
         "static": "static",
         "active": "active: runs a workload, skipped by --quick",

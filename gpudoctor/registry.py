@@ -37,7 +37,7 @@ CODE_RE = re.compile(r"^GD\d{3}$")
 # Modules that declare finding codes raised outside `gpudoctor check` (watch, bench scaling verdicts).
 CODE_MODULES = ["gpudoctor.watch.codes", "gpudoctor.compare", "gpudoctor.checks.scaling"]
 # Owners of codes that `gpudoctor check` never gives (list-checks and explain say so; --select refuses them).
-NOT_IN_CHECK = frozenset({"watch"})
+NOT_IN_CHECK = frozenset({"watch", "bench scaling"})
 
 # Modules under gpudoctor/checks/, in the order their results are shown.
 CHECK_MODULES = [
