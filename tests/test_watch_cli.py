@@ -135,3 +135,43 @@ def test_an_unwritable_record_path_is_refused_before_the_job_starts(tmp_path: Pa
     assert out.returncode == 3
     assert "no directory" in out.stderr and out.stderr.count("\n") == 1
     assert not marker.exists()  # the command never ran
+
+
+def _on_a_pty(args: list[str], env: dict[str, str], timeout: float = 30) -> tuple[int, bytes]:
+    """Run gpudoctor with a pseudo-terminal as its stdin/stdout/stderr; returns the exit code and all it wrote."""
+    import pty
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpudoctor", *args], stdin=slave, stdout=slave, stderr=slave, env=env
+    )
+    os.close(slave)
+    out = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            out.extend(data)
+        return proc.wait(timeout=5), bytes(out)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def test_a_dumb_terminal_gets_lines_not_the_dashboard() -> None:
+    for term in ("dumb", None):
+        env = {k: v for k, v in FAKE.items() if k != "TERM"}
+        if term:
+            env["TERM"] = term
+        code, out = _on_a_pty(["watch", "--duration", "1.5", "--interval", "0.3"], env)
+        assert code == 0, out[-500:]
+        assert b"cannot show the dashboard; printing lines (--no-tui)" in out
+        assert out.count(b"util% [") >= 3
+        assert b"\x1b[?1000h" not in out and b"\x1b[?1049h" not in out  # no mouse tracking, no alternate screen

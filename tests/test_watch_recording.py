@@ -8,6 +8,7 @@ import os
 import resource
 import subprocess
 import sys
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -287,3 +288,55 @@ def test_counts_are_pluralised(tmp_path: Path) -> None:
     r = gpudoctor("report", str(path))
     assert r.returncode == 0 and "1 GPU, 1 sample over" in r.stdout
     assert "1 samples" not in r.stdout and "GPU(s)" not in r.stdout
+
+
+def test_whole_floats_read_as_integers_and_huge_integers_are_damaged_lines(tmp_path: Path) -> None:
+    throttled = _line(6)
+    throttled["gpus"][2]["throttle"] = 4.0  # a JSON writer's way of writing 4: before, an internal error
+    throttled["gpus"][2]["util"] = 97.0
+    half = _line(7)
+    half["gpus"][1]["util"] = 96.5  # not a whole percentage NVML could report: n/a, said
+    huge = _line(8)
+    huge["gpus"][0]["mem_used"] = 10**400  # beyond float range: before, an OverflowError
+    huge_pid = _line(12)
+    huge_pid["procs"][0]["pid"] = 10**30
+    edits = {6: throttled, 7: half, 8: huge, 12: huge_pid}
+    path = _edited(tmp_path, {k: json.dumps(v) for k, v in edits.items()})
+    rec = read_recording(str(path))
+    by_t = {s.t: s for s in rec.samples}
+    fixed = by_t[throttled["t"]].gpu(2)
+    assert fixed is not None and fixed.throttle == 4 and isinstance(fixed.throttle, int) and fixed.util == 97
+    assert by_t[half["t"]].gpu(1).util is None  # type: ignore[union-attr]
+    assert huge["t"] not in by_t and huge_pid["t"] not in by_t
+    assert rec.damage is not None and "lines 8, 12 of" in rec.damage and "too large for a number" in rec.damage
+    assert "GPU 1 util 96.5" in rec.damage
+    replay = ("watch", "--replay", str(path), "--speed", "1000", "--no-tui")
+    for args in (("report", str(path)), ("report", str(path), "--json"), replay):
+        r = gpudoctor(*args)
+        assert r.returncode == 0 and "internal error" not in r.stderr + r.stdout, (args, r.stderr)
+        assert "lines 8, 12" in r.stdout + r.stderr
+
+
+def test_empty_file_names_are_usage_errors() -> None:
+    cases = (("watch", "--record", ""), ("watch", "--replay", ""), ("report", ""), ("watch", "--json", "--replay", ""))
+    for args in cases:
+        r = gpudoctor(*args, timeout=30)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "an empty value is not allowed" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_replay_skips_a_hole_in_the_recording_and_says_so(tmp_path: Path) -> None:
+    samples = synthetic_run("healthy", 6)
+    late = [dataclasses.replace(s, t=s.t + 3600) for s in synthetic_run("healthy", 4, t0=samples[-1].t + 1)]
+    path = tmp_path / "hole.jsonl"
+    writer = RecordWriter(str(path), {"interval": 1.0})
+    for s in samples + late:
+        writer.write(s)
+    writer.close()
+    start = time.monotonic()
+    r = gpudoctor("watch", "--replay", str(path), "--speed", "10", "--no-tui")
+    took = time.monotonic() - start
+    assert r.returncode == 0, r.stderr
+    assert took < 15  # an hour-long hole at 10x would have been a 6-minute wait
+    assert r.stdout.count("util% [") == 10
+    assert "replay skipped a 1:00:01 gap in the recording at t+00:05 (no samples; waits are capped at 2 s)" in r.stderr

@@ -25,6 +25,7 @@ from textual.worker import get_current_worker
 
 from gpudoctor.watch.model import Sample, plural
 from gpudoctor.watch.session import End, Session, Update
+from gpudoctor.watch.sources import Notice
 from gpudoctor.watch.widgets import SORTS, BalancePanel, GpuTable, ProcessTable
 
 INTERRUPTED = "interrupted"  # what the app returns on Ctrl-C: gpudoctor exits 130, as without a dashboard
@@ -52,6 +53,12 @@ class SampleArrived(Message):
     def __init__(self, sample: Sample) -> None:
         super().__init__()
         self.sample = sample
+
+
+class NoticeArrived(Message):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
 
 
 class SourceEnded(Message):
@@ -97,6 +104,7 @@ class WatchApp(App[str]):
         self.samples_seen = 0
         self.started = time.monotonic()
         self.signum: int | None = None  # the signal that ended the app (SIGTERM, SIGHUP), if one did
+        self.notice: str | None = None  # the latest thing the session said (a skipped gap in a replay)
 
     def compose(self) -> ComposeResult:
         yield Static(id="status")
@@ -136,6 +144,9 @@ class WatchApp(App[str]):
             if isinstance(item, End):
                 self.post_message(SourceEnded(item))
                 return
+            if isinstance(item, Notice):
+                self.post_message(NoticeArrived(item.text))
+                continue
             self.post_message(SampleArrived(item))
 
     def on_sample_arrived(self, message: SampleArrived) -> None:
@@ -143,6 +154,10 @@ class WatchApp(App[str]):
         if self.stale:
             self.stale = False
         self._draw()
+
+    def on_notice_arrived(self, message: NoticeArrived) -> None:
+        self.notice = message.text
+        self._draw_status()
 
     def on_source_ended(self, message: SourceEnded) -> None:
         if message.end.reason == "job":
@@ -202,6 +217,8 @@ class WatchApp(App[str]):
             parts.append("[b yellow]PAUSED[/]")
         if self.ended:
             parts.append(f"[b]{self.ended}[/]")
+        if self.notice:
+            parts.append(escape(self.notice))
         if self.session.record_error:
             parts.append(f"[b red]{escape(self.session.record_error)}[/]")
         parts.append(f"processes by {self.sort}")

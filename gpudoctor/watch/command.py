@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from gpudoctor.cli_types import FiniteFloat
+from gpudoctor.cli_types import FiniteFloat, NonEmpty
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
 from gpudoctor.watch.recording import dumps  # light: json and the sample model only
 
@@ -135,9 +135,13 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # handled like Ctrl-C; SIGHUP ex
     show_default=True,
     help="Seconds between process-list readings.",
 )
-@click.option("--record", "record_path", metavar="FILE", help="Write every sample to FILE (JSON lines).")
+@click.option(
+    "--record", "record_path", type=NonEmpty(), metavar="FILE", help="Write every sample to FILE (JSON lines)."
+)
 @click.option("--force", is_flag=True, help="With --record: overwrite FILE if it already holds something.")
-@click.option("--replay", "replay_path", metavar="FILE", help="Play a recording instead of reading NVML.")
+@click.option(
+    "--replay", "replay_path", type=NonEmpty(), metavar="FILE", help="Play a recording instead of reading NVML."
+)
 @click.option(
     "--speed", type=FiniteFloat(min=0.01), default=1.0, show_default=True, help="Replay speed (2 = twice as fast)."
 )
@@ -197,6 +201,11 @@ def watch(
             interval, process_interval, sorted(gpus) if gpus else None
         )
     tui = not no_tui and not as_json and sys.stdout.isatty() and sys.stdin.isatty()
+    term = os.environ.get("TERM", "")
+    if tui and term in ("", "dumb"):  # no cursor addressing: the full-screen UI would be garbage
+        shown = term or "(unset)"
+        click.echo(f"gpudoctor: TERM={shown} cannot show the dashboard; printing lines (--no-tui)", err=True)
+        tui = False
     # Open the source before starting a job: no driver means no job started.
     source.open()
     try:
@@ -257,7 +266,7 @@ def watch(
 
 
 @click.command("report")
-@click.argument("recording", metavar="FILE")
+@click.argument("recording", type=NonEmpty(), metavar="FILE")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (schema: gpudoctor/schemas).")
 def report(recording: str, as_json: bool) -> None:
     """Summarize a `watch --record` recording: per-GPU utilization, balance score, verdicts."""

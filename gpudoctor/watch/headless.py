@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import queue
+import sys
 import time
 from typing import IO
 
 from gpudoctor.watch.model import LOST, Sample
 from gpudoctor.watch.recording import dumps
-from gpudoctor.watch.session import End, Session, Update
+from gpudoctor.watch.session import End, Session, Update, say
+from gpudoctor.watch.sources import Notice
 
 
 def _num(value: float | None, fmt: str = "{:.0f}") -> str:
@@ -47,7 +49,9 @@ def json_line(update: Update) -> str:
 
 
 def run_headless(session: Session, out: IO[str], *, as_json: bool = False, duration: float | None = None) -> str:
-    """Consume samples until the source or the job ends, or `duration` passes; returns why it ended."""
+    """Consume samples until the source or the job ends, or `duration` passes; returns why it ended.
+
+    Notices (a skipped gap in a replay...) go to stderr (session.err), so --json output stays samples only."""
     deadline = None if duration is None else time.monotonic() + duration
     stale_reported = False
     while True:
@@ -71,6 +75,9 @@ def run_headless(session: Session, out: IO[str], *, as_json: bool = False, durat
             continue
         if isinstance(item, End):
             return item.reason
+        if isinstance(item, Notice):
+            say(session.err or sys.stderr, f"gpudoctor: {item.text}")
+            continue
         assert isinstance(item, Sample)
         stale_reported = False
         update = session.handle(item)

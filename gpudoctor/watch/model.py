@@ -12,6 +12,7 @@ is not a reading: it is dropped (n/a) and said, so it can never skew a mean or a
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -19,6 +20,14 @@ from typing import Any
 def plural(count: int, word: str, many: str | None = None) -> str:
     """'1 sample', '2 samples', '0 samples' (`many` for irregular plurals)."""
     return f"{count} {word if count == 1 else (many or word + 's')}"
+
+
+def clock(seconds: float) -> str:
+    """A duration as m:ss, or h:mm:ss past an hour."""
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
 
 OK = "ok"
@@ -41,8 +50,10 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "throttle": (0, None),
 }
 PROC_RANGES: dict[str, tuple[float | None, float | None]] = {"gpu_mem": (0, None), "cpu": (0, None), "rss": (0, None)}
+PROC_INTEGERS = {"gpu_mem", "rss"}
 CPU_RANGE = (0, 100)  # host CPU busy, % of all cores
-INTEGERS = {"throttle"}  # a bitmask: a fraction is not a reading of it
+# Whole-number readings: a recorded 4.0 reads as 4; a fraction (util 96.5, a bitmask 4.5) is not a reading.
+INTEGERS = {"util", "mem_util", "mem_used", "mem_total", "temp", "sm_clock", "pcie_rx", "pcie_tx", "throttle"}
 
 
 def _number(value: Any, what: str) -> float | int | None:
@@ -51,15 +62,31 @@ def _number(value: Any, what: str) -> float | int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{what} is not a number: {value!r}")
+    if isinstance(value, int) and abs(value) > sys.float_info.max:
+        raise ValueError(f"{what} is too large for a number: {str(value)[:12]}... ({len(str(value))} digits)")
     if not math.isfinite(value):
         raise ValueError(f"{what} is not finite: {value!r}")
     return value
 
 
+def _whole(value: Any) -> Any:
+    """4.0 -> 4 (a JSON writer may write a whole number as a float); anything else unchanged."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+MAX_ID = 2**32  # GPU indices and PIDs are 32-bit numbers
+
+
 def _index(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{what} is not an index: {value!r}")
+    value = _whole(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_ID:
+        raise ValueError(f"{what} is not an index: {_short(value)}")
     return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _text(value: Any, what: str) -> str:
@@ -77,7 +104,9 @@ def physical(kwargs: dict[str, Any], dropped: list[str], where: str = "") -> dic
     """`kwargs` (GpuReading fields) with out-of-range readings set to None, each said in `dropped`."""
     for name, bounds in RANGES.items():
         value = kwargs.get(name)
-        bad = value is not None and (not in_range(value, bounds) or (name in INTEGERS and value != int(value)))
+        if name in INTEGERS:
+            value = kwargs[name] = _whole(value) if name in kwargs else None
+        bad = value is not None and (not in_range(value, bounds) or (name in INTEGERS and not isinstance(value, int)))
         if bad:
             dropped.append(f"{where}{name} {value!r}")
             kwargs[name] = None
@@ -131,7 +160,7 @@ class GpuReading:
             raise ValueError(f"a GPU reading is not an object: {data!r}")
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
-        index = _index(kwargs.get("index"), "GPU index")
+        index = kwargs["index"] = _index(kwargs.get("index"), "GPU index")
         for name in ("name", "uuid"):
             if name in kwargs:
                 _text(kwargs[name], name)
@@ -141,9 +170,9 @@ class GpuReading:
             _number(kwargs.get(name), f"GPU {index} {name}")
         if "xids" in kwargs:
             xids = kwargs["xids"]
-            if not isinstance(xids, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in xids):
-                raise ValueError(f"GPU {index}: xids is not a list of integers: {xids!r}")
-            kwargs["xids"] = tuple(xids)
+            if not isinstance(xids, list):
+                raise ValueError(f"GPU {index}: xids is not a list of integers: {_short(xids)}")
+            kwargs["xids"] = tuple(_index(x, f"GPU {index} XID") for x in xids)
         return cls(**physical(kwargs, dropped, f"GPU {index} "))
 
     def checked(self, dropped: list[str] | None = None) -> GpuReading:
@@ -182,16 +211,19 @@ class ProcReading:
             raise ValueError(f"a process reading is not an object: {data!r}")
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
-        pid = kwargs.get("pid")
-        if isinstance(pid, bool) or not isinstance(pid, int) or pid < 1:
-            raise ValueError(f"a process PID is not a PID: {pid!r}")
-        _index(kwargs.get("gpu"), f"PID {pid} GPU")
+        pid = kwargs["pid"] = _whole(kwargs.get("pid"))
+        if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < MAX_ID:
+            raise ValueError(f"a process PID is not a PID: {_short(pid)}")
+        kwargs["gpu"] = _index(kwargs.get("gpu"), f"PID {pid} GPU")
         for name in ("user", "command", "note"):
             if name in kwargs:
                 _text(kwargs[name], f"PID {pid} {name}")
         for name, bounds in PROC_RANGES.items():
             value = _number(kwargs.get(name), f"PID {pid} {name}")
-            if not in_range(value, bounds):
+            if name in PROC_INTEGERS:
+                value = kwargs[name] = _whole(value)
+            fraction = name in PROC_INTEGERS and value is not None and not isinstance(value, int)
+            if fraction or not in_range(value, bounds):
                 dropped.append(f"PID {pid} {name} {value!r}")
                 kwargs[name] = None
         return cls(**kwargs)

@@ -20,8 +20,17 @@ from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict
 from gpudoctor.watch.follow import Job
 from gpudoctor.watch.model import Sample
 from gpudoctor.watch.recording import RecordWriter
-from gpudoctor.watch.sources import Poller, Source
+from gpudoctor.watch.sources import Notice, Poller, Source
 from gpudoctor.watch.summary import Summary, SummaryBuilder
+
+
+def say(err: IO[str], line: str) -> None:
+    """One line on stderr; a closed stderr does not stop watching (the summary still says it)."""
+    try:
+        err.write(line + "\n")
+        err.flush()
+    except (OSError, ValueError):
+        pass
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,7 @@ class Session:
         self._poller = Poller(self.source, self._deliver)
         self._writer: RecordWriter | None = None
 
-    def _deliver(self, sample: Sample | None) -> None:
+    def _deliver(self, sample: Sample | Notice | None) -> None:
         if sample is None:
             detail = f"{type(self._poller.error).__name__}: {self._poller.error}" if self._poller.error else ""
             self.queue.put(End("source", detail))
@@ -114,12 +123,7 @@ class Session:
         """Stop recording, say so once, and keep watching: the job matters more than its record."""
         self.record_error = error
         self._writer = None
-        err = self.err if self.err is not None else sys.stderr
-        try:
-            err.write(f"gpudoctor: {error}; watching goes on without recording\n")
-            err.flush()
-        except (OSError, ValueError):
-            pass  # nowhere left to say it: the summary still does
+        say(self.err or sys.stderr, f"gpudoctor: {error}; watching goes on without recording")
 
     def filter(self, raw: Sample) -> Sample:
         wanted: set[int] | None = set(self.gpus) if self.gpus is not None else None

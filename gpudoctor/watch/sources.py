@@ -11,10 +11,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
-from gpudoctor.watch.model import GpuReading, ProcReading, Sample
+from gpudoctor.watch.model import GpuReading, ProcReading, Sample, clock
 from gpudoctor.watch.recording import Recording
 
 if TYPE_CHECKING:
@@ -199,8 +200,16 @@ def fake_from_env(interval: float, process_interval: float) -> SyntheticSource |
     return SyntheticSource(scenario, int(count or 8), interval, process_interval)
 
 
+MAX_REPLAY_WAIT_S = 2.0  # a longer hole in a recording (a suspended laptop, a stopped job) is skipped
+MAX_GAP_NOTES = 5  # gaps said one by one; later ones are counted
+
+
 class ReplaySource:
-    """Plays a recording at its recorded pace divided by `speed`."""
+    """Plays a recording at its recorded pace divided by `speed`.
+
+    A wait is never longer than MAX_REPLAY_WAIT_S or one recorded interval at this speed, whichever
+    is longer: a hole in the recording is skipped, and `notes` says so (the session shows it).
+    """
 
     def __init__(self, recording: Recording, speed: float = 1.0) -> None:
         self.recording = recording
@@ -209,19 +218,39 @@ class ReplaySource:
         self.available = tuple(sorted({g.index for s in recording.samples for g in s.gpus}))
         ts = [s.t for s in recording.samples]
         gaps = [b - a for a, b in zip(ts, ts[1:], strict=False) if b > a]
-        self.interval = (sorted(gaps)[len(gaps) // 2] if gaps else 1.0) / speed
+        self.recorded_interval = sorted(gaps)[len(gaps) // 2] if gaps else 1.0
+        self.interval = self.recorded_interval / speed  # the pace of playback
+        self.notes: list[str] = []  # said once each, as they happen (skipped gaps)
+        self._gaps = 0
         self._i = 0
 
     def open(self) -> None:
         pass
+
+    def _wait(self, gap: float) -> float:
+        """Seconds to wait for a recorded gap of `gap` seconds; a hole is skipped and said."""
+        wait = gap / self.speed
+        cap = max(MAX_REPLAY_WAIT_S, self.interval)
+        if wait <= cap:
+            return wait
+        self._gaps += 1
+        if self._gaps <= MAX_GAP_NOTES:
+            at = self.recording.samples[self._i - 1].t - self.recording.samples[0].t
+            self.notes.append(
+                f"replay skipped a {clock(gap)} gap in the recording at t+{clock(at)} "
+                f"(no samples; waits are capped at {cap:g} s)"
+            )
+        elif self._gaps == MAX_GAP_NOTES + 1:
+            self.notes.append("replay skips more gaps in the recording; not said one by one")
+        return cap
 
     def next(self, stop: threading.Event) -> Sample | None:
         samples = self.recording.samples
         if self._i >= len(samples) or stop.is_set():
             return None
         if self._i > 0:
-            gap = max(0.0, samples[self._i].t - samples[self._i - 1].t) / self.speed
-            if gap and stop.wait(gap):
+            wait = self._wait(max(0.0, samples[self._i].t - samples[self._i - 1].t))
+            if wait and stop.wait(wait):
                 return None
         s = samples[self._i]
         self._i += 1
@@ -231,10 +260,18 @@ class ReplaySource:
         pass
 
 
-class Poller:
-    """Runs `source.next` on a daemon thread and hands each sample (None at the end) to `deliver`."""
+@dataclass(frozen=True)
+class Notice:
+    """Something the user should be told once while watching (a skipped gap in a replay...)."""
 
-    def __init__(self, source: Source, deliver: Callable[[Sample | None], None]) -> None:
+    text: str
+
+
+class Poller:
+    """Runs `source.next` on a daemon thread and hands each sample, each of the source's notes (a
+    Notice), and None at the end to `deliver`."""
+
+    def __init__(self, source: Source, deliver: Callable[[Sample | Notice | None], None]) -> None:
         self.source = source
         self.deliver = deliver
         self.stop = threading.Event()
@@ -248,6 +285,9 @@ class Poller:
         try:
             while not self.stop.is_set():
                 sample = self.source.next(self.stop)
+                notes = getattr(self.source, "notes", None)
+                while notes:
+                    self.deliver(Notice(notes.pop(0)))
                 if sample is None:
                     break
                 self.deliver(sample)

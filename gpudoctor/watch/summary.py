@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict, analyze
-from gpudoctor.watch.model import Sample, plural
+from gpudoctor.watch.model import Sample, clock, plural
 from gpudoctor.watch.recording import RecordingStream
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -212,17 +212,10 @@ def summarize_recording(path: str, th: Thresholds = DEFAULT) -> Summary:
     return summary
 
 
-def _clock(seconds: float) -> str:
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
-
-
 def render_text(summary: Summary) -> str:
     lines = [
         f"gpudoctor watch summary: {plural(len(summary.gpus), 'GPU')}, {plural(summary.samples, 'sample')} over "
-        f"{_clock(summary.duration_s)} ({summary.source})"
+        f"{clock(summary.duration_s)} ({summary.source})"
     ]
     if summary.damage:
         lines.append(f"note: {summary.damage}")
@@ -252,7 +245,7 @@ def render_text(summary: Summary) -> str:
         start = summary.start or 0.0
         for sp in summary.spans:
             v = sp.verdict
-            when = f"{_clock(sp.start - start)}-{_clock(sp.end - start)}"
+            when = f"{clock(sp.start - start)}-{clock(sp.end - start)}"
             lines.append(f"  {v.code} {v.name:<17} {when:<13} {v.message}")
             if sp.more:
                 lines.append(f"  {'':<23}{'':<13} +{plural(sp.more, 'more time')} in this span (it kept coming back)")
