@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -377,3 +378,89 @@ def test_sighup_and_sigterm_end_the_dashboard_cleanly() -> None:
         assert code == expected, screen[-2000:]
         assert b"gpudoctor: " + said + b"; stopped the command" in screen and b"Traceback" not in screen
         assert left == []
+
+
+SETSID_JOB = (
+    "import subprocess, sys, time\n"
+    "kid = subprocess.Popen(['setsid', 'sleep', '300'])\n"  # a grandchild that leaves the process group
+    "open(sys.argv[1], 'w').write(str(kid.pid))\n"
+    "time.sleep(float(sys.argv[2]))\n"
+)
+
+
+def _setsid_job(tmp_path: Path, parent_s: float, then: str = "") -> tuple[subprocess.Popen[bytes], psutil.Process]:
+    """`watch -- sh -c 'python job.py; THEN'` whose python starts `sleep 300` in a session of its own
+    and runs on for `parent_s`; returns gpudoctor and that grandchild once it runs and gpudoctor has had
+    time to see it (process readings)."""
+    script = tmp_path / "job.py"
+    script.write_text(SETSID_JOB)
+    pidfile = tmp_path / "kid"
+    cmd = [sys.executable, "-m", "gpudoctor", "watch", "--no-tui", "--interval", "0.2", "--process-interval", "0.5"]
+    job = f"{sys.executable} {script} {pidfile} {parent_s}{then}"
+    proc = subprocess.Popen(
+        [*cmd, "--", "sh", "-c", job],
+        env={**FAKE, "GPUDOCTOR_WATCH_FAKE": "healthy:2"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    kid = psutil.Process(int(pidfile.read_text()))
+    assert os.getsid(kid.pid) != os.getsid(proc.pid) and os.getpgid(kid.pid) != os.getpgid(proc.pid)
+    time.sleep(1.5)  # a few process readings: gpudoctor has recorded it
+    return proc, kid
+
+
+def _gone(p: psutil.Process, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_setsid_grandchild_is_stopped_when_the_command_ends(tmp_path: Path) -> None:
+    proc, kid = _setsid_job(tmp_path, parent_s=2.5)  # the command ends by itself, its grandchild runs on
+    try:
+        assert proc.wait(timeout=30) == 0
+        assert _gone(kid), "the setsid grandchild outlived gpudoctor"
+    finally:
+        with contextlib.suppress(psutil.Error):
+            kid.kill()
+        if proc.poll() is None:  # never leave gpudoctor behind a failing test
+            proc.kill()
+            proc.wait()
+
+
+def test_a_setsid_grandchild_is_stopped_on_interrupt_even_after_its_parent_left(tmp_path: Path) -> None:
+    proc, kid = _setsid_job(tmp_path, parent_s=0.0, then="; sleep 300")  # its parent exits at once: an orphan
+    try:
+        assert kid.ppid() == proc.pid  # re-parented to gpudoctor (child subreaper), not to init
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+        assert _gone(kid), "the setsid grandchild outlived gpudoctor"
+    finally:
+        with contextlib.suppress(psutil.Error):
+            kid.kill()
+        if proc.poll() is None:  # never leave gpudoctor behind a failing test
+            proc.kill()
+            proc.wait()
+
+
+def test_the_sentinel_stops_a_setsid_grandchild_when_gpudoctor_is_killed(tmp_path: Path) -> None:
+    proc, kid = _setsid_job(tmp_path, parent_s=300)
+    try:
+        proc.kill()  # no chance to clean up: the sentinel does, from the descendants it was told about
+        proc.wait(timeout=10)
+        assert _gone(kid), "the setsid grandchild outlived gpudoctor"
+    finally:
+        with contextlib.suppress(psutil.Error):
+            kid.kill()
+        if proc.poll() is None:  # never leave gpudoctor behind a failing test
+            proc.kill()
+            proc.wait()

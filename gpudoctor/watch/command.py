@@ -217,7 +217,7 @@ def watch(
     if pid:
         job = Job.attach(pid)
     elif command:
-        job = Job.start(list(command))
+        job = Job.start(list(command), adopt=True)
     if job is not None and isinstance(source, SyntheticSource):
         source.pids = lambda: tuple(sorted(job.pids()))  # the fake source puts the job's PIDs on its GPUs
     session = Session(source, record_path=record_path, job=job, gpus=gpus, damage=damage, opened=True)

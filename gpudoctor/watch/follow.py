@@ -7,6 +7,13 @@ since PDEATHSIG reaches only the command itself, not the ranks it started, a sen
 (gpudoctor/watch/sentinel.py) waits beside the job on a pipe only gpudoctor writes to: if
 gpudoctor dies without stopping the job (SIGKILL, a crash), the pipe ends and the sentinel stops
 the job's whole process group, then exits.
+
+A descendant can leave the group (`setsid`, a daemon that double-forks). So the whole tree is
+followed too: gpudoctor becomes the job's child subreaper (PR_SET_CHILD_SUBREAPER: an orphaned
+descendant is re-parented to gpudoctor, not to init, so it stays in the tree and is reaped here),
+every descendant seen is recorded with its start time, and those outside the group are told to
+the sentinel. `stop()` signals the group and every recorded or adopted descendant; the sentinel
+does the same from its list.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import psutil
 
@@ -26,6 +34,7 @@ from gpudoctor.probe.processes import command_line  # one line, secrets redacted
 from gpudoctor.procs import terminate_group
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h, since Linux 3.4
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long (Job.stop and the sentinel alike)
 
 
@@ -35,6 +44,18 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
         pass
+
+
+def adopt_orphans() -> bool:
+    """Make gpudoctor the child subreaper of what it starts (Linux): a descendant whose parent exits
+    is re-parented to gpudoctor instead of init, so it stays in the followed tree. True if set."""
+    if sys.platform != "linux":
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 class Job:
@@ -47,12 +68,19 @@ class Job:
         self.exit_code: int | None = None
         self._sentinel: subprocess.Popen[bytes] | None = None
         self._sentinel_pipe: int | None = None  # the write end; closed (EOF) only if gpudoctor dies
+        self.adopting = False  # gpudoctor is the subreaper of the job's orphans
+        self._known: dict[int, psutil.Process] = {}  # every descendant seen (psutil checks the start time)
+        self._told: set[int] = set()  # descendants outside the group already told to the sentinel
 
     @classmethod
-    def start(cls, argv: list[str]) -> Job:
+    def start(cls, argv: list[str], env: dict[str, str] | None = None, adopt: bool = False) -> Job:
+        """Start `argv` in its own process group. `adopt`: become the subreaper of its orphans
+        (the CLI does; it changes who reaps orphans for the whole gpudoctor process)."""
+        adopting = adopt and adopt_orphans()
         try:
             proc = subprocess.Popen(
                 argv,
+                env=env,
                 start_new_session=True,  # its own process group: stop() reaches every rank
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
             )
@@ -61,6 +89,7 @@ class Job:
         except PermissionError:
             raise UserError(f"command not executable: {argv[0]}", EXIT_USAGE, "usage") from None
         job = cls(proc, psutil.Process(proc.pid), command_line(argv))
+        job.adopting = adopting
         job._start_sentinel()
         return job
 
@@ -104,7 +133,7 @@ class Job:
         fd, self._sentinel_pipe = self._sentinel_pipe, None
         if fd is not None:
             with contextlib.suppress(OSError):
-                os.write(fd, b"q")
+                os.write(fd, b"q\n")
             os.close(fd)
         if self._sentinel is not None:
             try:
@@ -134,15 +163,86 @@ class Job:
         with self._lock:
             return self._tree
 
+    def _descendants(self) -> list[psutil.Process]:
+        """The job's processes now: the root's tree, and (as subreaper) the orphans adopted from it."""
+        found: dict[int, psutil.Process] = {}
+        tops = [self.root]
+        if self.adopting:
+            mine = {self.root.pid, self._sentinel.pid if self._sentinel is not None else -1}
+            with contextlib.suppress(psutil.Error):
+                tops += [c for c in psutil.Process().children() if c.pid not in mine]
+        for top in tops:
+            try:
+                if top.is_running():
+                    found[top.pid] = top
+                found.update((c.pid, c) for c in top.children(recursive=True))
+            except psutil.Error:
+                continue
+        return list(found.values())
+
     def refresh(self) -> frozenset[int]:
-        tree = {self.root.pid}
-        try:
-            tree.update(c.pid for c in self.root.children(recursive=True))
-        except psutil.Error:
-            pass
+        """Record the job's process tree (root included); returns it. Adopted orphans that ended
+        are reaped here, and descendants that left the job's process group are told to the sentinel."""
+        procs = self._descendants()
+        tree = {self.root.pid, *(p.pid for p in procs)}
         with self._lock:
             self._tree = frozenset(tree)
+            for p in procs:
+                self._known.setdefault(p.pid, p)
+        self._reap_adopted()
+        if self._popen is not None:
+            self._tell_sentinel([p for p in procs if p.pid != self.root.pid])
         return self._tree
+
+    def _reap_adopted(self) -> None:
+        """Collect the exit status of adopted orphans (never of the root or the sentinel: theirs
+        belongs to their Popen)."""
+        if not self.adopting:
+            return
+        mine = {self.root.pid, self._sentinel.pid if self._sentinel is not None else -1}
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process().children():
+                if child.pid in mine:
+                    continue
+                with contextlib.suppress(psutil.Error, ChildProcessError, OSError):
+                    if child.status() == psutil.STATUS_ZOMBIE:
+                        os.waitpid(child.pid, os.WNOHANG)
+
+    def _tell_sentinel(self, procs: list[psutil.Process]) -> None:
+        """Descendants outside the job's group: the sentinel's killpg would miss them, so it gets their
+        PIDs and start times (a line each) to stop them too if gpudoctor dies."""
+        if self._sentinel_pipe is None:
+            return
+        lines = []
+        for p in procs:
+            if p.pid in self._told:
+                continue
+            try:
+                if os.getpgid(p.pid) == self.root.pid:
+                    continue
+                lines.append(f"+{p.pid} {p.create_time()!r}\n")
+            except (OSError, psutil.Error):
+                continue
+            self._told.add(p.pid)
+        if lines:
+            with contextlib.suppress(OSError):
+                os.write(self._sentinel_pipe, "".join(lines).encode())
+
+    def _strays(self) -> list[psutil.Process]:
+        """Live descendants outside the job's process group (recorded or adopted), which killpg misses."""
+        with self._lock:
+            known = dict(self._known)
+        known.update((p.pid, p) for p in self._descendants())
+        out = []
+        for pid, p in known.items():
+            if pid == self.root.pid:
+                continue
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and os.getpgid(pid) != self.root.pid:
+                    out.append(p)
+            except (OSError, psutil.Error):
+                continue
+        return out
 
     def poll(self) -> int | None:
         """The exit code once the job has ended (0 for an attached PID, whose code we cannot know)."""
@@ -171,6 +271,18 @@ class Job:
         another group that took over a reused PID: see gpudoctor.procs); then release the sentinel."""
         if self._popen is None:
             return
+        self.refresh()
+        strays = self._strays()  # before the group ends: their parents may be in it
+        deadline = time.monotonic() + grace_s
+        for p in strays:
+            with contextlib.suppress(psutil.Error):
+                p.terminate()  # psutil refuses a PID that now belongs to another process
         terminate_group(self._popen, grace_s=grace_s)
+        _, alive = psutil.wait_procs(strays, timeout=max(0.1, deadline - time.monotonic()) if strays else 0)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(alive, timeout=2.0)
+        self._reap_adopted()
         self._release_sentinel()  # not when stopping failed: then the sentinel's EOF stops the group
         self.poll()

@@ -4,12 +4,15 @@
 this small process, whose standard input is the read end of a pipe that only gpudoctor can write
 to. The sentinel blocks reading it (no polling, no CPU):
 
-- one byte arrives: gpudoctor stopped (or saw the end of) the job itself; the sentinel exits;
+- a line `+PID START` arrives: a descendant of the job that left its process group (`setsid`),
+  with its start time; the sentinel adds it to what it stops;
+- a line `q` arrives: gpudoctor stopped (or saw the end of) the job itself; the sentinel exits;
 - end of file: gpudoctor is gone (SIGKILL, a crash) with the job perhaps still running; the
-  sentinel sends SIGTERM to the job's process group, waits up to GRACE seconds, sends SIGKILL to
-  what is left, and exits.
+  sentinel sends SIGTERM to the job's process group and to the descendants it was told about (and
+  theirs), waits up to GRACE seconds, sends SIGKILL to what is left, and exits.
 
-It never signals anything but the job's group: while the job's leader (PID == PGID, with the start
+It never signals anything but the job's group and the descendants it was told about (each checked
+against its recorded start time, so a reused PID is left alone): while the job's leader (PID == PGID, with the start
 time gpudoctor recorded) is alive the group is reserved and `killpg` reaches exactly it; once the
 leader is gone, the group's remaining members are signalled one by one through psutil (which checks
 each PID's start time), and not at all if another process holds the number as its own PID (a group
@@ -84,34 +87,81 @@ def _signal(pgid: int, started: float, sig: signal.Signals) -> None:
             continue
 
 
-def _gone(pgid: int, started: float) -> bool:
-    return _reused(pgid, started) or not _members(pgid)
+def _strays(told: dict[int, float]) -> list:  # type: ignore[type-arg]
+    """The told descendants still running as themselves (same start time), and their descendants."""
+    import psutil
+
+    found = {}
+    for pid, started in told.items():
+        try:
+            proc = psutil.Process(pid)
+            if abs(proc.create_time() - started) >= 0.05 or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            found[pid] = proc
+            found.update((c.pid, c) for c in proc.children(recursive=True))
+        except psutil.Error:
+            continue
+    return list(found.values())
 
 
-def stop_group(pgid: int, started: float, grace_s: float) -> None:
-    """SIGTERM the job's group, wait up to `grace_s`, SIGKILL what is left; bounded in time."""
+def _gone(pgid: int, started: float, told: dict[int, float]) -> bool:
+    return (_reused(pgid, started) or not _members(pgid)) and not _strays(told)
+
+
+def stop_group(pgid: int, started: float, grace_s: float, told: dict[int, float] | None = None) -> None:
+    """SIGTERM the job's group and the told descendants, wait up to `grace_s`, SIGKILL what is left;
+    bounded in time."""
+    import psutil
+
+    told = told or {}
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, KILL_WAIT_S)):
-        if _gone(pgid, started):
+        if _gone(pgid, started, told):
             return
+        for proc in _strays(told):  # first: once their group is gone, their parents may be too
+            try:
+                proc.send_signal(sig)
+            except psutil.Error:
+                continue
         _signal(pgid, started, sig)
         end = time.monotonic() + wait_s
         while time.monotonic() < end:
             time.sleep(POLL_S)
-            if _gone(pgid, started):
+            if _gone(pgid, started, told):
                 return
+
+
+def read_orders(fd: int) -> dict[int, float] | None:
+    """Read gpudoctor's lines until `q` (None: released) or end of file (the descendants told)."""
+    told: dict[int, float] = {}
+    pending = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            chunk = b""
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop() if chunk else b""  # a line not finished yet (at the end: every line counts)
+        for line in lines:
+            if line.strip() == b"q":
+                return None
+            if line.startswith(b"+"):
+                try:
+                    pid, start = line[1:].split()
+                    told[int(pid)] = float(start)
+                except ValueError:
+                    continue
+        if not chunk:
+            return told
 
 
 def main(argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     pgid, started, grace_s = int(argv[1]), float(argv[2]), float(argv[3])
-    try:
-        released = os.read(0, 1)
-    except OSError:
-        released = b""
-    if released:
+    told = read_orders(0)
+    if told is None:
         return 0  # gpudoctor stopped the job itself
-    stop_group(pgid, started, grace_s)
+    stop_group(pgid, started, grace_s, told)
     return 0
 
 
