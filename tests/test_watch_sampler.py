@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +16,7 @@ from gpudoctor.probe.host import PROC_PID_INIT_INO
 from gpudoctor.probe.nvml import (
     NVML_ERROR_FUNCTION_NOT_FOUND,
     NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_NOT_FOUND,
     NVML_ERROR_NOT_SUPPORTED,
     NVML_ERROR_TIMEOUT,
     Nvml,
@@ -37,6 +39,8 @@ class FakeNvml:
         self.calls: Counter[str] = Counter()
         self.lost: set[int] = set()
         self.pending_xids = [(1, 79)]
+        self.util_asked: list[int] = []
+        self.util_samples: list[tuple[int, int, int]] | None = None
 
     def __getattribute__(self, name: str) -> Any:
         if name.startswith("nvml"):
@@ -94,6 +98,16 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
         return [SimpleNamespace(pid=1000 + self._dev(h), usedGpuMemory=60000 * 2**20)]
+
+    def nvmlDeviceGetProcessUtilization(self, h: int, since_us: int) -> list[Any]:
+        """GPU 0: two samples of PID 1000 newer than `since_us` (and one older, which NVML would not
+        return, to check it is ignored); NOT_FOUND when there is nothing new. GPU 1: not supported."""
+        if self._dev(h) == 1:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        self.util_asked.append(since_us)
+        if self.util_samples is None:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return [SimpleNamespace(pid=pid, timeStamp=ts, smUtil=sm) for pid, ts, sm in self.util_samples]
 
     def nvmlEventSetCreate(self) -> str:
         return "set"
@@ -283,3 +297,36 @@ def test_watch_headless_on_a_real_gpu() -> None:
     samples = [x for x in lines if x["kind"] == "sample"]
     assert len(samples) >= 2 and lines[-1]["kind"] == "summary"
     assert all("util" in g or g.get("state") for g in samples[-1]["gpus"])
+
+
+def test_per_process_sm_utilization_comes_from_nvml_samples_newer_than_the_last_seen() -> None:
+    sampler, fake = open_sampler()
+    assert sampler.process_utilization() == {0: {}}  # no busy process since (NOT_FOUND): none, no error
+    first = fake.util_asked[0]
+    assert abs(first / 1e6 - (time.time() - 5.0)) < 2  # the recent past only, not the driver's whole buffer
+    fake.util_samples = [(1000, first + 1_000_000, 90), (1000, first + 2_000_000, 70), (1000, first - 10, 5)]
+    assert sampler.process_utilization() == {0: {1000: 80}}  # the mean of the two new samples
+    fake.util_samples = None
+    assert sampler.process_utilization() == {0: {}}
+    assert fake.util_asked[-1] == first + 2_000_000  # asks for what is newer than the last sample seen
+    assert "proc_util" in sampler.devices[1].unsupported  # GPU 1 asked once, then left alone
+    found = sampler.processes()
+    fake.util_samples = [(1001, first + 3_000_000, 40), (1000, first + 3_000_000, 55)]
+    rows = proc_readings(found, {}, False, sampler.process_utilization())
+    assert [(r.pid, r.gpu, r.sm) for r in rows] == [(1000, 0, 55), (1001, 1, None)]  # GPU 1: n/a
+    fake.util_samples = [(1001, first + 4_000_000, 40)]  # PID 1000 had no non-zero sample: it was idle
+    rows = proc_readings(found, {}, False, sampler.process_utilization())
+    assert [(r.pid, r.sm) for r in rows] == [(1000, 0), (1001, None)]
+
+
+def test_host_reading_agrees_with_proc_meminfo_and_loadavg() -> None:
+    from gpudoctor.probe.sampler import host_reading
+
+    meminfo = {
+        line.split(":")[0]: int(line.split()[1]) // 1024 for line in Path("/proc/meminfo").read_text().splitlines()
+    }
+    host = host_reading()
+    assert host["ram_total"] == meminfo["MemTotal"]
+    assert abs(host["ram_used"] - (meminfo["MemTotal"] - meminfo["MemAvailable"])) < 512  # MiB moving between reads
+    assert host["swap_total"] == meminfo["SwapTotal"]
+    assert abs(host["load1"] - os.getloadavg()[0]) < 2.0

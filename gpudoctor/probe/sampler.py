@@ -6,13 +6,17 @@ other GPUs go on being read.
 
 Processes are resolved the way the snapshot probe resolves them (`probe.processes`): NVML
 reports host PIDs, and inside an isolated PID namespace they are left unresolved rather
-than pinned on whatever local process has the same number. CPU% and RSS of the processes
-we can see, and the host's CPU use, come from psutil here too, so `watch` itself reads
+than pinned on whatever local process has the same number. Each process's share of the GPU's
+SM time comes from nvmlDeviceGetProcessUtilization (Maxwell and newer; samples newer than the
+last one seen). CPU% and RSS of the processes we can see, and the host's CPU use, load, RAM and
+swap (`host_reading`, which needs no NVML), come from psutil here too, so `watch` itself reads
 neither /proc nor the environment.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +52,8 @@ class DeviceState:
     unsupported: set[str] = field(default_factory=set)  # metrics that answered NOT_SUPPORTED
     # Clock event reasons: the call names still to try; narrowed to the one that answered.
     throttle_calls: tuple[str, ...] = CLOCK_EVENT_CALLS
+    # nvmlDeviceGetProcessUtilization returns the samples newer than this (microseconds, CPU clock).
+    util_seen_us: int = 0
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,7 @@ class ProcessUsage:
 
     cpu: float | None  # % of one core since the previous reading; None on the first
     rss_mib: int | None
+    started: float | None = None  # psutil's create_time: who a signal would reach
 
 
 class NvmlSampler:
@@ -201,10 +208,45 @@ class NvmlSampler:
                 rss: int | None = proc.memory_info().rss // MIB
             except psutil.Error:
                 rss = None
-            out[pid] = ProcessUsage(cpu, rss)
+            try:
+                started: float | None = proc.create_time()
+            except psutil.Error:
+                started = None
+            out[pid] = ProcessUsage(cpu, rss, started)
         for pid in list(self._usage):
             if pid not in out:
                 del self._usage[pid]
+        return out
+
+    def process_utilization(self) -> dict[int, dict[int, int]]:
+        """Per GPU index: host PID -> mean SM utilization (%) over the samples NVML took since the last
+        call. NVML returns a sample only for a process with non-zero utilization, and NOT_FOUND when
+        there is no new sample at all: a GPU that answered lists its idle processes as absent (0%).
+        A GPU without the call is asked once and has no entry, like one that did not answer."""
+        out: dict[int, dict[int, int]] = {}
+        for dev in self.devices:
+            if dev.lost or "proc_util" in dev.unsupported:
+                continue
+            if not dev.util_seen_us:  # the first time: only the recent past, not the driver's whole buffer
+                dev.util_seen_us = int((time.time() - 5.0) * 1e6)
+            since = dev.util_seen_us
+            raw = self.nvml.call("nvmlDeviceGetProcessUtilization", dev.handle, since)
+            if isinstance(raw, Missing):
+                if raw.reason == "unsupported":
+                    dev.unsupported.add("proc_util")
+                elif raw.reason == "gpu_lost":
+                    dev.lost = True
+                elif raw.reason == "error":  # NOT_FOUND: no process was busy since `since`
+                    out[dev.index] = {}
+                continue
+            per_pid: dict[int, list[int]] = {}
+            for sample in raw:
+                stamp = int(sample.timeStamp)
+                if stamp <= since:  # NVML returns only newer samples; an older one is not this interval's
+                    continue
+                per_pid.setdefault(int(sample.pid), []).append(int(sample.smUtil))
+                dev.util_seen_us = max(dev.util_seen_us, stamp)
+            out[dev.index] = {pid: round(sum(v) / len(v)) for pid, v in per_pid.items()}
         return out
 
     @staticmethod
@@ -244,3 +286,27 @@ class NvmlSampler:
 
 def _text(value: Any) -> str:
     return "" if isinstance(value, Missing) else str(value)
+
+
+def host_reading() -> dict[str, Any]:
+    """Load, RAM and swap (MiB) as HostReading keyword arguments; needs no NVML (watching ranks
+    without a GPU). Used RAM is total - available: what the kernel could not hand out without
+    swapping or reclaiming, which is what an OOM kill follows."""
+    out: dict[str, Any] = {}
+    try:
+        out["load1"] = round(os.getloadavg()[0], 2)
+    except OSError:
+        pass
+    try:
+        mem = psutil.virtual_memory()
+        out["ram_total"] = mem.total // MIB
+        out["ram_used"] = (mem.total - mem.available) // MIB
+    except (OSError, psutil.Error):
+        pass
+    try:
+        swap = psutil.swap_memory()
+        out["swap_total"] = swap.total // MIB
+        out["swap_used"] = swap.used // MIB
+    except (OSError, psutil.Error):
+        pass
+    return out

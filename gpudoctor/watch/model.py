@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 
@@ -49,8 +49,31 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "pcie_tx": (0, None),
     "throttle": (0, None),
 }
-PROC_RANGES: dict[str, tuple[float | None, float | None]] = {"gpu_mem": (0, None), "cpu": (0, None), "rss": (0, None)}
-PROC_INTEGERS = {"gpu_mem", "rss"}
+PROC_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "gpu_mem": (0, None),
+    "cpu": (0, None),
+    "rss": (0, None),
+    "sm": (0, 100),
+    "started": (0, None),
+}
+PROC_INTEGERS = {"gpu_mem", "rss", "sm"}
+HOST_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "load1": (0, None),
+    "ram_used": (0, None),
+    "ram_total": (0, None),
+    "swap_used": (0, None),
+    "swap_total": (0, None),
+}
+HOST_INTEGERS = {"ram_used", "ram_total", "swap_used", "swap_total"}
+RANK_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "steps": (0, None),
+    "step_s": (0, None),
+    "step_max": (0, None),
+    "wait_s": (0, None),
+    "last_step": (0, None),
+    "last_end": (0, None),
+}
+RANK_INTEGERS = {"steps", "last_step"}
 CPU_RANGE = (0, 100)  # host CPU busy, % of all cores
 # Whole-number readings: a recorded 4.0 reads as 4; a fraction (util 96.5, a bitmask 4.5) is not a reading.
 INTEGERS = {"util", "mem_util", "mem_used", "mem_total", "temp", "sm_clock", "pcie_rx", "pcie_tx", "throttle"}
@@ -100,16 +123,34 @@ def in_range(value: float | int | None, bounds: tuple[float | None, float | None
     return value is None or ((low is None or value >= low) and (high is None or value <= high))
 
 
-def physical(kwargs: dict[str, Any], dropped: list[str], where: str = "") -> dict[str, Any]:
-    """`kwargs` (GpuReading fields) with out-of-range readings set to None, each said in `dropped`."""
-    for name, bounds in RANGES.items():
-        value = kwargs.get(name)
-        if name in INTEGERS:
-            value = kwargs[name] = _whole(value) if name in kwargs else None
-        bad = value is not None and (not in_range(value, bounds) or (name in INTEGERS and not isinstance(value, int)))
-        if bad:
+def in_ranges(
+    kwargs: dict[str, Any],
+    ranges: dict[str, tuple[float | None, float | None]],
+    integers: set[str],
+    dropped: list[str],
+    where: str = "",
+) -> dict[str, Any]:
+    """`kwargs` with each reading named in `ranges` checked: a whole float in an integer field becomes
+    an int; a fraction there, or a value outside its bounds, is set to None and said in `dropped`."""
+    for name, bounds in ranges.items():
+        if kwargs.get(name) is None:
+            continue
+        value = kwargs[name] = _whole(kwargs[name]) if name in integers else kwargs[name]
+        if not in_range(value, bounds) or (name in integers and not isinstance(value, int)):
             dropped.append(f"{where}{name} {value!r}")
             kwargs[name] = None
+    return kwargs
+
+
+def parse_numbers(kwargs: dict[str, Any], names: Any, where: str) -> None:
+    """Raise ValueError (a damaged line) if a field in `names` is there but not a finite number."""
+    for name in names:
+        _number(kwargs.get(name), f"{where}{name}")
+
+
+def physical(kwargs: dict[str, Any], dropped: list[str], where: str = "") -> dict[str, Any]:
+    """`kwargs` (GpuReading fields) with out-of-range readings set to None, each said in `dropped`."""
+    in_ranges(kwargs, RANGES, INTEGERS, dropped, where)
     used, total = kwargs.get("mem_used"), kwargs.get("mem_total")
     if used is not None and total and used > total:
         dropped.append(f"{where}mem_used {used!r} > mem_total {total!r}")
@@ -166,8 +207,7 @@ class GpuReading:
                 _text(kwargs[name], name)
         if kwargs.get("state", OK) not in STATES:
             raise ValueError(f"GPU {index}: unknown state {kwargs['state']!r}")
-        for name in RANGES:
-            _number(kwargs.get(name), f"GPU {index} {name}")
+        parse_numbers(kwargs, RANGES, f"GPU {index} ")
         if "xids" in kwargs:
             xids = kwargs["xids"]
             if not isinstance(xids, list):
@@ -197,9 +237,11 @@ class ProcReading:
     rss: int | None = None  # MiB
     command: str = ""
     note: str = ""  # why the rest is unknown, e.g. a PID from outside this container
+    sm: int | None = None  # % of the GPU's SM time this process used (nvmlDeviceGetProcessUtilization)
+    started: float | None = None  # its start time (epoch s): a signal goes to this process, not a reused PID
 
     def to_json(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) not in (None, "")}
+        return _compact(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProcReading:
@@ -218,14 +260,78 @@ class ProcReading:
         for name in ("user", "command", "note"):
             if name in kwargs:
                 _text(kwargs[name], f"PID {pid} {name}")
-        for name, bounds in PROC_RANGES.items():
-            value = _number(kwargs.get(name), f"PID {pid} {name}")
-            if name in PROC_INTEGERS:
-                value = kwargs[name] = _whole(value)
-            fraction = name in PROC_INTEGERS and value is not None and not isinstance(value, int)
-            if fraction or not in_range(value, bounds):
-                dropped.append(f"PID {pid} {name} {value!r}")
-                kwargs[name] = None
+        parse_numbers(kwargs, PROC_RANGES, f"PID {pid} ")
+        return cls(**in_ranges(kwargs, PROC_RANGES, PROC_INTEGERS, dropped, f"PID {pid} "))
+
+
+def _compact(obj: Any) -> dict[str, Any]:
+    """A reading's fields without the absent ones (keeps recordings small: absent means n/a)."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj) if getattr(obj, f.name) not in (None, "")}
+
+
+def _object(data: Any, what: str, cls: type) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} is not an object: {_short(data)}")
+    known = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in known}
+
+
+@dataclass(frozen=True)
+class HostReading:
+    """What starves GPUs or kills ranks starts on the host: load, memory, swap (MiB)."""
+
+    load1: float | None = None  # 1-minute load average
+    ram_used: int | None = None  # total - available: what the kernel could not hand out without swapping
+    ram_total: int | None = None
+    swap_used: int | None = None
+    swap_total: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return _compact(self)
+
+    @classmethod
+    def parse(cls, data: Any, dropped: list[str]) -> HostReading:
+        kwargs = _object(data, "host", cls)
+        parse_numbers(kwargs, HOST_RANGES, "host ")
+        return cls(**in_ranges(kwargs, HOST_RANGES, HOST_INTEGERS, dropped, "host "))
+
+
+@dataclass(frozen=True)
+class RankReading:
+    """One training process's steps in one interval, as `gpudoctor.step()` reported them."""
+
+    pid: int
+    rank: int | None = None  # global rank (RANK, or torch.distributed's); None: not known
+    steps: int = 0  # steps finished in this interval
+    step_s: float | None = None  # their mean duration (s)
+    step_max: float | None = None  # the longest of them (s)
+    wait_s: float | None = None  # mean time per step spent waiting for input (s); None: not measured
+    last_step: int | None = None  # the number of the last step finished (counted from 1 per process)
+    last_end: float | None = None  # when it finished (epoch s); carried over while no step finishes
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank}" if self.rank is not None else f"PID {self.pid}"
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.rank if self.rank is not None else -1, self.pid)
+
+    def to_json(self) -> dict[str, Any]:
+        return _compact(self)
+
+    @classmethod
+    def parse(cls, data: Any, dropped: list[str]) -> RankReading:
+        kwargs = _object(data, "a rank reading", cls)
+        pid = kwargs["pid"] = _whole(kwargs.get("pid"))
+        if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < MAX_ID:
+            raise ValueError(f"a rank's PID is not a PID: {_short(pid)}")
+        if kwargs.get("rank") is not None:
+            kwargs["rank"] = _index(kwargs["rank"], f"PID {pid} rank")
+        parse_numbers(kwargs, RANK_RANGES, f"PID {pid} ")
+        kwargs = in_ranges(kwargs, RANK_RANGES, RANK_INTEGERS, dropped, f"PID {pid} ")
+        if kwargs.get("steps") is None:
+            kwargs["steps"] = 0
         return cls(**kwargs)
 
 
@@ -236,6 +342,8 @@ class Sample:
     cpu: float | None = None  # host CPU busy, % of all cores
     procs: tuple[ProcReading, ...] | None = None  # None: processes not read this time
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    host: HostReading | None = None  # load, RAM, swap; None: not read
+    ranks: tuple[RankReading, ...] | None = None  # training steps (gpudoctor.step()); None: no step channel
 
     def gpu(self, index: int) -> GpuReading | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -246,6 +354,10 @@ class Sample:
             out["cpu"] = self.cpu
         if self.procs is not None:
             out["procs"] = [p.to_json() for p in self.procs]
+        if self.host is not None:
+            out["host"] = self.host.to_json()
+        if self.ranks is not None:
+            out["ranks"] = [r.to_json() for r in self.ranks]
         return out
 
     @classmethod
@@ -272,17 +384,27 @@ class Sample:
         if not in_range(cpu, CPU_RANGE):
             dropped.append(f"cpu {cpu!r}")
             cpu = None
-        procs = data.get("procs")
-        if procs is not None and not isinstance(procs, list):
-            raise ValueError("procs is not a list")
+        procs = _list(data, "procs")
+        ranks = _list(data, "ranks")
+        host = data.get("host")
         return cls(
             t=float(t),
             gpus=gpus,
             cpu=cpu,
             procs=None if procs is None else tuple(ProcReading.parse(p, dropped) for p in procs),
+            host=None if host is None else HostReading.parse(host, dropped),
+            ranks=None if ranks is None else tuple(RankReading.parse(r, dropped) for r in ranks),
         )
 
     def only(self, indices: set[int] | frozenset[int]) -> Sample:
         """This sample restricted to some GPUs (and their processes)."""
         procs = None if self.procs is None else tuple(p for p in self.procs if p.gpu in indices)
-        return Sample(self.t, tuple(g for g in self.gpus if g.index in indices), self.cpu, procs)
+        gpus = tuple(g for g in self.gpus if g.index in indices)
+        return replace(self, gpus=gpus, procs=procs)
+
+
+def _list(data: dict[str, Any], name: str) -> list[Any] | None:
+    value = data.get(name)
+    if value is not None and not isinstance(value, list):
+        raise ValueError(f"{name} is not a list")
+    return value

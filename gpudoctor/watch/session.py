@@ -12,7 +12,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 from gpudoctor import __version__
@@ -132,7 +132,7 @@ class Session:
         sample = raw if wanted is None else raw.only(frozenset(wanted))
         if self.job is not None and sample.procs is not None:
             tree = self.job.pids()
-            sample = Sample(sample.t, sample.gpus, sample.cpu, tuple(p for p in sample.procs if p.pid in tree))
+            sample = replace(sample, procs=tuple(p for p in sample.procs if p.pid in tree))
         return sample
 
     def summary(self) -> Summary:

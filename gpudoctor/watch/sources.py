@@ -15,12 +15,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
-from gpudoctor.watch.model import GpuReading, ProcReading, Sample, clock
+from gpudoctor.watch.model import GpuReading, HostReading, ProcReading, Sample, clock
 from gpudoctor.watch.recording import Recording
 
 if TYPE_CHECKING:
     from gpudoctor.probe.sampler import NvmlSampler, ProcessUsage
     from gpudoctor.snapshot import GpuProcess, Missing
+
+
+def host_now() -> HostReading:
+    """Load, RAM and swap now (psutil; no NVML needed)."""
+    from gpudoctor.probe.sampler import host_reading
+
+    return HostReading(**host_reading())
+
 
 # Test-only: GPUDOCTOR_WATCH_FAKE=scenario[:gpus] makes `watch` read synthetic GPUs instead of NVML.
 FAKE_ENV = "GPUDOCTOR_WATCH_FAKE"
@@ -69,15 +77,22 @@ NOT_VISIBLE = "process not visible here (exited, or hidden from this user)"
 
 
 def proc_readings(
-    procs: dict[int, list[GpuProcess]], usage: dict[int, ProcessUsage], isolated: bool | Missing
+    procs: dict[int, list[GpuProcess]],
+    usage: dict[int, ProcessUsage],
+    isolated: bool | Missing,
+    sm: dict[int, dict[int, int]] | None = None,
 ) -> tuple[ProcReading, ...]:
-    """The sampler's resolved processes (probe.processes) as process-table rows."""
+    """The sampler's resolved processes (probe.processes) as process-table rows; `sm`: per GPU,
+    host PID -> SM utilization % (the sampler's process_utilization: a GPU there that has no sample
+    for a process saw it idle, 0%)."""
     out = []
     for gpu, plist in sorted(procs.items()):
         for p in plist:
+            shares = (sm or {}).get(gpu)
+            share = None if shares is None else shares.get(p.pid, 0)
             if p.local_pid is None:
                 note = NOT_VISIBLE_ISOLATED if isolated is True else NOT_VISIBLE
-                out.append(ProcReading(p.pid, gpu, p.used_memory_mib, note=note))
+                out.append(ProcReading(p.pid, gpu, p.used_memory_mib, note=note, sm=share))
                 continue
             u = usage.get(p.local_pid)
             out.append(
@@ -89,6 +104,8 @@ def proc_readings(
                     cpu=None if u is None else u.cpu,
                     rss=None if u is None else u.rss_mib,
                     command=p.command or "",
+                    sm=share,
+                    started=None if u is None else u.started,
                 )
             )
     return tuple(out)
@@ -135,8 +152,8 @@ class NvmlSource(_Paced):
         if self.procs_due():
             found = sampler.processes()
             local = [p.local_pid for plist in found.values() for p in plist if p.local_pid is not None]
-            procs = proc_readings(found, sampler.usage(local), sampler.isolated)
-        return Sample(round(time.time(), 3), gpus, sampler.host_cpu(), procs)
+            procs = proc_readings(found, sampler.usage(local), sampler.isolated, sampler.process_utilization())
+        return Sample(round(time.time(), 3), gpus, sampler.host_cpu(), procs, host=host_now())
 
     def close(self) -> None:
         if self._sampler is not None:
