@@ -5,6 +5,13 @@ The Python API (gpudoctor/api.py), imported on first use so that `import gpudoct
     import gpudoctor
     gpudoctor.preflight(expect_gpus=8)   # raises gpudoctor.PreflightError listing what fails
     report = gpudoctor.run_checks(quick=True)
+
+and the training-step API (gpudoctor/training_step.py, standard library only: no torch, click or
+textual), which `gpudoctor watch -- COMMAND` listens to:
+
+    for batch in loader:
+        with gpudoctor.step():
+            train_step(batch)
 """
 
 from __future__ import annotations
@@ -16,13 +23,19 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from gpudoctor.api import PreflightError, diff_report, preflight, run_checks
     from gpudoctor.errors import UserError
+    from gpudoctor.training_step import step
 
-__all__ = ["PreflightError", "UserError", "__version__", "diff_report", "preflight", "run_checks"]
+__all__ = ["PreflightError", "UserError", "__version__", "diff_report", "preflight", "run_checks", "step"]
 
 _API = {"run_checks", "preflight", "PreflightError", "diff_report"}
 
 
 def __getattr__(name: str) -> Any:
+    if name == "step":
+        from gpudoctor.training_step import step
+
+        globals()["step"] = step  # later lookups skip this function: step() is called once per training step
+        return step
     if name in _API:
         from gpudoctor import api
 

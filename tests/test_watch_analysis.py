@@ -162,7 +162,7 @@ def test_clock_reason_bits_mean_what_they_mean_for_gpudoctor_check() -> None:
             assert reason.label in v.message
     slowed = analysis.throttling(run(10, lambda i, g: gpu(g, throttle=HW_SLOWDOWN, temp=71)))
     assert [(v.code, v.message) for v in slowed] == [
-        ("GD905", "hardware slowdown: " + ", ".join(f"GPU {g} 71 C" for g in range(8)))
+        ("GD905", "hardware slowdown in 100% of the samples: " + ", ".join(f"GPU {g} 71 C" for g in range(8)))
     ]
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
+from gpudoctor.watch.analysis import Thresholds
 from gpudoctor.watch.app import HelpScreen, WatchApp
 from gpudoctor.watch.model import GpuReading, Sample
 from gpudoctor.watch.recording import read_recording
@@ -18,6 +19,7 @@ from gpudoctor.watch.widgets import GpuTable, ProcessTable
 
 RECORDINGS = Path(__file__).parent / "fixtures" / "recordings"
 SIZE = (150, 42)
+NO_WARMUP = Thresholds(warmup_s=0)  # these tests are about drawing, not about the warm-up
 
 
 def text_of(widget: Any) -> str:
@@ -35,7 +37,7 @@ def replay_app(name: str, live: bool = False) -> WatchApp:
 def live_app(samples: list[Sample] | None = None) -> tuple[WatchApp, Session]:
     rec = read_recording(str(RECORDINGS / "healthy.jsonl"))
     rec.samples = samples or []
-    session = Session(ReplaySource(rec))  # not started: the test feeds the queue itself
+    session = Session(ReplaySource(rec), thresholds=NO_WARMUP)  # not started: the test feeds the queue itself
     session.last_arrival = time.monotonic()
     return WatchApp(session, live=True), session
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 FAKE = {**os.environ, "GPUDOCTOR_WATCH_FAKE": "healthy:8", "PYTHONUNBUFFERED": "1"}
 
@@ -147,15 +148,22 @@ def test_duration_ends_watching() -> None:
     assert time.monotonic() - start < 10 and r.stdout.count("util%") >= 3
 
 
-def test_no_driver_is_exit_3_with_one_line_and_no_child_started(tmp_path: Path) -> None:
+def test_no_driver_is_exit_3_unless_a_command_is_followed(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "GPUDOCTOR_WATCH_FAKE"}
-    marker = tmp_path / "ran"
-    r = watch("--no-tui", "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')", env=env)
+    r = watch("--no-tui", "--duration", "1", env=env)
     if r.returncode == 0:  # a machine with a GPU: this test is about machines without one
-        return
+        pytest.skip("this machine has a GPU")
     assert r.returncode == 3
     assert r.stderr.strip().startswith("gpudoctor: no NVIDIA driver") and len(r.stderr.strip().splitlines()) == 1
-    assert not marker.exists()
+    r = watch("--no-tui", "--pid", str(os.getpid()), "--duration", "1", env=env)  # nothing to follow but GPUs
+    assert r.returncode == 3
+    # A command is followed without a GPU: its training steps and the host (GPU rows absent, said once).
+    marker = tmp_path / "ran"
+    r = watch("--no-tui", "--interval", "0.3", "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')", env=env)
+    assert r.returncode == 0 and marker.exists()
+    assert r.stderr.count("no GPU to watch (no NVIDIA driver") == 1
+    assert "showing the job's training steps and the host only" in r.stderr
+    assert "summary: no GPU," in r.stdout
 
 
 def test_usage_errors() -> None:

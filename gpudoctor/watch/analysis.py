@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from gpudoctor import clock_reasons
 from gpudoctor.checks.targets import gpu_list
 from gpudoctor.watch import codes
-from gpudoctor.watch.model import LOST, Sample
+from gpudoctor.watch.model import LOST, RankReading, Sample, plural
 from gpudoctor.xid import classify, contained, describe
 
 # GD905 holds the hot GPU (thermal slowdown) and HW_SLOWDOWN, which the hardware engages for
@@ -32,10 +32,16 @@ XID_HINTS = {
 }
 
 
+# Every threshold below is gpudoctor's heuristic (not a published figure), tuned on the synthetic and
+# recorded runs in tests/fixtures/recordings and on real gloo jobs in the tests; each can be overridden.
 @dataclass(frozen=True)
 class Thresholds:
     window_s: float = 30.0
     min_samples: int = 5  # fewer than this in the window: too early to judge balance
+    # No balance verdict before this many seconds of watching (data loading, compilation, NCCL set-up
+    # look like imbalance). None: 60 s or the first full window, whichever is later.
+    warmup_s: float | None = None
+    idle_util: float = 5.0  # every GPU below this mean utilization: idle, not "balanced"
     straggler_gap: float = 15.0  # utilization points away from the median of the others
     straggler_share: float = 0.8  # ...in this share of the window's samples
     mem_gap_share: float = 0.15  # extra memory, as a share of the GPU's total
@@ -48,9 +54,55 @@ class Thresholds:
     hung_idle_w: float = 100.0  # used when the power limit is unknown
     hung_min_s: float = 20.0
     throttle_share: float = 0.5
+    # Training steps (gpudoctor.step()).
+    rank_slow_ratio: float = 1.2  # a rank's mean step time vs the median of the others'
+    rank_late_share: float = 0.1  # a rank ends its steps this share of the step time after the others...
+    rank_late_min_s: float = 0.005  # ...and at least this late (timer noise)
+    rank_late_hits: float = 0.8  # ...in this share of its comparable steps
+    rank_wait_share: float = 0.2  # one rank waits this share of its steps for input...
+    rank_wait_ratio: float = 2.0  # ...and this many times the others' median
+    input_wait_share: float = 0.25  # the median rank waits this share of its steps for input
+    hang_after_s: float | None = None  # no step finished for this long; None: max(60 s, 10x the median step)
+    hang_min_s_steps: float = 60.0
+    hang_step_factor: float = 10.0
+
+    @property
+    def warmup(self) -> float:
+        return max(60.0, self.window_s) if self.warmup_s is None else self.warmup_s
 
 
 DEFAULT = Thresholds()
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A verdict's main number, so a span of the verdict can be told with its figures over the whole span
+    (the mean, or the worst where a mean means nothing, like how long a hang lasted)."""
+
+    value: float
+    template: str  # the message with {} where the figure goes
+    fmt: str = "{:.0f}"
+    unit: str = ""  # after the number in "worst ..."
+    span: str = "mean"  # what the span's message quotes: "mean", "worst", or "elapsed" (first + span length)
+    higher_is_worse: bool = True
+
+    def text(self, value: float) -> str:
+        return self.fmt.format(value)
+
+    def message(self, value: float) -> str:
+        return self.template.format(self.text(value))
+
+
+@dataclass(frozen=True)
+class RankRef:
+    """A training rank a verdict names (its global rank, if it said it, and its PID)."""
+
+    rank: int | None
+    pid: int
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank}" if self.rank is not None else f"PID {self.pid}"
 
 
 @dataclass(frozen=True)
@@ -61,10 +113,24 @@ class Verdict:
     message: str
     hint: str
     severity: str = "warn"  # "warn" or "fail"
+    figure: Figure | None = None
+    ranks: tuple[RankRef, ...] = ()  # the training ranks it concerns (GD909-GD911)
 
     @property
-    def key(self) -> tuple[str, tuple[int, ...]]:
-        return (self.code, self.gpus)
+    def key(self) -> tuple[str, tuple[int, ...], tuple[tuple[int | None, int], ...]]:
+        return (self.code, self.gpus, tuple((r.rank, r.pid) for r in self.ranks))
+
+    @property
+    def subject(self) -> str:
+        """Whom it names, short: "GPU 3", "GPUs 0,5", "rank 1", "ranks 0,1"."""
+        if self.ranks:
+            known = [r for r in self.ranks if r.rank is not None]
+            if len(known) == len(self.ranks):
+                return f"rank{'s' if len(known) > 1 else ''} {','.join(str(r.rank) for r in known)}"
+            return ", ".join(r.label for r in self.ranks)
+        if not self.gpus:
+            return "job"
+        return f"GPU{'s' if len(self.gpus) > 1 else ''} {gpu_list(list(self.gpus))}"
 
 
 @dataclass(frozen=True)
@@ -74,6 +140,24 @@ class Balance:
     util_spread: float | None = None  # mean over samples of max-min utilization across GPUs
     mem_mean: dict[int, float] = field(default_factory=dict)  # MiB
     verdicts: tuple[Verdict, ...] = ()
+    warming: float | None = None  # seconds of warm-up left (balance verdicts wait); None: warm
+    ranks: dict[tuple[int | None, int], RankStats] = field(default_factory=dict)
+    idle: bool = False  # every GPU below idle_util over the window: no balance to judge
+
+
+@dataclass(frozen=True)
+class RankStats:
+    """One rank over the window, from its step records."""
+
+    ref: RankRef
+    steps: int
+    step_s: float | None  # mean step time
+    wait_share: float | None  # share of the step time spent waiting for input
+    late_s: float | None  # how much later than the others' median it ends its steps (synchronized ranks)
+    late_share: float  # share of its comparable steps it ended after the others' median
+    late_n: int  # its steps the others ran too (comparable)
+    last_step: int | None
+    last_end: float | None
 
 
 def window(samples: Sequence[Sample], window_s: float) -> list[Sample]:
@@ -123,14 +207,17 @@ def stragglers(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Verdict]
         mean_gap = _mean(gaps[idx])
         for side, hits in (("below", low), ("above", high)):
             if hits.get(idx, 0) >= th.straggler_share * counted:
+                template = f"GPU {idx} runs {{}} points {side} the other GPUs' utilization"
+                figure = Figure(abs(mean_gap), template, unit=" points")
                 out.append(
                     Verdict(
                         codes.STRAGGLER.code,
                         codes.STRAGGLER.name,
                         (idx,),
-                        f"GPU {idx} runs {abs(mean_gap):.0f} points {side} the other GPUs' utilization",
+                        figure.message(figure.value),
                         "Check this GPU's throttle reasons, clocks and PCIe link, other processes on it, and "
                         "that every rank gets the same amount of work.",
+                        figure=figure,
                     )
                 )
     return out
@@ -154,14 +241,21 @@ def memory_imbalance(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Ve
     if cap is None:
         return []
     if means[top] - others >= th.mem_gap_share * cap and means[top] >= th.mem_ratio * others:
+        figure = Figure(
+            means[top] / 1024,
+            f"GPU {top} holds {{}} GiB, the others {others / 1024:.1f} GiB (median)",
+            "{:.1f}",
+            " GiB",
+        )
         return [
             Verdict(
                 codes.MEMORY_IMBALANCE.code,
                 codes.MEMORY_IMBALANCE.name,
                 (top,),
-                f"GPU {top} holds {means[top] / 1024:.1f} GiB, the others {others / 1024:.1f} GiB (median)",
+                figure.message(figure.value),
                 "A model, an evaluation copy or extra CUDA contexts sit on this GPU (the DataParallel "
                 "pattern): use DDP, set_device(local_rank) first, map_location per rank.",
+                figure=figure,
             )
         ]
     return []
@@ -181,14 +275,20 @@ def input_starvation(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Ve
     if not cpus or _mean(cpus) < th.starve_cpu:
         return []
     gpus = tuple(sorted({g.index for s in win for g in s.gpus if g.alive}))
+    figure = Figure(
+        100 * len(dips) / len(win),
+        f"all GPUs drop below {th.starve_util:.0f}% together in {{}}% of the samples "
+        f"while the CPUs are {_mean(cpus):.0f}% busy",
+        unit="% of the samples",
+    )
     return [
         Verdict(
             codes.INPUT_STARVATION.code,
             codes.INPUT_STARVATION.name,
             gpus,
-            f"all GPUs drop below {th.starve_util:.0f}% together in {len(dips)}/{len(win)} samples "
-            f"while the CPUs are {_mean(cpus):.0f}% busy",
+            figure.message(figure.value),
             "The input pipeline cannot keep up: more DataLoader workers, pin_memory, or move augmentation to the GPU.",
+            figure=figure,
         )
     ]
 
@@ -222,20 +322,27 @@ def hung_collective(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Ver
     suspects = tuple(g.index for g in last.gpus if g.index not in spinning)
     lasted = last.t - min(s.t for s in win if all(_spinning_in(s, i, th) for i in spinning))
     if suspects:
-        message = (
-            f"GPU(s) {gpu_list(spinning)} spin at 100% utilization on idle power for {lasted:.0f} s: "
+        template = (
+            f"GPU(s) {gpu_list(spinning)} spin at 100% utilization on idle power for {{}} s: "
             f"waiting in a collective for GPU(s) {gpu_list(list(suspects))}"
         )
         hint = f"Suspect GPU(s) {gpu_list(list(suspects))}: look at that rank's stack (py-spy dump) and logs."
     else:
-        message = (
-            f"every GPU spins at 100% utilization on idle power for {lasted:.0f} s: "
+        template = (
+            "every GPU spins at 100% utilization on idle power for {} s: "
             "a collective is waiting for a rank that is not on these GPUs"
         )
         hint = "Look for a rank on another node, or one stuck on the CPU side (I/O, a deadlock)."
+    figure = Figure(lasted, template, unit=" s", span="elapsed")  # the window caps `lasted`; the span does not
     return [
         Verdict(
-            codes.HUNG_COLLECTIVE.code, codes.HUNG_COLLECTIVE.name, suspects or tuple(spinning), message, hint, "fail"
+            codes.HUNG_COLLECTIVE.code,
+            codes.HUNG_COLLECTIVE.name,
+            suspects or tuple(spinning),
+            figure.message(lasted),
+            hint,
+            "fail",
+            figure,
         )
     ]
 
@@ -275,25 +382,33 @@ def throttling(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Verdict]
         temps = {g.index: g.temp for g in win[-1].gpus if g.index in hot and g.temp is not None}
         shown = ", ".join(f"GPU {k} {v} C" for k, v in temps.items()) or f"GPU(s) {gpu_list(list(hot))}"
         why = _labels([m for k in hot for m in masks[k]], THERMAL_THROTTLE_BITS)
+        share = 100 * min(thermal[k] for k in hot) / len(win)
+        figure = Figure(share, f"{why} in {{}}% of the samples: {shown}", unit="% of the samples")
         out.append(
             Verdict(
                 codes.THERMAL_THROTTLE.code,
                 codes.THERMAL_THROTTLE.name,
                 hot,
-                f"{why}: {shown}",
+                figure.message(share),
                 "Check cooling and airflow around these GPUs.",
+                figure=figure,
             )
         )
     capped = tuple(sorted(k for k, v in power.items() if v >= need))
     if capped:
         why = _labels([m for k in capped for m in masks[k]], POWER_THROTTLE_BITS)
+        share = 100 * min(power[k] for k in capped) / len(win)
+        figure = Figure(
+            share, f"{why} slows GPU(s) {gpu_list(list(capped))} in {{}}% of the samples", unit="% of the samples"
+        )
         out.append(
             Verdict(
                 codes.POWER_THROTTLE.code,
                 codes.POWER_THROTTLE.name,
                 capped,
-                f"{why} slows GPU(s) {gpu_list(list(capped))}",
+                figure.message(share),
                 "Compare power limits across GPUs (nvidia-smi -q -d POWER).",
+                figure=figure,
             )
         )
     return out
@@ -343,8 +458,200 @@ def lost_gpus(win: Sequence[Sample]) -> list[Verdict]:
     ]
 
 
-def analyze(win: Sequence[Sample], th: Thresholds = DEFAULT) -> Balance:
-    """Numbers and verdicts for one window (the caller picks the window, see `window`)."""
+def _rank_stats(win: Sequence[Sample]) -> dict[tuple[int | None, int], RankStats]:
+    """Per rank over the window: mean step time, input-wait share, and how late it ends its steps."""
+    readings: dict[tuple[int | None, int], list[RankReading]] = {}
+    for s in win:
+        for r in s.ranks or ():
+            readings.setdefault((r.rank, r.pid), []).append(r)
+    points = {k: _step_points(v) for k, v in readings.items()}
+    out = {}
+    for key, rs in readings.items():
+        steps = sum(r.steps for r in rs)
+        timed = [(r.step_s, r.steps) for r in rs if r.steps and r.step_s is not None]
+        step_s = sum(t * n for t, n in timed) / sum(n for _, n in timed) if timed else None
+        waited = [(r.wait_s, r.steps) for r in rs if r.steps and r.wait_s is not None]
+        wait_s = sum(w * n for w, n in waited) / sum(n for _, n in waited) if waited else None
+        share = None if wait_s is None or not step_s else min(1.0, wait_s / step_s)
+        late = _lateness(points[key], [v for k, v in points.items() if k != key])
+        last = rs[-1]
+        out[key] = RankStats(
+            RankRef(key[0], key[1]),
+            steps,
+            step_s,
+            share,
+            _mean(late) if late else None,
+            sum(1 for x in late if x > 0) / len(late) if late else 0.0,
+            len(late),
+            last.last_step,
+            last.last_end,
+        )
+    return out
+
+
+def _step_points(rs: list[RankReading]) -> list[tuple[int, float]]:
+    """(step number, end time) of each interval's last step, in order."""
+    out: list[tuple[int, float]] = []
+    for r in rs:
+        if r.steps and r.last_step is not None and r.last_end is not None:
+            if not out or r.last_step > out[-1][0]:
+                out.append((r.last_step, r.last_end))
+    return out
+
+
+def _end_of(points: list[tuple[int, float]], step: int) -> float | None:
+    """When the rank with these points ended `step` (linear between its points); None outside them."""
+    for (n0, t0), (n1, t1) in zip(points, points[1:], strict=False):
+        if n0 <= step <= n1:
+            return t0 + (t1 - t0) * (step - n0) / (n1 - n0)
+    if points and points[-1][0] == step:
+        return points[-1][1]
+    return None
+
+
+def _lateness(mine: list[tuple[int, float]], others: list[list[tuple[int, float]]]) -> list[float]:
+    """For each of my steps that the others ran too: how long after the others' median I ended it.
+
+    Ranks that synchronize every step (DDP) leave each collective together, so their step *times* agree;
+    the one that keeps the others waiting is the one that reaches the end of its steps late."""
+    out = []
+    for step, end in mine:
+        theirs = [t for t in (_end_of(o, step) for o in others) if t is not None]
+        if theirs:
+            out.append(end - statistics.median(theirs))
+    return out
+
+
+def _refs(stats: Sequence[RankStats]) -> tuple[RankRef, ...]:
+    return tuple(sorted((s.ref for s in stats), key=lambda r: (r.rank is None, r.rank or 0, r.pid)))
+
+
+def slow_ranks(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -> list[Verdict]:
+    """GD909: the rank the others wait for, from its step times, its lateness or its input wait."""
+    timed = [s for s in stats.values() if s.step_s is not None and s.steps >= th.min_samples]
+    if len(timed) < 2:
+        return []
+    out = []
+    for s in timed:
+        others = [o for o in timed if o is not s]
+        median_step = statistics.median(o.step_s for o in others if o.step_s is not None)
+        median_wait = statistics.median(o.wait_share or 0.0 for o in others)
+        steady = s.late_n >= th.min_samples and s.late_share >= th.rank_late_hits
+        late = s.late_s if steady else None
+        hint = (
+            "Look at what this rank does that the others do not (rank-0-only logging, evaluation or "
+            "checkpointing on the step path, a bigger shard, a slower data source, its GPU's row)."
+        )
+        assert s.step_s is not None
+        if s.step_s >= th.rank_slow_ratio * median_step and s.step_s - median_step >= th.rank_late_min_s:
+            figure = Figure(
+                1000 * s.step_s,
+                f"{s.ref.label}'s steps take {{}} ms, the others' {1000 * median_step:.0f} ms (median)",
+                unit=" ms",
+            )
+        elif late is not None and late >= max(th.rank_late_share * median_step, th.rank_late_min_s):
+            figure = Figure(
+                1000 * late,
+                f"{s.ref.label} ends each step {{}} ms after the others (step {1000 * median_step:.0f} ms): "
+                "they wait for it in the next collective",
+                unit=" ms late",
+            )
+        elif (
+            s.wait_share is not None
+            and s.wait_share >= th.rank_wait_share
+            and s.wait_share >= th.rank_wait_ratio * median_wait
+        ):
+            figure = Figure(
+                100 * s.wait_share,
+                f"{s.ref.label} waits for input {{}}% of its step time, the others {100 * median_wait:.0f}% "
+                "(median): they wait for it in the next collective",
+                unit="% waiting for input",
+            )
+            hint = "Its input is the bottleneck: its DataLoader workers, its shard's storage, its preprocessing."
+        else:
+            continue
+        out.append(
+            Verdict(
+                codes.SLOW_RANK.code,
+                codes.SLOW_RANK.name,
+                (),
+                figure.message(figure.value),
+                hint,
+                figure=figure,
+                ranks=(s.ref,),
+            )
+        )
+    return out
+
+
+def input_wait(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -> list[Verdict]:
+    """GD910: the ranks, as a whole, wait for input a large share of each step."""
+    shares = [s.wait_share for s in stats.values() if s.wait_share is not None and s.steps >= th.min_samples]
+    if not shares:
+        return []
+    median = statistics.median_low(shares)  # at least half the ranks wait this much: the job, not one rank
+    if median < th.input_wait_share:
+        return []
+    figure = Figure(
+        100 * median,
+        f"the ranks wait for input {{}}% of each step (median of {plural(len(shares), 'rank')})",
+        unit="% waiting for input",
+    )
+    return [
+        Verdict(
+            codes.INPUT_WAIT.code,
+            codes.INPUT_WAIT.name,
+            (),
+            figure.message(figure.value),
+            "The input pipeline cannot keep up: more DataLoader workers, pin_memory, prefetching, "
+            "faster storage or preprocessing on the GPU; the host line shows whether the CPUs are saturated.",
+            figure=figure,
+            ranks=_refs([s for s in stats.values() if s.wait_share is not None]),
+        )
+    ]
+
+
+def steps_stalled(stats: dict[tuple[int | None, int], RankStats], now: float, th: Thresholds) -> list[Verdict]:
+    """GD911: no rank has finished a step for the deadline; names the ranks whose last step is behind."""
+    ended = [s for s in stats.values() if s.last_end is not None and s.last_step is not None]
+    if not ended:
+        return []
+    quiet = now - max(s.last_end for s in ended if s.last_end is not None)
+    steps = [s.step_s for s in stats.values() if s.step_s is not None]
+    deadline = th.hang_after_s
+    if deadline is None:
+        deadline = max(th.hang_min_s_steps, th.hang_step_factor * statistics.median(steps) if steps else 0.0)
+    if quiet < deadline:
+        return []
+    top = max(s.last_step for s in ended if s.last_step is not None)
+    behind = [s for s in ended if s.last_step is not None and s.last_step < top]
+    if behind:
+        behind.sort(key=lambda s: s.last_step or 0)
+        shown = ", ".join(f"{s.ref.label} at step {s.last_step}" for s in behind)
+        template = f"no rank has finished a step for {{}} s; behind the others (step {top}): {shown}"
+    else:
+        template = f"no rank has finished a step for {{}} s; every rank stopped after step {top}"
+    figure = Figure(quiet, template, unit=" s", span="worst")
+    return [
+        Verdict(
+            codes.STEPS_STALLED.code,
+            codes.STEPS_STALLED.name,
+            (),
+            figure.message(quiet),
+            "Dump the named ranks' stacks (py-spy dump --pid PID) and read their logs; a rank behind the "
+            "others usually stopped first. A checkpoint or evaluation this long: raise --hang-after.",
+            "fail",
+            figure,
+            _refs(behind or ended),
+        )
+    ]
+
+
+def analyze(win: Sequence[Sample], th: Thresholds = DEFAULT, elapsed: float | None = None) -> Balance:
+    """Numbers and verdicts for one window (the caller picks the window, see `window`).
+
+    `elapsed`: seconds since watching started. During the warm-up only what cannot be warm-up noise is
+    judged: a lost GPU, an XID, a hung collective, stalled steps (each has its own deadline)."""
     util_sum: dict[int, list[int]] = {}
     spreads = []
     mem: dict[int, list[int]] = {}
@@ -357,15 +664,24 @@ def analyze(win: Sequence[Sample], th: Thresholds = DEFAULT) -> Balance:
         for g in s.gpus:
             if g.alive and g.mem_used is not None:
                 mem.setdefault(g.index, []).append(g.mem_used)
+    mean_util = {k: _mean(v) for k, v in util_sum.items()}
+    ranks = _rank_stats(win)
     hung = hung_collective(win, th)
-    verdicts = [*lost_gpus(win), *hung, *xid_events(win)]
-    if not hung:  # a hang makes every other balance reading meaningless
-        verdicts += stragglers(win, th) + input_starvation(win, th)
-    verdicts += memory_imbalance(win, th) + throttling(win, th)
+    stalled = steps_stalled(ranks, win[-1].t, th) if win else []
+    verdicts = [*lost_gpus(win), *hung, *stalled, *xid_events(win)]
+    warming = None if elapsed is None or elapsed >= th.warmup else th.warmup - elapsed
+    if warming is None:
+        if not hung and not stalled:  # a hang makes every other balance reading meaningless
+            verdicts += stragglers(win, th) + input_starvation(win, th) + slow_ranks(ranks, th)
+            verdicts += input_wait(ranks, th)
+        verdicts += memory_imbalance(win, th) + throttling(win, th)
     return Balance(
         samples=len(win),
-        mean_util={k: _mean(v) for k, v in util_sum.items()},
+        mean_util=mean_util,
         util_spread=_mean(spreads) if spreads else None,
         mem_mean={k: _mean(v) for k, v in mem.items()},
         verdicts=tuple(verdicts),
+        warming=warming,
+        ranks=ranks,
+        idle=bool(mean_util) and max(mean_util.values()) < th.idle_util,
     )

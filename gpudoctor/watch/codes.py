@@ -114,6 +114,57 @@ GPU_LOST = Code(
     "`gpudoctor check` before restarting. A GPU that keeps falling off the bus needs service.",
 )
 
+SLOW_RANK = Code(
+    "GD909",
+    "slow-rank",
+    "One training rank is slower than the others, by its step times",
+    what="Reads the step records that `gpudoctor.step()` publishes from each rank (step time, time spent "
+    "waiting for input, when each step ended). A rank is named when, over the window, its steps take at least "
+    "1.2 times the median of the others' (ranks that do not synchronize every step); or it finishes each step "
+    "later than the others by at least 10% of the step time (ranks that synchronize: the others then wait for "
+    "it in the next collective); or it alone spends at least 20% of its steps waiting for input, twice the "
+    "others' median. These thresholds are gpudoctor's heuristics.",
+    why="In synchronous data parallel every step waits for the slowest rank: the others' step times equal its "
+    "own, and what they lose is hidden inside their collectives. GPU utilization alone cannot tell which rank "
+    "it is (a GPU spinning in an NCCL kernel also reads 100%); when a rank ends its steps late, or waits for its "
+    "data while the others do not, it is the one the job waits for.",
+    fix="Look at what that rank does that the others do not: rank-0-only logging, evaluation or checkpointing "
+    "on the step path (move it off, or make it asynchronous), a bigger shard or longer sequences on that rank, "
+    "a slower data source or fewer DataLoader workers for it, or its GPU (throttling, PCIe link: see its row "
+    "and `gpudoctor check`).",
+)
+
+INPUT_WAIT = Code(
+    "GD910",
+    "input-wait",
+    "The ranks spend a large share of each step waiting for input",
+    what="From the step records of `gpudoctor.step()` (context-manager or iterator form, or step(input_wait=)): "
+    "the median rank spends at least 25% of its step time waiting for the next batch over the window (a "
+    "heuristic threshold).",
+    why="Time spent waiting for input is time every GPU of the job sits idle; adding GPUs will not make it "
+    "faster. Unlike the utilization-based GD903 this is measured in the training loop itself, so it holds on "
+    "any device and whatever else shares the CPUs.",
+    fix="Give the DataLoader more workers (`num_workers`), `pin_memory=True`, `persistent_workers=True` and a "
+    "`prefetch_factor`; move decoding and augmentation to the GPU; pre-process the data set once; read from "
+    "faster storage. The host line (CPU, load, RAM, swap) shows whether the host itself is saturated.",
+)
+
+STEPS_STALLED = Code(
+    "GD911",
+    "steps-stalled",
+    "No rank has finished a training step for a long time: the job is hung",
+    what="From the step records of `gpudoctor.step()`: no rank has finished a step for the deadline (`--hang-after`, "
+    "by default 60 s or 10 times the recent median step time, whichever is longer). The ranks whose last step is "
+    "behind the others' are named; when all stopped after the same step, all are.",
+    why="A rank that never reaches a collective (crashed, deadlocked, stuck in I/O) makes every other rank wait "
+    "until the NCCL watchdog kills the job, often after 30 minutes, with nothing learned in between. Step records "
+    "see the hang on any device, also where GPU power readings cannot (CPU ranks, gloo).",
+    fix="Dump the stacks of the named ranks (`py-spy dump --pid PID`) and read their logs; a rank behind the "
+    "others is usually the one that stopped first. Set a shorter `init_process_group(timeout=...)` and "
+    "`TORCH_NCCL_ASYNC_ERROR_HANDLING=1` so a hang ends with an error. A checkpoint or evaluation that "
+    "legitimately takes longer than the deadline: raise `--hang-after`.",
+)
+
 CODES: list[Code] = [
     STRAGGLER,
     MEMORY_IMBALANCE,
@@ -123,6 +174,9 @@ CODES: list[Code] = [
     POWER_THROTTLE,
     XID_EVENT,
     GPU_LOST,
+    SLOW_RANK,
+    INPUT_WAIT,
+    STEPS_STALLED,
 ]
 
 register_codes("watch", CODES)

@@ -113,6 +113,8 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # handled like Ctrl-C; SIGHUP exits 129, the others 130
+DEMOS = ("straggler", "hung", "starved", "throttle", "xid", "lost", "balanced")  # synthetic.DEMOS, kept light
+MAX_DEMO_GPUS = 128
 
 
 @click.command(
@@ -149,7 +151,32 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # handled like Ctrl-C; SIGHUP ex
 @click.option("--json", "as_json", is_flag=True, help="With --no-tui: JSON lines, then a summary line.")
 @click.option("--duration", type=FiniteFloat(min=0.1), help="Stop after this many seconds.")
 @click.option("--pid", type=click.IntRange(min=1), help="Follow a running job (its process tree) instead.")
-@click.option("--gpus", "gpus_opt", metavar="LIST", help="Only these GPUs (NVML indices, e.g. 0,1,2).")
+@click.option(
+    "--gpus",
+    "gpus_opt",
+    metavar="LIST",
+    help="Only these GPUs (NVML indices, e.g. 0,1,2). With --demo: how many GPUs to simulate (default 8).",
+)
+@click.option(
+    "--demo",
+    type=click.Choice(DEMOS),
+    is_flag=False,
+    flag_value="straggler",
+    default=None,
+    help="Play a built-in synthetic training job live, no GPU needed (default: straggler).",
+)
+@click.option(
+    "--warmup",
+    type=FiniteFloat(min=0),
+    metavar="SECONDS",
+    help="Balance verdicts wait this long after the first sample (default: 60 s or one window, the later).",
+)
+@click.option(
+    "--hang-after",
+    type=FiniteFloat(min=1),
+    metavar="SECONDS",
+    help="Steps stalled this long is a hang (GD911; default: 60 s or 10x the median step, the longer).",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def watch(
     interval: float,
@@ -163,39 +190,58 @@ def watch(
     duration: float | None,
     pid: int | None,
     gpus_opt: str | None,
+    demo: str | None,
+    warmup: float | None,
+    hang_after: float | None,
     command: tuple[str, ...],
 ) -> None:
     """Live per-GPU balance while training runs: a dashboard, or lines without a terminal.
 
-    With `-- COMMAND...` gpudoctor starts the command, watches the GPUs it uses, ends when
-    it ends (with its exit code) and prints a summary.
+    With `-- COMMAND...` gpudoctor starts the command, watches the GPUs it uses and the training
+    steps its ranks publish (`gpudoctor.step()`), ends when it ends (with its exit code) and prints
+    a summary. Without a GPU it still follows the command's steps.
     """
+    from gpudoctor.watch.analysis import Thresholds
     from gpudoctor.watch.follow import Job
     from gpudoctor.watch.session import Session
-    from gpudoctor.watch.sources import NvmlSource, ReplaySource, SyntheticSource, check_gpus, fake_from_env
+    from gpudoctor.watch.sources import (
+        HostSource,
+        NvmlSource,
+        ReplaySource,
+        SyntheticSource,
+        check_gpus,
+        demo_source,
+        fake_from_env,
+    )
 
-    gpus = _parse_gpus(gpus_opt)
     if command and pid:
         raise UserError("give either --pid or a command after --, not both", EXIT_USAGE, "usage")
+    if demo and (command or pid or replay_path or record_path):
+        raise UserError(
+            "--demo plays a synthetic job: not with a command, --pid, --replay or --record", EXIT_USAGE, "usage"
+        )
     if replay_path and (command or pid):
         raise UserError("--replay plays a recording; it cannot follow a job", EXIT_USAGE, "usage")
     if replay_path and record_path:
         raise UserError("--replay and --record together would copy a recording; use cp", EXIT_USAGE, "usage")
     if force and not record_path:
         raise UserError("--force goes with --record FILE (overwrite FILE)", EXIT_USAGE, "usage")
+    gpus = None if demo else _parse_gpus(gpus_opt)
     if record_path:
         from gpudoctor.watch.recording import check_record_target
 
         check_record_target(record_path, force)  # before anything starts: never lose a recording
     damage = None
     if replay_path:
-        from gpudoctor.watch.recording import read_recording
+        from gpudoctor.watch.recording import read_recording, recording_path
 
-        recording = read_recording(replay_path)
+        recording = read_recording(recording_path(replay_path))
         damage = recording.damage
         if damage:
             click.echo(f"gpudoctor: {damage}", err=True)
         source: Any = ReplaySource(recording, speed)
+    elif demo:
+        source = demo_source(demo, _demo_gpus(gpus_opt), speed)
     else:
         source = fake_from_env(interval, process_interval) or NvmlSource(
             interval, process_interval, sorted(gpus) if gpus else None
@@ -206,21 +252,41 @@ def watch(
         shown = term or "(unset)"
         click.echo(f"gpudoctor: TERM={shown} cannot show the dashboard; printing lines (--no-tui)", err=True)
         tui = False
-    # Open the source before starting a job: no driver means no job started.
-    source.open()
+    # Open the source before starting a job: no driver means no job started, unless the job's
+    # training steps can be followed without a GPU.
+    try:
+        source.open()
+    except UserError as exc:
+        if not command or gpus or exc.exit_code != EXIT_UNAVAILABLE:
+            raise
+        source = HostSource(interval, process_interval, str(exc).split(" (see ")[0])
+        source.open()
     try:
         check_gpus(gpus, source.available, "the recording" if replay_path else "this machine")
     except UserError:
         source.close()
         raise
     job = None
+    steps = None
     if pid:
         job = Job.attach(pid)
     elif command:
-        job = Job.start(list(command), adopt=True)
+        steps = _step_channel()
+        env = None if steps is None else {**os.environ, **steps.env}
+        try:
+            job = Job.start(list(command), env=env, adopt=True)
+        except UserError:
+            if steps is not None:
+                steps.close()
+            raise
+        if steps is not None:
+            steps.accept = job.owns
     if job is not None and isinstance(source, SyntheticSource):
         source.pids = lambda: tuple(sorted(job.pids()))  # the fake source puts the job's PIDs on its GPUs
-    session = Session(source, record_path=record_path, job=job, gpus=gpus, damage=damage, opened=True)
+    th = Thresholds(warmup_s=warmup, hang_after_s=hang_after)
+    session = Session(
+        source, record_path=record_path, job=job, gpus=gpus, damage=damage, opened=True, thresholds=th, steps=steps
+    )
     previous = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}
     interrupted: int | None = None  # the exit code an interruption gives
     try:
@@ -265,14 +331,49 @@ def watch(
     sys.exit(0)
 
 
+def _demo_gpus(value: str | None) -> int:
+    """With --demo, --gpus is how many GPUs to simulate."""
+    if value is None:
+        return 8
+    if not value.strip().isdigit() or not 1 <= int(value) <= MAX_DEMO_GPUS:
+        raise UserError(
+            f"with --demo, --gpus is how many GPUs to simulate, 1 to {MAX_DEMO_GPUS} (got {value!r})",
+            EXIT_USAGE,
+            "usage",
+        )
+    return int(value)
+
+
+def _step_channel() -> Any:
+    """The private channel the job's ranks publish their steps on; None (and said once) if it cannot be made."""
+    from gpudoctor.watch.steps import StepChannel
+
+    try:
+        return StepChannel()
+    except OSError as exc:
+        click.echo(f"gpudoctor: training steps will not be followed: {exc.strerror or exc}", err=True)
+        return None
+
+
 @click.command("report")
 @click.argument("recording", type=NonEmpty(), metavar="FILE")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (schema: gpudoctor/schemas).")
-def report(recording: str, as_json: bool) -> None:
-    """Summarize a `watch --record` recording: per-GPU utilization, balance score, verdicts."""
+@click.option(
+    "--warmup",
+    type=FiniteFloat(min=0),
+    metavar="SECONDS",
+    help="Balance verdicts wait this long after the first sample (default: 60 s or one window, the later).",
+)
+def report(recording: str, as_json: bool, warmup: float | None) -> None:
+    """Summarize a `watch --record` recording: per-GPU utilization, balance score, verdicts.
+
+    FILE may be `sample:NAME`, a recording shipped with gpudoctor (straggler, hung, xid, ...)."""
+    from gpudoctor.watch.analysis import Thresholds
+    from gpudoctor.watch.recording import recording_path
     from gpudoctor.watch.summary import render_text, summarize_recording
 
-    summary = summarize_recording(recording)  # streamed: memory does not grow with the recording
+    # streamed: memory does not grow with the recording
+    summary = summarize_recording(recording_path(recording), Thresholds(warmup_s=warmup))
     if as_json:
         doc = summary.to_json()
         doc["command"] = "report"

@@ -194,6 +194,20 @@ class Job:
             self._tell_sentinel([p for p in procs if p.pid != self.root.pid])
         return self._tree
 
+    def owns(self, pid: int) -> bool:
+        """Whether `pid` is one of the job's processes: in the tree as last recorded, or descended from
+        the job's root (or, as subreaper, from gpudoctor but not the sentinel) now."""
+        if pid in self.pids():
+            return True
+        try:
+            ancestors = {p.pid for p in psutil.Process(pid).parents()}
+        except psutil.Error:
+            return False
+        if self.root.pid in ancestors:
+            return True
+        sentinel = self._sentinel.pid if self._sentinel is not None else -1
+        return self.adopting and os.getpid() in ancestors and sentinel not in ancestors
+
     def _reap_adopted(self) -> None:
         """Collect the exit status of adopted orphans (never of the root or the sentinel: theirs
         belongs to their Popen)."""

@@ -8,6 +8,7 @@ import sys
 import time
 from typing import IO
 
+from gpudoctor.watch.analysis import RankStats, Verdict
 from gpudoctor.watch.model import LOST, Sample
 from gpudoctor.watch.recording import dumps
 from gpudoctor.watch.session import End, Session, Update, say
@@ -25,16 +26,31 @@ def text_line(update: Update) -> str:
     def col(fn):  # type: ignore[no-untyped-def]
         return " ".join("LOST" if g.state == LOST else fn(g) for g in s.gpus)
 
-    parts = [
-        clock,
-        f"util% [{col(lambda g: _num(g.util))}]",
-        f"mem GiB [{col(lambda g: _num(None if g.mem_used is None else g.mem_used / 1024, '{:.1f}'))}]",
-        f"W [{col(lambda g: _num(g.power))}]",
-        f"cpu {_num(s.cpu)}%",
-    ]
+    parts = [clock]
+    if s.gpus:
+        parts += [
+            f"util% [{col(lambda g: _num(g.util))}]",
+            f"mem GiB [{col(lambda g: _num(None if g.mem_used is None else g.mem_used / 1024, '{:.1f}'))}]",
+            f"W [{col(lambda g: _num(g.power))}]",
+        ]
+    if s.ranks:
+        stats = update.builder.balance.ranks
+        parts.append(f"step ms [{' '.join(_rank_ms(stats.get((r.rank, r.pid))) for r in s.ranks)}]")
+    parts.append(f"cpu {_num(s.cpu)}%")
     if update.verdicts:
-        parts.append("| " + "; ".join(f"{v.code} {v.name} gpu {','.join(map(str, v.gpus))}" for v in update.verdicts))
+        parts.append("| " + "; ".join(f"{v.code} {v.name} {_who(v)}" for v in update.verdicts))
     return "  ".join(parts)
+
+
+def _rank_ms(stats: RankStats | None) -> str:
+    return "-" if stats is None or stats.step_s is None else f"{1000 * stats.step_s:.0f}"
+
+
+def _who(v: Verdict) -> str:
+    """The verdict's subject in the terse form of this line: "gpu 3", "rank 1"."""
+    if v.ranks:
+        return v.subject
+    return f"gpu {','.join(map(str, v.gpus))}"
 
 
 def json_line(update: Update) -> str:
@@ -42,7 +58,14 @@ def json_line(update: Update) -> str:
         "kind": "sample",
         **update.sample.to_json(),
         "verdicts": [
-            {"code": v.code, "name": v.name, "gpus": list(v.gpus), "message": v.message} for v in update.verdicts
+            {
+                "code": v.code,
+                "name": v.name,
+                "gpus": list(v.gpus),
+                "ranks": [{"rank": r.rank, "pid": r.pid} for r in v.ranks],
+                "message": v.message,
+            }
+            for v in update.verdicts
         ],
     }
     return dumps(doc, separators=(",", ":"))

@@ -8,6 +8,8 @@ Infinity, not a sample) and goes on, saying which lines it skipped; a line cut o
 from __future__ import annotations
 
 import errno
+import gzip
+import io
 import json
 import math
 import os
@@ -145,6 +147,46 @@ def check_record_target(path: str, force: bool = False) -> None:
         raise UserError(f"{path} exists; use --force to overwrite it, or --record another file", EXIT_USAGE, "usage")
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+SAMPLE_PREFIX = "sample:"  # `report sample:straggler`: a recording shipped with gpudoctor
+
+
+def _open_text(path: str) -> IO[str]:
+    """A recording as text; a gzip-compressed one (the shipped samples, `gzip run.jsonl`) is read as is."""
+    raw = open(path, "rb")  # noqa: SIM115 (handed over or closed below)
+    try:
+        compressed = raw.read(2) == GZIP_MAGIC
+        raw.seek(0)
+    except OSError:
+        raw.close()
+        raise
+    if compressed:
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8", errors="replace")
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
+
+
+def shipped_samples() -> list[str]:
+    """The names of the recordings shipped with gpudoctor (package data, gpudoctor/watch/samples)."""
+    from importlib import resources
+
+    folder = resources.files("gpudoctor.watch") / "samples"
+    names = [e.name for e in folder.iterdir()] if folder.is_dir() else []
+    return sorted(n.split(".")[0] for n in names if n.endswith(".jsonl.gz"))
+
+
+def recording_path(arg: str) -> str:
+    """FILE as given, or for `sample:NAME` (when no file has that name) the shipped recording NAME."""
+    if os.path.exists(arg) or not arg.startswith(SAMPLE_PREFIX):
+        return arg
+    from importlib import resources
+
+    name = arg[len(SAMPLE_PREFIX) :]
+    if name not in shipped_samples():
+        known = ", ".join(f"{SAMPLE_PREFIX}{n}" for n in shipped_samples()) or "none"
+        raise UserError(f"no shipped recording {arg!r}; there are: {known}", EXIT_USAGE, "usage")
+    return str(resources.files("gpudoctor.watch") / "samples" / f"{name}.jsonl.gz")
+
+
 def _lines(f: IO[str]) -> Iterator[tuple[int, str, bool]]:
     """(line number, text, ended with a newline)."""
     for number, line in enumerate(f, start=1):
@@ -168,11 +210,12 @@ class RecordingStream:
         self._dropped_examples: list[str] = []
         self._stopped: str | None = None  # why reading ended before the end of the file
         try:
-            self._file: IO[str] = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 (closed in close())
+            self._file: IO[str] = _open_text(path)  # closed in close()
             self._lines = _lines(self._file)
             first = next(self._lines, None)
-        except OSError as exc:
-            raise UserError(f"cannot read recording {path}: {exc.strerror}", EXIT_USAGE, "input") from None
+        except (OSError, EOFError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise UserError(f"cannot read recording {path}: {reason}", EXIT_USAGE, "input") from None
         try:
             self.header = self._check_header(first)
         except UserError:
@@ -203,11 +246,10 @@ class RecordingStream:
             while True:
                 try:
                     item = next(self._lines, None)
-                except OSError as exc:
-                    self._stopped = (
-                        f"reading {self.path} failed ({exc.strerror or exc}); "
-                        f"kept the {plural(self.samples, 'sample')} before it"
-                    )
+                except (OSError, EOFError) as exc:  # EOFError: a compressed recording cut off
+                    reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+                    kept = plural(self.samples, "sample")
+                    self._stopped = f"reading {self.path} failed ({reason}); kept the {kept} before it"
                     return
                 if item is None:
                     return

@@ -21,6 +21,7 @@ from gpudoctor.watch.follow import Job
 from gpudoctor.watch.model import Sample
 from gpudoctor.watch.recording import RecordWriter
 from gpudoctor.watch.sources import Notice, Poller, Source
+from gpudoctor.watch.steps import StepChannel
 from gpudoctor.watch.summary import Summary, SummaryBuilder
 
 
@@ -62,6 +63,7 @@ class Session:
     opened: bool = False  # the caller already opened the source (to fail before starting a job)
     err: IO[str] | None = None  # where a recording failure is said (None: sys.stderr)
     record_error: str | None = None  # why --record stopped early (disk full...); watching went on
+    steps: StepChannel | None = None  # the job's training steps (gpudoctor.step()); None: no channel
 
     def __post_init__(self) -> None:
         self.builder = SummaryBuilder(self.source.label, self.thresholds)
@@ -72,6 +74,8 @@ class Session:
         if sample is None:
             detail = f"{type(self._poller.error).__name__}: {self._poller.error}" if self._poller.error else ""
             self.queue.put(End("source", detail))
+        elif isinstance(sample, Sample) and self.steps is not None:
+            self.queue.put(replace(sample, ranks=self.steps.take()))  # the interval's steps, with its readings
         else:
             self.queue.put(sample)
 
@@ -137,7 +141,8 @@ class Session:
 
     def summary(self) -> Summary:
         exit_code = self.job.poll() if self.job is not None and self.job.owned else None
-        damage = "; ".join(d for d in (self.damage, self.record_error) if d) or None
+        channel = self.steps.note if self.steps is not None else None
+        damage = "; ".join(d for d in (self.damage, self.record_error, channel) if d) or None
         result = self.builder.summary(damage=damage, exit_code=exit_code)
         if self.job_gpus:  # GPUs seen before the job's processes appeared are not the job's
             result.gpus = {k: v for k, v in result.gpus.items() if k in self.job_gpus}
@@ -158,5 +163,10 @@ class Session:
                     if writer.error is not None and self.record_error is None:
                         self._recording_failed(writer.error)
             finally:
-                if self.job is not None and self.job.owned:
-                    self.job.stop()
+                try:
+                    if self.job is not None and self.job.owned:
+                        self.job.stop()
+                finally:
+                    if self.steps is not None:
+                        self.steps.close()  # keeps what the job sent as it ended
+                        self.builder.add_ranks(self.steps.take())

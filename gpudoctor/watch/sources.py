@@ -162,7 +162,9 @@ class NvmlSource(_Paced):
 
 
 class SyntheticSource(_Paced):
-    """Synthetic 8-GPU readings in real time (tests; selected with GPUDOCTOR_WATCH_FAKE)."""
+    """Synthetic readings (gpudoctor.watch.synthetic): `watch --demo`, and tests through
+    GPUDOCTOR_WATCH_FAKE. Sample i is stamped start + i * interval and played every interval / speed
+    seconds, so `--speed 10` shows ten recorded seconds a second, as a replay would."""
 
     def __init__(
         self,
@@ -171,20 +173,28 @@ class SyntheticSource(_Paced):
         interval: float = 1.0,
         process_interval: float = 5.0,
         pids: Callable[[], tuple[int, ...]] | None = None,
+        speed: float = 1.0,
+        ranks: bool = False,
+        label: str | None = None,
     ) -> None:
-        super().__init__(interval, process_interval)
-        self.label = f"synthetic:{scenario}"
+        super().__init__(interval / speed, process_interval / speed)
+        self.label = label or f"synthetic:{scenario}"
         self.scenario = scenario
         self.n_gpus = n_gpus
+        self.recorded_interval = interval
+        self.speed = speed
+        self.ranks = ranks
         self._i = 0
+        self._t0 = 0.0
         self.pids = pids
         self.available = tuple(range(n_gpus))
 
     def open(self) -> None:
         from gpudoctor.watch.synthetic import SCENARIOS
 
-        if self.scenario not in SCENARIOS:
+        if self.scenario not in (*SCENARIOS, "balanced"):
             raise UserError(f"{FAKE_ENV}: unknown scenario {self.scenario!r}", EXIT_USAGE, "usage")
+        self._t0 = time.time()
 
     def next(self, stop: threading.Event) -> Sample | None:
         from gpudoctor.watch.synthetic import synthetic_sample
@@ -192,9 +202,41 @@ class SyntheticSource(_Paced):
         if not self.wait(stop):
             return None
         pids = self.pids() if self.pids else ()
-        s = synthetic_sample(self.scenario, self._i, time.time(), self.n_gpus, pids=pids)
+        t = self._t0 + self._i * self.recorded_interval
+        s = synthetic_sample(self.scenario, self._i, t, self.n_gpus, pids=pids, ranks=self.ranks)
         self._i += 1
         return s
+
+    def close(self) -> None:
+        pass
+
+
+def demo_source(scenario: str, n_gpus: int, speed: float) -> SyntheticSource:
+    """`watch --demo SCENARIO`: a synthetic 1 s training job with one rank per GPU, live, no GPU needed."""
+    return SyntheticSource(scenario, n_gpus, 1.0, 5.0, speed=speed, ranks=True, label=f"demo {scenario}")
+
+
+class HostSource(_Paced):
+    """No GPU to read (no driver): the host and the job's training steps only (`watch -- CMD` on a
+    machine without a GPU). Says once why there are no GPU rows."""
+
+    def __init__(self, interval: float, process_interval: float, reason: str) -> None:
+        super().__init__(interval, process_interval)
+        self.label = "no GPU"
+        self.available: tuple[int, ...] = ()
+        self.notes = [f"no GPU to watch ({reason}): showing the job's training steps and the host only"]
+
+    def open(self) -> None:
+        from gpudoctor.probe.sampler import NvmlSampler
+
+        NvmlSampler.host_cpu()  # starts the host CPU measurement
+
+    def next(self, stop: threading.Event) -> Sample | None:
+        from gpudoctor.probe.sampler import NvmlSampler
+
+        if not self.wait(stop):
+            return None
+        return Sample(round(time.time(), 3), (), NvmlSampler.host_cpu(), None, host=host_now())
 
     def close(self) -> None:
         pass

@@ -6,6 +6,11 @@ stream. Verdict spans stay bounded too: a verdict that comes back within one ana
 of its last sample continues its span (it never really went away: the window still held the
 trouble), and after MAX_SPANS_PER_VERDICT spans of the same verdict on the same GPUs the
 later ones are folded into the last, which says how many it holds ("+N more").
+
+A span quotes its verdict's figure over the whole span (the mean, or the worst where a mean means
+nothing, like how long a hang lasted), not the figure of the window where it first fired. The
+event log (`SummaryBuilder.events`) is the same spans grouped per verdict: first and last seen, how
+many times, the worst figure. The dashboard's log, the `--no-tui` summary and `report` all read it.
 """
 
 from __future__ import annotations
@@ -15,12 +20,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudoctor.watch import codes
 from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict, analyze
-from gpudoctor.watch.model import Sample, clock, plural
+from gpudoctor.watch.model import RankReading, Sample, clock, plural
 from gpudoctor.watch.recording import RecordingStream
 
 SUMMARY_SCHEMA_VERSION = 1
 MAX_SPANS_PER_VERDICT = 10  # listed spans of one verdict (code and GPUs); later ones fold into the last
+SEVERITY = {"warn": 1, "fail": 2}
 
 
 @dataclass
@@ -34,6 +41,7 @@ class _GpuStats:
     mem_peak: int = 0
     mem_total: int | None = None
     lost: bool = False
+    xids: set[int] = field(default_factory=set)  # every XID it reported: the row stays marked
 
     def low(self, share: float = 0.1) -> int | None:
         """The utilization that the GPU stayed under for `share` of the samples (p10)."""
@@ -49,12 +57,96 @@ class _GpuStats:
 
 
 @dataclass
+class _RankStats:
+    rank: int | None
+    pid: int
+    steps: int = 0
+    step_sum: float = 0.0
+    timed: int = 0
+    wait_sum: float = 0.0
+    waited: int = 0
+    last_step: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "pid": self.pid,
+            "steps": self.steps,
+            "mean_step_ms": round(1000 * self.step_sum / self.timed, 1) if self.timed else None,
+            "wait_share": round(self.wait_sum / self.step_sum, 3) if self.waited and self.step_sum else None,
+            "last_step": self.last_step,
+        }
+
+
+@dataclass
 class VerdictSpan:
-    verdict: Verdict  # the first time it was seen
+    verdict: Verdict  # the worst (then latest) seen in the span: its message, hint and severity
     start: float
     end: float
     samples: int = 1
     more: int = 0  # later spans of the same verdict folded into this one (the cap)
+    fig_sum: float = 0.0
+    fig_n: int = 0
+    worst: float | None = None
+    first: float | None = None  # the figure when the span began
+
+    def observe(self, v: Verdict) -> None:
+        if SEVERITY.get(v.severity, 0) >= SEVERITY.get(self.verdict.severity, 0):
+            self.verdict = v
+        if v.figure is not None:
+            self.first = v.figure.value if self.first is None else self.first
+            self.fig_sum += v.figure.value
+            self.fig_n += 1
+            if self.worst is None:
+                self.worst = v.figure.value
+            else:
+                pick = max if v.figure.higher_is_worse else min
+                self.worst = pick(self.worst, v.figure.value)
+
+    @property
+    def mean(self) -> float | None:
+        return self.fig_sum / self.fig_n if self.fig_n else None
+
+    @property
+    def value(self) -> float | None:
+        """The figure the span quotes: its mean, its worst, or (for a duration the window caps, like a
+        hung collective's) the duration at the start plus the span's own length."""
+        f = self.verdict.figure
+        if f is None:
+            return None
+        if f.span == "elapsed":
+            return None if self.first is None else self.first + (self.end - self.start)
+        return self.mean if f.span == "mean" else self.worst
+
+    @property
+    def message(self) -> str:
+        """The verdict told with its figure over the whole span."""
+        f, value = self.verdict.figure, self.value
+        return self.verdict.message if f is None or value is None else f.message(value)
+
+    @property
+    def worst_text(self) -> str | None:
+        f = self.verdict.figure
+        worst = self.value if f is not None and f.span == "elapsed" else self.worst
+        return None if f is None or worst is None else f.text(worst) + f.unit
+
+
+@dataclass
+class Event:
+    """One verdict (code and subject) over the whole run: a row of the event log."""
+
+    verdict: Verdict  # the latest
+    first: float
+    last: float
+    times: int  # spans (how many times it fired), folded ones included
+    samples: int
+    worst: float | None
+    active: bool = False  # held at the latest sample
+
+    @property
+    def worst_text(self) -> str | None:
+        f = self.verdict.figure
+        return None if f is None or self.worst is None else f.text(self.worst) + f.unit
 
 
 @dataclass
@@ -67,20 +159,29 @@ class Summary:
     spans: list[VerdictSpan]
     damage: str | None = None
     exit_code: int | None = None  # the followed command's
+    ranks: dict[tuple[int | None, int], _RankStats] = field(default_factory=dict)
+    warmup_s: float = 0.0
+    idle_util: float = DEFAULT.idle_util
 
     @property
     def duration_s(self) -> float:
         return 0.0 if self.start is None or self.end is None else max(0.0, self.end - self.start)
 
     @property
+    def idle(self) -> bool:
+        """Every GPU stayed idle: nothing ran on them, so "balanced" would say nothing."""
+        means = [g.util_sum / g.n for g in self.gpus.values() if g.n]
+        return bool(means) and max(means) < self.idle_util
+
+    @property
     def balance_score(self) -> int | None:
         """The least busy GPU's mean utilization over the busiest GPU's, in percent (100 = even).
 
         The least busy GPU, not the average: in synchronous data parallel every step waits for
-        the slowest rank, so one straggler costs the whole job, however even the rest are.
-        """
+        the slowest rank, so one straggler costs the whole job, however even the rest are. Idle GPUs
+        have no balance to score (None)."""
         means = [g.util_sum / g.n for g in self.gpus.values() if g.n]
-        if len(means) < 2 or max(means) <= 0:
+        if len(means) < 2 or max(means) <= 0 or self.idle:
             return None
         return round(100 * min(means) / max(means))
 
@@ -95,6 +196,8 @@ class Summary:
             "damage": self.damage,
             "exit_code": self.exit_code,
             "balance_score": self.balance_score,
+            "idle": self.idle,
+            "warmup_s": self.warmup_s,
             "gpus": [
                 {
                     "index": idx,
@@ -105,25 +208,41 @@ class Summary:
                     "peak_mem_mib": g.mem_peak if g.mem_n else None,
                     "mem_total_mib": g.mem_total,
                     "lost": g.lost,
+                    "xids": sorted(g.xids),
                 }
                 for idx, g in sorted(self.gpus.items())
             ],
+            "ranks": [r.to_json() for _, r in sorted(self.ranks.items(), key=lambda kv: _rank_order(kv[0]))],
             "verdicts": [
                 {
                     "code": sp.verdict.code,
                     "name": sp.verdict.name,
                     "severity": sp.verdict.severity,
                     "gpus": list(sp.verdict.gpus),
-                    "message": sp.verdict.message,
+                    "ranks": [{"rank": r.rank, "pid": r.pid} for r in sp.verdict.ranks],
+                    "message": sp.message,
                     "hint": sp.verdict.hint,
                     "start_s": round(sp.start - start, 3),
                     "end_s": round(sp.end - start, 3),
                     "samples": sp.samples,
+                    "figure": _figure_json(sp),
                     **({"more_spans": sp.more} if sp.more else {}),
                 }
                 for sp in self.spans
             ],
         }
+
+
+def _figure_json(sp: VerdictSpan) -> dict[str, Any] | None:
+    f = sp.verdict.figure
+    if f is None or sp.mean is None or sp.worst is None:
+        return None
+    worst = sp.value if f.span == "elapsed" and sp.value is not None else sp.worst
+    return {"mean": round(sp.mean, 3), "worst": round(worst, 3), "unit": f.unit.strip()}
+
+
+def _rank_order(key: tuple[int | None, int]) -> tuple[bool, int, int]:
+    return (key[0] is None, key[0] or 0, key[1])
 
 
 class SummaryBuilder:
@@ -134,10 +253,12 @@ class SummaryBuilder:
         self.th = th
         self._window: deque[Sample] = deque()
         self._gpus: dict[int, _GpuStats] = {}
-        self._open: dict[tuple[str, tuple[int, ...]], VerdictSpan] = {}
-        self._last: dict[tuple[str, tuple[int, ...]], VerdictSpan] = {}  # each verdict's latest span
-        self._count: dict[tuple[str, tuple[int, ...]], int] = {}  # spans listed per verdict
+        self._ranks: dict[tuple[int | None, int], _RankStats] = {}
+        self._open: dict[tuple[Any, ...], VerdictSpan] = {}
+        self._last: dict[tuple[Any, ...], VerdictSpan] = {}  # each verdict's latest span
+        self._count: dict[tuple[Any, ...], int] = {}  # spans listed per verdict
         self._spans: list[VerdictSpan] = []
+        self._events: dict[tuple[Any, ...], Event] = {}
         self.samples = 0
         self.start: float | None = None
         self.end: float | None = None
@@ -152,6 +273,7 @@ class SummaryBuilder:
             st = self._gpus.setdefault(g.index, _GpuStats(name=g.name))
             st.name = g.name or st.name
             st.lost = st.lost or not g.alive
+            st.xids.update(g.xids)
             if g.alive and g.util is not None:
                 st.n += 1
                 st.util_sum += g.util
@@ -161,13 +283,27 @@ class SummaryBuilder:
                 st.mem_sum += g.mem_used
                 st.mem_peak = max(st.mem_peak, g.mem_used)
                 st.mem_total = g.mem_total or st.mem_total
+        self.add_ranks(s.ranks or ())
         self._window.append(s)
         while self._window and s.t - self._window[0].t > self.th.window_s:
             self._window.popleft()
-        self.balance = analyze(self._window, self.th)
+        self.balance = analyze(self._window, self.th, elapsed=s.t - self.start)
         self.verdicts = self.balance.verdicts
         self._track(s.t)
         return self.verdicts
+
+    def add_ranks(self, ranks: Iterable[RankReading]) -> None:
+        """Count steps into the per-rank totals (each sample's, and the last ones a job sent as it ended)."""
+        for r in ranks:
+            rs = self._ranks.setdefault((r.rank, r.pid), _RankStats(r.rank, r.pid))
+            rs.steps += r.steps
+            rs.last_step = r.last_step if r.last_step is not None else rs.last_step
+            if r.steps and r.step_s is not None:
+                rs.timed += r.steps
+                rs.step_sum += r.step_s * r.steps
+                if r.wait_s is not None:
+                    rs.waited += r.steps
+                    rs.wait_sum += r.wait_s * r.steps
 
     def _track(self, t: float) -> None:
         current = {v.key: v for v in self.verdicts}
@@ -176,25 +312,64 @@ class SummaryBuilder:
                 del self._open[key]  # the span ended at its last sample
         for key, v in current.items():
             span = self._open.get(key)
+            event = self._events.get(key)
             if span is None:
                 span = self._last.get(key)
                 if span is not None and t - span.end <= self.th.window_s:
                     pass  # back within a window: the same trouble, the same span
                 elif span is not None and self._count[key] >= MAX_SPANS_PER_VERDICT:
                     span.more += 1  # flapping for the whole run: fold into the last listed span
+                    event.times += 1  # type: ignore[union-attr]
                 else:
                     span = VerdictSpan(v, t, t, samples=0)
                     self._spans.append(span)
                     self._last[key] = span
                     self._count[key] = self._count.get(key, 0) + 1
+                    if event is None:
+                        event = self._events[key] = Event(v, t, t, 0, 0, None)
+                    event.times += 1
                 self._open[key] = span
             span.end = t
             span.samples += 1
+            span.observe(v)
+            event = self._events[key]
+            event.verdict, event.last, event.worst = span.verdict, t, _worse(v, event.worst)
+            event.samples += 1
+        for key, event in self._events.items():
+            event.active = key in current
+
+    def events(self) -> list[Event]:
+        """Every verdict that fired, per code and subject: held ones first, then the most recent."""
+        return sorted(
+            self._events.values(), key=lambda e: (not e.active, -SEVERITY.get(e.verdict.severity, 0), -e.last)
+        )
 
     def summary(self, *, damage: str | None = None, exit_code: int | None = None) -> Summary:
         return Summary(
-            self.source, self.samples, self.start, self.end, dict(self._gpus), list(self._spans), damage, exit_code
+            self.source,
+            self.samples,
+            self.start,
+            self.end,
+            dict(self._gpus),
+            list(self._spans),
+            damage,
+            exit_code,
+            dict(self._ranks),
+            self.th.warmup,
+            self.th.idle_util,
         )
+
+    @property
+    def gpu_stats(self) -> dict[int, _GpuStats]:
+        return self._gpus
+
+
+def _worse(v: Verdict, worst: float | None) -> float | None:
+    if v.figure is None:
+        return worst
+    if worst is None:
+        return v.figure.value
+    return (max if v.figure.higher_is_worse else min)(worst, v.figure.value)
 
 
 def summarize(samples: Iterable[Sample], source: str, th: Thresholds = DEFAULT, damage: str | None = None) -> Summary:
@@ -212,42 +387,79 @@ def summarize_recording(path: str, th: Thresholds = DEFAULT) -> Summary:
     return summary
 
 
+def _subject(sp: VerdictSpan) -> str:
+    return sp.verdict.subject
+
+
 def render_text(summary: Summary) -> str:
+    what = [plural(len(summary.gpus), "GPU") if summary.gpus else "no GPU"]
+    if summary.ranks:
+        what.append(plural(len(summary.ranks), "rank"))
     lines = [
-        f"gpudoctor watch summary: {plural(len(summary.gpus), 'GPU')}, {plural(summary.samples, 'sample')} over "
+        f"gpudoctor watch summary: {', '.join(what)}, {plural(summary.samples, 'sample')} over "
         f"{clock(summary.duration_s)} ({summary.source})"
     ]
     if summary.damage:
         lines.append(f"note: {summary.damage}")
     if summary.exit_code is not None:
         lines.append(f"command exit code: {summary.exit_code}")
-    lines.append("")
-    lines.append(f"{'GPU':>3}  {'name':<26} {'mean util':>9} {'low util':>9} {'mean mem':>10} {'peak mem':>10}")
-    for idx, g in sorted(summary.gpus.items()):
-        mean = f"{g.util_sum / g.n:.0f}%" if g.n else "n/a"
-        low = f"{g.low()}%" if g.n else "n/a"
-        mem = f"{g.mem_sum / g.mem_n / 1024:.1f} GiB" if g.mem_n else "n/a"
-        peak = f"{g.mem_peak / 1024:.1f} GiB" if g.mem_n else "n/a"
-        name = (g.name or "?")[:26] + (" (lost)" if g.lost else "")
-        lines.append(f"{idx:>3}  {name:<26} {mean:>9} {low:>9} {mem:>10} {peak:>10}")
+    if summary.gpus:
+        lines.append("")
+        lines.append(f"{'GPU':>3}  {'name':<26} {'mean util':>9} {'low util':>9} {'mean mem':>10} {'peak mem':>10}")
+        for idx, g in sorted(summary.gpus.items()):
+            mean = f"{g.util_sum / g.n:.0f}%" if g.n else "n/a"
+            low = f"{g.low()}%" if g.n else "n/a"
+            mem = f"{g.mem_sum / g.mem_n / 1024:.1f} GiB" if g.mem_n else "n/a"
+            peak = f"{g.mem_peak / 1024:.1f} GiB" if g.mem_n else "n/a"
+            name = (g.name or "?")[:26]
+            marks = (" (lost)" if g.lost else "") + (f" XID {','.join(map(str, sorted(g.xids)))}" if g.xids else "")
+            lines.append(f"{idx:>3}  {name:<26} {mean:>9} {low:>9} {mem:>10} {peak:>10}{marks}")
+    if summary.ranks:
+        lines.append("")
+        lines.append(f"{'rank':>5}  {'PID':>8} {'steps':>7} {'mean step':>10} {'input wait':>10}")
+        for _, r in sorted(summary.ranks.items(), key=lambda kv: _rank_order(kv[0])):
+            doc = r.to_json()
+            step = f"{doc['mean_step_ms']:.0f} ms" if doc["mean_step_ms"] is not None else "n/a"
+            wait = f"{100 * doc['wait_share']:.0f}%" if doc["wait_share"] is not None else "n/a"
+            rank = "?" if r.rank is None else str(r.rank)
+            lines.append(f"{rank:>5}  {r.pid:>8} {r.steps:>7} {step:>10} {wait:>10}")
+    elif not summary.gpus:
+        lines.append("")
+        lines.append("no GPU and no step records: nothing was measured")
     score = summary.balance_score
-    lines.append("")
-    lines.append(
-        f"balance score: {score}/100 (the least busy GPU's utilization relative to the busiest)"
-        if score is not None
-        else "balance score: n/a (needs two GPUs with utilization readings)"
-    )
+    if summary.gpus:
+        lines.append("")
+        if summary.idle:
+            lines.append(f"balance score: n/a (every GPU stayed below {summary.idle_util:.0f}% utilization: idle)")
+        elif score is not None:
+            lines.append(f"balance score: {score}/100 (the least busy GPU's utilization relative to the busiest)")
+        else:
+            lines.append("balance score: n/a (needs two GPUs with utilization readings)")
     lines.append("")
     if not summary.spans:
-        lines.append("verdicts: none (the GPUs stayed balanced)")
+        if summary.idle:
+            lines.append("verdicts: none, and nothing to judge: the GPUs were idle (no work ran on them)")
+        elif summary.gpus or summary.ranks:
+            lines.append("verdicts: none (the GPUs stayed balanced)" if summary.gpus else "verdicts: none")
+        else:
+            lines.append("verdicts: none")
+        if summary.duration_s < summary.warmup_s:
+            lines.append(f"  (balance verdicts wait for a {summary.warmup_s:.0f} s warm-up; this run was shorter)")
     else:
         lines.append("verdicts:")
         start = summary.start or 0.0
         for sp in summary.spans:
             v = sp.verdict
             when = f"{clock(sp.start - start)}-{clock(sp.end - start)}"
-            lines.append(f"  {v.code} {v.name:<17} {when:<13} {v.message}")
+            lines.append(f"  {v.code} {v.name:<17} {when:<13} {sp.message}")
+            worst = sp.worst_text
+            if worst and v.figure is not None and v.figure.span == "mean" and sp.fig_n > 1:
+                lines.append(f"  {'':<23}{'':<13} over the span; worst {worst}")
             if sp.more:
                 lines.append(f"  {'':<23}{'':<13} +{plural(sp.more, 'more time')} in this span (it kept coming back)")
             lines.append(f"  {'':<23}{'':<13} hint: {v.hint} (gpudoctor explain {v.code})")
     return "\n".join(lines) + "\n"
+
+
+# The codes whose verdict marks its GPU for good (the row keeps the mark after the window moves on).
+STICKY = {codes.XID_EVENT.code, codes.GPU_LOST.code}

@@ -1,0 +1,210 @@
+"""The watcher's end of the training-step channel (`gpudoctor.step()`, gpudoctor/training_step.py).
+
+`watch -- COMMAND` makes a private directory (mkdtemp: mode 0700, a random name, in
+$XDG_RUNTIME_DIR when that is a private directory of ours, else the temp directory), binds a
+unix datagram socket in it (mode 0600), and gives its path to the command in GPUDOCTOR_STEPS.
+Nobody else can reach the socket (they cannot enter the directory), and a record counts only
+if the kernel says (SO_PASSCRED) that it comes from a process of the followed job under our own
+user: the PID and rank inside the record are never trusted for that.
+
+A thread receives the records as they come (the kernel queues only a few datagrams: 10 by
+default), adds them up per rank, and `take()` hands the sampler one RankReading per rank per
+interval. The directory and the socket are removed on close.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import socket
+import stat
+import struct
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpudoctor.training_step import ENV, MAGIC, RECORD, SOCKET_NAME
+from gpudoctor.watch.model import RankReading, plural
+
+CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+WAKE = b"wake"  # sent to ourselves by close()
+MAX_STEPS_PER_RECORD = 1_000_000  # more than any loop runs between two records: a damaged record
+
+
+@dataclass
+class _Acc:
+    """One rank's steps since the last take(), and its last step for good."""
+
+    rank: int | None
+    pid: int
+    steps: int = 0
+    sum_step: float = 0.0
+    max_step: float = 0.0
+    waited: int = 0
+    sum_wait: float = 0.0
+    last_step: int | None = None
+    last_end: float | None = None
+
+    def reading(self) -> RankReading:
+        step_s = self.sum_step / self.steps if self.steps else None
+        return RankReading(
+            pid=self.pid,
+            rank=self.rank,
+            steps=self.steps,
+            step_s=None if step_s is None else round(step_s, 6),
+            step_max=round(self.max_step, 6) if self.steps else None,
+            wait_s=round(self.sum_wait / self.waited, 6) if self.waited else None,
+            last_step=self.last_step,
+            last_end=None if self.last_end is None else round(self.last_end, 6),
+        )
+
+
+def _private_base() -> str | None:
+    """$XDG_RUNTIME_DIR if it is a private directory of ours (systemd makes it 0700), else None (tmp)."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if not base:
+        return None
+    try:
+        st = os.lstat(base)
+    except OSError:
+        return None
+    ok = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
+    return base if ok else None
+
+
+class StepChannel:
+    """Receives step records from the job's processes; see the module docstring."""
+
+    def __init__(self, accept: Callable[[int], bool] | None = None) -> None:
+        self.accept = accept  # pid -> is it one of the job's processes (None: nothing accepted yet)
+        self.directory = tempfile.mkdtemp(prefix="gpudoctor-steps-", dir=_private_base())
+        self.path = os.path.join(self.directory, SOCKET_NAME)
+        self._lock = threading.Lock()
+        self._ranks: dict[tuple[int | None, int], _Acc] = {}
+        self.rejected = 0  # records from outside the job, or damaged
+        self.dropped = 0  # records the ranks could not send (our queue was full)
+        self._closed = threading.Event()
+        try:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self.sock.bind(self.path)
+            os.chmod(self.path, 0o600)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            self.sock.settimeout(0.5)  # to notice close(); a blocked receive costs nothing
+        except OSError:
+            self._remove()
+            raise
+        self._thread = threading.Thread(target=self._run, name="gpudoctor-steps", daemon=True)
+        self._thread.start()
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {ENV: self.directory}
+
+    def _run(self) -> None:
+        while not self._closed.is_set():
+            try:
+                self._receive()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # closed
+
+    def _receive(self) -> None:
+        """One datagram (raises TimeoutError / BlockingIOError when there is none)."""
+        data, ancdata, _, _ = self.sock.recvmsg(RECORD.size + 1, socket.CMSG_SPACE(CREDENTIALS.size))
+        if self._closed.is_set() and data == WAKE:
+            return
+        pid = _sender(ancdata)
+        if pid is None or len(data) != RECORD.size or not self._accepted(pid):
+            self.rejected += 1
+            return
+        self._add(pid, data)
+
+    def _accepted(self, pid: int) -> bool:
+        accept = self.accept
+        try:
+            return accept is not None and accept(pid)
+        except Exception:  # noqa: BLE001  (a failing check rejects the record, never the thread)
+            return False
+
+    def _add(self, pid: int, data: bytes) -> None:
+        magic, rank, _, count, waited, dropped, last, end, sum_step, max_step, sum_wait = RECORD.unpack(data)
+        numbers = (end, sum_step, max_step, sum_wait)
+        sane = magic == MAGIC and 0 < count <= MAX_STEPS_PER_RECORD and waited <= count
+        if not sane or not all(math.isfinite(x) and x >= 0 for x in numbers):
+            self.rejected += 1
+            return
+        key = (None if rank < 0 else rank, pid)  # the kernel's PID, not the record's
+        with self._lock:
+            self.dropped += dropped
+            acc = self._ranks.get(key)
+            if acc is None:
+                # A new process for a rank number seen before (a restarted job): the old one is done.
+                for old in [k for k in self._ranks if k[0] is not None and k[0] == key[0]]:
+                    del self._ranks[old]
+                acc = self._ranks[key] = _Acc(key[0], pid)
+            acc.steps += count
+            acc.sum_step += sum_step
+            acc.max_step = max(acc.max_step, max_step)
+            acc.waited += waited
+            acc.sum_wait += sum_wait
+            acc.last_step, acc.last_end = last, end
+
+    def take(self) -> tuple[RankReading, ...]:
+        """One reading per rank for the interval since the last take (ranks that sent nothing this
+        interval still report their last step: a stalled rank must stay visible)."""
+        with self._lock:
+            out = tuple(acc.reading() for _, acc in sorted(self._ranks.items(), key=lambda kv: _order(kv[0])))
+            for acc in self._ranks.values():
+                acc.steps = acc.waited = 0
+                acc.sum_step = acc.max_step = acc.sum_wait = 0.0
+        return out
+
+    @property
+    def note(self) -> str | None:
+        """What went wrong with the channel, in the user's words (None: nothing)."""
+        parts = []
+        if self.rejected:
+            parts.append(f"ignored {plural(self.rejected, 'step record')} from outside the job or damaged")
+        if self.dropped:
+            parts.append(f"{plural(self.dropped, 'step record')} could not be sent in time (the watcher was behind)")
+        return "; ".join(parts) or None
+
+    def close(self) -> None:
+        """Stop receiving, keep the records already sent (a job's last steps, sent as it exited), remove
+        the socket and the directory."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as wake:
+            wake.sendto(WAKE, self.path)  # ends the thread's wait now, not at its timeout
+        self._thread.join(timeout=2.0)
+        if not self._thread.is_alive():
+            self.sock.setblocking(False)
+            with contextlib.suppress(OSError):
+                for _ in range(10_000):  # what is still queued
+                    self._receive()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self._remove()
+
+    def _remove(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.directory)
+
+
+def _sender(ancdata: list[tuple[int, int, bytes]]) -> int | None:
+    """The sending process's PID as the kernel reports it, if it runs as our own user."""
+    for level, kind, cdata in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(cdata) >= CREDENTIALS.size:
+            pid, uid, _ = CREDENTIALS.unpack(cdata[: CREDENTIALS.size])
+            return pid if uid == os.geteuid() and pid > 0 else None
+    return None
+
+
+def _order(key: tuple[int | None, int]) -> tuple[bool, int, int]:
+    return (key[0] is None, key[0] or 0, key[1])
