@@ -6,6 +6,7 @@ call `analyze(window)` with the samples of the last `window_s` seconds.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -192,9 +193,9 @@ def stragglers(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Verdict]
         if len(utils) < 3:  # with two GPUs "the odd one out" has no meaning
             continue
         counted += 1
+        ordered = sorted(utils.values())
         for idx, u in utils.items():
-            others = statistics.median(v for k, v in utils.items() if k != idx)
-            gap = u - others
+            gap = u - median_without(ordered, u)
             gaps.setdefault(idx, []).append(gap)
             if gap <= -th.straggler_gap:
                 low[idx] = low.get(idx, 0) + 1
@@ -464,7 +465,7 @@ def _rank_stats(win: Sequence[Sample]) -> dict[tuple[int | None, int], RankStats
     for s in win:
         for r in s.ranks or ():
             readings.setdefault((r.rank, r.pid), []).append(r)
-    points = {k: _step_points(v) for k, v in readings.items()}
+    lateness = _lateness(win)
     out = {}
     for key, rs in readings.items():
         steps = sum(r.steps for r in rs)
@@ -473,7 +474,7 @@ def _rank_stats(win: Sequence[Sample]) -> dict[tuple[int | None, int], RankStats
         waited = [(r.wait_s, r.steps) for r in rs if r.steps and r.wait_s is not None]
         wait_s = sum(w * n for w, n in waited) / sum(n for _, n in waited) if waited else None
         share = None if wait_s is None or not step_s else min(1.0, wait_s / step_s)
-        late = _lateness(points[key], [v for k, v in points.items() if k != key])
+        late = lateness.get(key, [])
         last = rs[-1]
         out[key] = RankStats(
             RankRef(key[0], key[1]),
@@ -489,37 +490,45 @@ def _rank_stats(win: Sequence[Sample]) -> dict[tuple[int | None, int], RankStats
     return out
 
 
-def _step_points(rs: list[RankReading]) -> list[tuple[int, float]]:
-    """(step number, end time) of each interval's last step, in order."""
-    out: list[tuple[int, float]] = []
-    for r in rs:
-        if r.steps and r.last_step is not None and r.last_end is not None:
-            if not out or r.last_step > out[-1][0]:
-                out.append((r.last_step, r.last_end))
-    return out
-
-
-def _end_of(points: list[tuple[int, float]], step: int) -> float | None:
-    """When the rank with these points ended `step` (linear between its points); None outside them."""
-    for (n0, t0), (n1, t1) in zip(points, points[1:], strict=False):
-        if n0 <= step <= n1:
-            return t0 + (t1 - t0) * (step - n0) / (n1 - n0)
-    if points and points[-1][0] == step:
-        return points[-1][1]
-    return None
-
-
-def _lateness(mine: list[tuple[int, float]], others: list[list[tuple[int, float]]]) -> list[float]:
-    """For each of my steps that the others ran too: how long after the others' median I ended it.
+def _lateness(win: Sequence[Sample]) -> dict[tuple[int | None, int], list[float]]:
+    """Per rank, for each sample where the ranks moved on: how long after the others' median it ended
+    the latest step that every rank had finished (each rank's end of it interpolated between its last
+    two reports). O(ranks) per sample.
 
     Ranks that synchronize every step (DDP) leave each collective together, so their step *times* agree;
     the one that keeps the others waiting is the one that reaches the end of its steps late."""
-    out = []
-    for step, end in mine:
-        theirs = [t for t in (_end_of(o, step) for o in others) if t is not None]
-        if theirs:
-            out.append(end - statistics.median(theirs))
+    out: dict[tuple[int | None, int], list[float]] = {}
+    prev: dict[tuple[int | None, int], tuple[int, float]] = {}
+    done = None  # the common step judged last (stalled ranks report the same one again)
+    for s in win:
+        cur = {
+            (r.rank, r.pid): (r.last_step, r.last_end)
+            for r in s.ranks or ()
+            if r.last_step is not None and r.last_end is not None
+        }
+        if len(cur) >= 2:
+            common = min(n for n, _ in cur.values())
+            ends = {}
+            for key, (n1, t1) in cur.items():
+                p = prev.get(key)
+                if n1 == common:
+                    ends[key] = t1
+                elif p is not None and p[0] <= common < n1:
+                    ends[key] = p[1] + (t1 - p[1]) * (common - p[0]) / (n1 - p[0])
+            if len(ends) >= 2 and common != done:
+                done = common
+                ordered = sorted(ends.values())
+                for key, t in ends.items():
+                    out.setdefault(key, []).append(t - median_without(ordered, t))
+        prev.update(cur)
     return out
+
+
+def median_without(ordered: list[float], value: float) -> float:
+    """The median of a sorted list with one occurrence of `value` left out (the others' median)."""
+    rest = list(ordered)
+    del rest[bisect.bisect_left(rest, value)]
+    return statistics.median(rest)
 
 
 def _refs(stats: Sequence[RankStats]) -> tuple[RankRef, ...]:

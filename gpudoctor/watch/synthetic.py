@@ -63,8 +63,8 @@ def gpu_values(scenario: str, i: int, index: int, rng: random.Random, n_gpus: in
         )
     elif scenario == "straggler" and index == STRAGGLER_GPU:
         v.update(util=rng.randint(52, 64), power=round(rng.uniform(330, 380), 1), sm_clock=1980)
-    elif scenario == "hung" and i >= HUNG_AFTER:
-        if index == HUNG_SUSPECT % n_gpus:
+    elif (scenario == "hung" and i >= HUNG_AFTER) or (scenario == "lost" and i >= LOST_AT):
+        if index == HUNG_SUSPECT % n_gpus and scenario == "hung":
             v.update(util=0, mem_util=0, power=round(rng.uniform(70, 74), 1), pcie_rx=0, pcie_tx=0, temp=41)
         else:  # an NCCL kernel spinning on a flag: busy by NVML's count, drawing idle power
             v.update(util=100, mem_util=0, power=round(rng.uniform(76, 84), 1), pcie_rx=0, pcie_tx=0, temp=44)
@@ -91,10 +91,11 @@ def rank_readings(scenario: str, i: int, t: float, n_ranks: int, pids: tuple[int
         end = t - 0.2 + (LATE_S if scenario == "straggler" and rank == STRAGGLER_GPU else 0.0)
         last = per_interval * (i + 1)
         steps = per_interval
-        stopped = (scenario == "hung" and i >= HUNG_AFTER) or (scenario == "lost" and rank == LOST_GPU and i >= LOST_AT)
-        if stopped:
+        stopped = (scenario == "hung" and i >= HUNG_AFTER) or (scenario == "lost" and i >= LOST_AT)
+        if stopped:  # the job hangs: every rank waits for the one that stopped a step earlier
             stop_at = HUNG_AFTER if scenario == "hung" else LOST_AT
-            behind = 1 if rank == HUNG_SUSPECT % n_ranks or scenario == "lost" else 0
+            culprit = HUNG_SUSPECT % n_ranks if scenario == "hung" else LOST_GPU % n_ranks
+            behind = 1 if rank == culprit else 0
             last = per_interval * stop_at - behind
             end = t - (i - stop_at + 1) - 0.2 - behind * STEP_S
             steps = 0
