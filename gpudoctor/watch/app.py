@@ -2,36 +2,63 @@
 
 Samples arrive from the session's queue through a thread worker (so a stalled NVML call
 never blocks the UI); the only timer runs once per interval to notice stale readings.
+
+Layout, top to bottom: the status line, the host line, the GPUs, the training ranks (when the job
+publishes steps), the verdicts (the balance figures and the event log), the processes, the keys.
+Heights are shared out on every resize and whenever what must be shown changes: the status, host
+and key lines first, then the verdicts that hold now (never lost to the process table), then the
+GPUs (one line each, or the compact mode where that does not fit; the list scrolls past that), the
+ranks, the rest of the event log and its hints, and what is left to the processes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import queue
 import signal
 import time
+from collections import deque
 from typing import Any
 
+import psutil
 from rich.markup import escape
+from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
-from gpudoctor.watch.model import Sample, plural
+from gpudoctor.watch.model import ProcReading, Sample
 from gpudoctor.watch.session import End, Session, Update
 from gpudoctor.watch.sources import Notice
-from gpudoctor.watch.widgets import SORTS, BalancePanel, GpuTable, ProcessTable
+from gpudoctor.watch.widgets import (
+    HISTORY,
+    SORTS,
+    Lines,
+    ProcessTable,
+    balance_line,
+    event_lines,
+    gpu_grid,
+    gpu_rows,
+    grid_height,
+    host_line,
+    marks_for,
+    rank_rows,
+    status_text,
+)
 
 INTERRUPTED = "interrupted"  # what the app returns on Ctrl-C: gpudoctor exits 130, as without a dashboard
 # Signals that end the dashboard like Ctrl-C. They are taken by the event loop (not raised as an
 # exception at whatever line the UI is running), so the app always shuts down cleanly.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+MODES = ("auto", "compact", "full")  # GPU rows: chosen by height, or pinned by the `c` key
+MIN_PROCS = 4  # fewer lines than this for the process table: it is hidden
 
 HELP = """\
 [b]gpudoctor watch[/b]: are all my GPUs working evenly?
@@ -39,12 +66,16 @@ HELP = """\
   [b]q[/b]  quit (a command started by gpudoctor is stopped too)
   [b]ctrl+c[/b]  interrupt: stop the command, exit 130
   [b]p[/b]  pause / resume drawing (sampling and --record go on)
-  [b]s[/b]  sort the process table: GPU memory, CPU%, PID, GPU
+  [b]c[/b]  compact GPU rows (several GPUs a line) / one row per GPU
+  [b]s[/b]  sort the process table: GPU memory, SM%, CPU%, PID, GPU
+  [b]up/down[/b]  select a process (the selection follows it across refreshes)
+  [b]t[/b] / [b]i[/b]  send SIGTERM / SIGINT to the selected process (asks first; only your own)
   [b]?[/b]  this help
 
-GPU numbers marked [yellow]*[/] are named by a verdict, [red]![/] are suspects.
-A dimmed row is stale: NVML did not answer in time. n/a: the GPU does not report it.
-Every verdict code has a page: gpudoctor explain GD901 ... GD908.
+GPU and rank numbers marked [yellow]*[/] are named by a verdict, [red]![/] by a failing one; a GPU
+that reported an XID or was lost keeps its [red]![/] to the end. A dimmed row is stale: NVML did
+not answer in time. n/a: not reported. The verdicts panel lists every verdict that fired, held
+ones first: when, how often, the worst figure. `gpudoctor explain GD901` ... GD911.
 
 Press any key to close."""
 
@@ -75,6 +106,38 @@ class HelpScreen(ModalScreen[None]):
         self.dismiss()
 
 
+class ConfirmSignal(ModalScreen[bool]):
+    """Send this signal to this process? y sends, anything else does not."""
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"{escape(self.question)}\n\n[b]y[/b] send it    any other key: do not", id="confirm")
+
+    def on_key(self, event: Any) -> None:
+        event.stop()
+        self.dismiss(event.key == "y")
+
+
+def may_signal(p: ProcReading) -> str | None:
+    """Why the user may not signal this process (None: they may): only their own, still the same process."""
+    if p.note or not p.command:
+        return f"PID {p.pid} is not visible here"
+    try:
+        proc = psutil.Process(p.pid)
+        if p.started is not None and abs(proc.create_time() - p.started) > 0.05:
+            return f"PID {p.pid} is another process now"
+        if os.geteuid() != 0 and proc.uids().real != os.getuid():
+            return f"PID {p.pid} belongs to {proc.username()}, not to you"
+    except psutil.NoSuchProcess:
+        return f"PID {p.pid} has ended"
+    except psutil.Error as exc:
+        return f"PID {p.pid}: {exc}"
+    return None
+
+
 class WatchApp(App[str]):
     CSS_PATH = "app.tcss"
     TITLE = "gpudoctor watch"
@@ -83,7 +146,10 @@ class WatchApp(App[str]):
         # Textual's own ctrl+c only says "press ctrl+q to quit"; here it interrupts, as in a shell.
         Binding("ctrl+c", "interrupt", "interrupt", show=False, priority=True),
         Binding("p", "pause", "pause"),
+        Binding("c", "compact", "compact"),
         Binding("s", "sort", "sort"),
+        Binding("t", "signal('SIGTERM')", "SIGTERM"),
+        Binding("i", "signal('SIGINT')", "SIGINT", show=False),
         Binding("question_mark", "help", "help", key_display="?"),
     ]
 
@@ -99,18 +165,26 @@ class WatchApp(App[str]):
         self.stale = False
         self.ended: str | None = None
         self.sort = next(iter(SORTS))
+        self.mode = "auto"
         self.last: Update | None = None
-        self.procs: tuple[Any, ...] = ()
+        self.procs: tuple[ProcReading, ...] = ()
         self.samples_seen = 0
         self.started = time.monotonic()
         self.signum: int | None = None  # the signal that ended the app (SIGTERM, SIGHUP), if one did
         self.notice: str | None = None  # the latest thing the session said (a skipped gap in a replay)
+        self.history: dict[int, Any] = {}
+        self._heights: dict[str, Any] = {}
+        self._drawn_mode = "full"
 
     def compose(self) -> ComposeResult:
         yield Static(id="status")
+        yield Lines(id="host")
         with Vertical(id="main"):
-            yield GpuTable(id="gpus")
-            yield BalancePanel(id="balance")
+            with VerticalScroll(id="gpus"):
+                yield Lines(id="gpu-lines")
+            with VerticalScroll(id="ranks"):
+                yield Lines(id="rank-lines")
+            yield Lines(id="verdicts")
             yield ProcessTable(id="procs")
         yield Footer()
 
@@ -120,9 +194,11 @@ class WatchApp(App[str]):
             for sig in STOP_SIGNALS:
                 with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):  # not the main thread
                     loop.add_signal_handler(sig, self._signalled, sig)
-        self.query_one("#balance").border_title = "balance"
-        self.query_one("#procs").border_title = "processes"
         self.query_one("#gpus").border_title = "GPUs"
+        self.query_one("#ranks").border_title = "training steps"
+        self.query_one("#verdicts").border_title = "verdicts"
+        self.query_one("#procs").border_title = "processes"
+        self.query_one(ProcessTable).focus()
         for s in self.preload:
             self._take(s)
         self._draw()
@@ -163,15 +239,23 @@ class WatchApp(App[str]):
         if message.end.reason == "job":
             self.exit("job")
         else:
-            self.ended = "recording ended" + ("" if self.session.damage is None else " (the summary notes its damage)")
+            self.ended = "recording ended" + ("" if self.session.damage is None else " (see the summary)")
             if message.end.detail:
                 self.ended = f"sampling stopped: {message.end.detail}"
-            self._draw_status()
+            self._draw()  # the final screen: every verdict that fired stays in the log
+
+    def on_resize(self) -> None:
+        self._draw()
 
     def _take(self, sample: Sample) -> None:
         self.last = self.session.handle(sample)
         self.samples_seen += 1
-        self.query_one(GpuTable).add_history(self.last.sample.gpus)
+        for g in self.last.sample.gpus:
+            h = self.history.get(g.index)
+            if h is None:
+                h = self.history[g.index] = deque(maxlen=HISTORY)
+            if g.util is not None and g.alive:
+                h.append(g.util)
         if self.last.sample.procs is not None:
             self.procs = self.last.sample.procs
             if not self.paused:
@@ -189,40 +273,107 @@ class WatchApp(App[str]):
         self._draw_status()
         if self.paused or self.last is None:
             return
-        flagged: dict[int, str] = {}
-        for v in self.last.verdicts:
-            for g in v.gpus:
-                flagged[g] = "!" if v.severity == "fail" else flagged.get(g, "*")
-        self.query_one(GpuTable).show(self.last.sample.gpus, flagged, self.stale)
-        self.query_one(BalancePanel).show(
-            self.last.builder.balance, self.last.verdicts, self.session.thresholds.window_s
-        )
+        width, height = self.size
+        inner = max(20, width - 4)  # borders and padding
+        update = self.last
+        builder = update.builder
+        sample = update.sample
+        sticky = {
+            k: "XID " + ",".join(map(str, sorted(st.xids))) if st.xids else "LOST"
+            for k, st in builder.gpu_stats.items()
+            if st.xids or st.lost
+        }
+        gpu_marks, rank_marks = marks_for(update.verdicts, sticky)
+        self.query_one("#host", Lines).show([host_line(sample.cpu, sample.host)])
+        events = builder.events()
+        active = [e for e in events if e.active]
+        n_gpus, ranks = len(sample.gpus), sample.ranks or ()
+        # Heights: status, host, keys; the held verdicts; GPUs; ranks; the rest of the log; processes.
+        free = height - 3
+        verdict_min = 2 + 1 + max(1, len(active))
+        gpu_full = 3 + n_gpus if n_gpus else 0
+        gpu_compact = 2 + grid_height(n_gpus, inner) if n_gpus else 0
+        rank_need = 3 + len(ranks) if ranks else 0
+        rank_min = min(rank_need, 5)
+        mode = self.mode
+        if mode == "auto":
+            mode = "full" if gpu_full <= free - verdict_min - rank_min else "compact"
+        gpu_need = gpu_full if mode == "full" else gpu_compact
+        gpu_h = max(min(gpu_need, free - verdict_min - rank_min), min(gpu_need, 4))
+        rank_h = max(0, min(rank_need, free - verdict_min - gpu_h))
+        left = free - gpu_h - rank_h
+        extra_log = len(events) - len(active)
+        verdict_h = max(verdict_min, min(left, verdict_min + extra_log + len(active)))
+        procs_h = left - verdict_h
+        if procs_h < MIN_PROCS:
+            verdict_h, procs_h = left, 0
+        hints = verdict_h - 3 >= len(events) + len(active)
+        self._set_heights(gpu_h, rank_h, verdict_h, procs_h)
+        if n_gpus:
+            if mode == "full":
+                lines = gpu_rows(sample.gpus, self.history, gpu_marks, sticky, inner, self.stale)
+            else:
+                lines = gpu_grid(sample.gpus, gpu_marks, inner)
+            self.query_one("#gpu-lines", Lines).show(lines)
+        self._drawn_mode = mode
+        names = {g.name.removeprefix("NVIDIA ") for g in sample.gpus if g.name}
+        model = f" {names.pop()}" if len(names) == 1 else ""
+        how = "compact: c for rows" if mode == "compact" else "c: compact"
+        self.query_one("#gpus").border_subtitle = f"{n_gpus}x{model}, {how}"
+        if ranks:
+            rows = rank_rows(ranks, builder.balance.ranks, rank_marks, sample.t, inner)
+            self.query_one("#rank-lines", Lines).show(rows)
+        room = max(1, verdict_h - 3)
+        log = [balance_line(builder.balance, self.session.thresholds.window_s, inner)]
+        if not events:
+            text = "no verdicts yet" if builder.balance.warming is not None else "balanced: no verdicts"
+            if builder.balance.idle:
+                text = "no verdicts: the GPUs are idle"
+            log.append(Text(text, style="green"))
+        log += event_lines(events, inner, builder.start or sample.t, room, hints)
+        self.query_one("#verdicts", Lines).show(log)
+
+    def _set_heights(self, gpu_h: int, rank_h: int, verdict_h: int, procs_h: int) -> None:
+        wanted = {"#gpus": gpu_h, "#ranks": rank_h, "#verdicts": verdict_h, "#procs": procs_h}
+        for selector, h in wanted.items():
+            if self._heights.get(selector) == h:
+                continue
+            self._heights[selector] = h
+            widget = self.query_one(selector)
+            widget.display = h > 0
+            widget.styles.height = max(h, 0)
 
     def _draw_status(self) -> None:
-        parts = [f"source: {self.session.source.label}"]
+        source = self.session.source
+        parts: list[tuple[str, str, bool]] = []
+        if self.stale:
+            parts.append(("STALE: no reading from NVML", "bold red", False))
+        if self.paused:
+            parts.append(("PAUSED", "bold yellow", False))
+        if self.ended:
+            parts.append((self.ended, "bold", True))
+        if self.session.record_error:
+            parts.append((self.session.record_error, "bold red", True))
+        if self.notice:
+            parts.append((self.notice, "yellow", True))
         if self.last is not None:
             b = self.last.builder
             elapsed = int((b.end or 0) - (b.start or 0))
-            parts.append(plural(len(self.last.sample.gpus), "GPU"))
-            parts.append(f"t+{elapsed // 60:02d}:{elapsed % 60:02d}")
+            parts.append((f"t+{elapsed // 60:02d}:{elapsed % 60:02d}", "bold", False))
         else:
-            parts.append("waiting for the first reading")
-        parts.append(f"interval {self.session.source.interval:g} s")
+            parts.append(("waiting for the first reading", "", False))
+        recorded = getattr(source, "recorded_interval", None)
+        speed = getattr(source, "speed", 1.0)
+        if recorded is not None:  # a replay or a demo: what the recording says, and how fast it plays
+            parts.append((f"every {recorded:g} s" + (f" at {speed:g}x" if speed != 1 else ""), "", False))
+        else:
+            parts.append((f"every {source.interval:g} s", "", False))
         job = self.session.job
+        parts.append((source.label, "", True))
         if job is not None:
-            parts.append(f"following PID {job.root.pid}: {job.command[:60]}")
-        if self.stale:
-            parts.append("[b red]STALE: no reading from NVML[/]")
-        if self.paused:
-            parts.append("[b yellow]PAUSED[/]")
-        if self.ended:
-            parts.append(f"[b]{self.ended}[/]")
-        if self.notice:
-            parts.append(escape(self.notice))
-        if self.session.record_error:
-            parts.append(f"[b red]{escape(self.session.record_error)}[/]")
-        parts.append(f"processes by {self.sort}")
-        self.query_one("#status", Static).update("  |  ".join(parts))
+            parts.append((f"PID {job.root.pid}: {job.command}", "", True))
+        parts.append((f"processes by {self.sort}", "dim", False))
+        self.query_one("#status", Static).update(status_text(parts, max(20, self.size.width - 2)))
 
     # -- keys ------------------------------------------------------------------------------------
     def action_pause(self) -> None:
@@ -231,11 +382,45 @@ class WatchApp(App[str]):
             self.query_one(ProcessTable).show(self.procs, self.sort)
         self._draw()
 
+    def action_compact(self) -> None:
+        self.mode = "full" if self._drawn_mode == "compact" else "compact"
+        self._draw()
+
     def action_sort(self) -> None:
         keys = list(SORTS)
         self.sort = keys[(keys.index(self.sort) + 1) % len(keys)]
         self.query_one(ProcessTable).show(self.procs, self.sort)
         self._draw_status()
+
+    def action_signal(self, name: str) -> None:
+        chosen = self.query_one(ProcessTable).selected
+        if chosen is None:
+            self.notify("no process selected", severity="warning")
+            return
+        if not self.live or self.session.source.label.startswith(("replay", "demo")):
+            self.notify("a recording or a demo: there is no live process to signal", severity="warning")
+            return
+        why = may_signal(chosen)
+        if why is not None:
+            self.notify(why, severity="warning")
+            return
+        sig = signal.Signals[name]
+
+        def send(yes: bool | None) -> None:
+            if not yes:
+                return
+            why = may_signal(chosen)  # again: it may have ended while the question was open
+            if why is not None:
+                self.notify(why, severity="warning")
+                return
+            try:
+                psutil.Process(chosen.pid).send_signal(sig)
+            except psutil.Error as exc:
+                self.notify(f"PID {chosen.pid}: {exc}", severity="error")
+                return
+            self.notify(f"sent {name} to PID {chosen.pid}")
+
+        self.push_screen(ConfirmSignal(f"Send {name} to PID {chosen.pid} ({chosen.command[:60]})?"), send)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -135,13 +135,21 @@ class VerdictSpan:
 class Event:
     """One verdict (code and subject) over the whole run: a row of the event log."""
 
-    verdict: Verdict  # the latest
+    span: VerdictSpan  # the latest span: its message is told over the span
     first: float
     last: float
     times: int  # spans (how many times it fired), folded ones included
     samples: int
     worst: float | None
     active: bool = False  # held at the latest sample
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.span.verdict
+
+    @property
+    def message(self) -> str:
+        return self.span.message
 
     @property
     def worst_text(self) -> str | None:
@@ -326,15 +334,20 @@ class SummaryBuilder:
                     self._last[key] = span
                     self._count[key] = self._count.get(key, 0) + 1
                     if event is None:
-                        event = self._events[key] = Event(v, t, t, 0, 0, None)
+                        event = self._events[key] = Event(span, t, t, 0, 0, None)
                     event.times += 1
                 self._open[key] = span
             span.end = t
             span.samples += 1
             span.observe(v)
             event = self._events[key]
-            event.verdict, event.last, event.worst = span.verdict, t, _worse(v, event.worst)
+            event.span, event.last = span, t
             event.samples += 1
+            f = v.figure
+            if f is not None and f.span == "elapsed" and span.value is not None:
+                event.worst = max(event.worst or 0.0, span.value)  # a duration: the longest span
+            else:
+                event.worst = _worse(v, event.worst)
         for key, event in self._events.items():
             event.active = key in current
 

@@ -1,149 +1,344 @@
-"""Dashboard widgets. Each is updated once per sample with ready data; none polls or animates."""
+"""What the dashboard draws, as pure functions of the data and the space there is (testable, and
+cheap: lines of rich Text, no table layout engine), plus the widgets that show them.
+
+The GPU rows adapt to the width: the index with its verdict mark, utilization and memory are
+always there; the other columns drop in this order as the width shrinks: the name first, then PCIe
+rx/tx, SM clock, temperature, power. The utilization history (one character per sample, newest on
+the right) takes what is left and never more. Where one row per GPU does not fit the height, the
+compact mode packs several GPUs per line (index, mark, utilization, memory).
+"""
 
 from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from rich.table import Table
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
-from gpudoctor.watch.analysis import POWER_THROTTLE_BITS, THERMAL_THROTTLE_BITS, Balance, Verdict
-from gpudoctor.watch.model import LOST, STALE, GpuReading, ProcReading
+from gpudoctor.watch.analysis import POWER_THROTTLE_BITS, THERMAL_THROTTLE_BITS, Balance, RankStats, Verdict
+from gpudoctor.watch.model import LOST, STALE, GpuReading, HostReading, ProcReading, RankReading, clock
+from gpudoctor.watch.summary import Event
 
 BLOCKS = "▁▁▂▃▄▅▆▇█"  # zero still draws the baseline, so a flat-lined GPU stays visible
-HISTORY = 120  # samples kept per GPU for the sparkline (2 minutes at 1 s)
-SPARK_WIDTH = 40
+HISTORY = 240  # samples kept per GPU for the history (4 minutes at 1 s)
+MIN_SPARK = 8  # narrower than this, the history is left out
 
 
-def sparkline(values: deque[int] | list[int], width: int = SPARK_WIDTH) -> str:
-    """Utilization history as block characters, averaging runs of samples to fit `width`."""
-    vals = list(values)
-    if not vals:
+def sparkline(values: Sequence[int] | deque[int], width: int) -> str:
+    """The last `width` samples, one block character each (newest on the right)."""
+    if width <= 0:
         return ""
-    step = max(1, -(-len(vals) // width))
-    chunks = [vals[i : i + step] for i in range(0, len(vals), step)]
-    return "".join(BLOCKS[min(8, round(sum(c) / len(c) / 100 * 8))] for c in chunks)
+    vals = list(values)[-width:]
+    return "".join(BLOCKS[min(8, max(0, round(v / 100 * 8)))] for v in vals)
 
 
-def _na(value: object, fmt: str) -> str:
-    return "n/a" if value is None else fmt.format(value)
+def _util_style(util: int | None) -> str:
+    if util is None:
+        return ""
+    return "green" if util >= 80 else "yellow" if util >= 40 else "red"
 
 
-def _mem(g: GpuReading) -> str:
+def mem_text(g: GpuReading, short: bool = False) -> str:
     if g.mem_used is None:
         return "n/a"
-    total = f"{g.mem_total / 1024:.0f}" if g.mem_total else "?"
-    return f"{g.mem_used / 1024:5.1f}/{total} GiB"
+    used = g.mem_used / 1024
+    if short or not g.mem_total:
+        return f"{used:.0f}G" if used >= 10 else f"{used:.1f}G"
+    return f"{used:.1f}/{g.mem_total / 1024:.0f}G"
 
 
-def _power(g: GpuReading) -> Text:
-    if g.power is None:
-        return Text("n/a")
-    limit = f"/{g.power_limit:.0f}" if g.power_limit else ""
-    style = "bold red" if g.throttle and g.throttle & POWER_THROTTLE_BITS else ""
-    return Text(f"{g.power:4.0f}{limit} W", style=style)
+@dataclass(frozen=True)
+class Column:
+    name: str
+    header: str
+    width: int
+    justify: str = "right"
 
 
-def _temp(g: GpuReading) -> Text:
-    if g.temp is None:
-        return Text("n/a")
-    hot = g.throttle is not None and g.throttle & THERMAL_THROTTLE_BITS
-    return Text(f"{g.temp} C", style="bold red" if hot else "")
+# Drop order, first dropped first: the name, PCIe, SM clock, temperature, power (README, docs/watch.md).
+OPTIONAL = ("name", "pcie", "clock", "temp", "power")
 
 
-def _pcie(g: GpuReading) -> str:
-    if g.pcie_rx is None and g.pcie_tx is None:
-        return "n/a"
-    return f"{_na(g.pcie_rx, '{:>5}')}/{_na(g.pcie_tx, '{:<5}')}"
+def _cell(g: GpuReading, name: str) -> Text:
+    """One optional column of a GPU row."""
+    if name == "name":
+        return Text(g.name.removeprefix("NVIDIA "))
+    if name == "power":
+        if g.power is None:
+            return Text("n/a")
+        limit = f"/{g.power_limit:.0f}" if g.power_limit else ""
+        capped = g.throttle is not None and g.throttle & POWER_THROTTLE_BITS
+        return Text(f"{g.power:.0f}{limit}W", style="bold red" if capped else "")
+    if name == "temp":
+        hot = g.throttle is not None and g.throttle & THERMAL_THROTTLE_BITS
+        return Text("n/a" if g.temp is None else f"{g.temp}C", style="bold red" if hot else "")
+    if name == "clock":
+        return Text("n/a" if g.sm_clock is None else f"{g.sm_clock}")
+    if name == "pcie":
+        if g.pcie_rx is None and g.pcie_tx is None:
+            return Text("n/a")
+        rx = "n/a" if g.pcie_rx is None else str(g.pcie_rx)
+        tx = "n/a" if g.pcie_tx is None else str(g.pcie_tx)
+        return Text(f"{rx}/{tx}")
+    raise ValueError(name)
 
 
-def _util(g: GpuReading) -> Text:
-    if g.util is None:
-        return Text("n/a")
-    style = "green" if g.util >= 80 else "yellow" if g.util >= 40 else "red"
-    return Text(f"{g.util:3d}%", style=style)
+HEADERS = {"name": "name", "power": "power", "temp": "temp", "clock": "SM MHz", "pcie": "PCIe rx/tx MB/s"}
 
 
-class GpuTable(Static):
-    """One row per GPU with a utilization sparkline; redrawn once per sample."""
+def gpu_rows(
+    gpus: Sequence[GpuReading],
+    history: dict[int, deque[int]],
+    marks: dict[int, str],
+    notes: dict[int, str],
+    width: int,
+    stale: bool = False,
+) -> list[Text]:
+    """A header and one line per GPU, fitted to `width` (see the module docstring)."""
+    idx_w = max([3, *(len(str(g.index)) + 1 for g in gpus)])
+    mem_w = max(6, *(len(mem_text(g)) for g in gpus))
+    fixed = [("GPU", idx_w, "right"), ("util", 4, "right"), ("memory", mem_w, "right")]
+    optional = OPTIONAL if len({g.name for g in gpus}) > 1 else OPTIONAL[1:]  # one model: named in the title
+    cells = {name: [_cell(g, name) for g in gpus] for name in optional}
+    widths = {name: max(len(HEADERS[name]), *(len(c.plain) for c in cells[name])) for name in optional}
+    note_w = max([0, *(len(n) for n in notes.values())])
+    used = sum(w for _, w, _ in fixed) + len(fixed) - 1 + (note_w + 1 if note_w else 0)
+    kept: list[str] = []
+    for name in reversed(optional):  # power first: the most useful after the fixed three
+        if used + 1 + widths[name] <= width:
+            kept.append(name)
+            used += 1 + widths[name]
+    spark_w = width - used - 1
+    spark_w = spark_w if spark_w >= MIN_SPARK else 0
+    header = Text(style="bold")
+    header.append(f"{'GPU':>{idx_w}} {'util':>4} {'memory':>{fixed[2][1]}}")
+    for name in kept:
+        header.append(f" {HEADERS[name]:>{widths[name]}}" if name != "name" else f" {HEADERS[name]:<{widths[name]}}")
+    if note_w:
+        header.append(f" {'':<{note_w}}")
+    if spark_w:
+        header.append(f" {'utilization history':<{spark_w}}"[: spark_w + 1])
+    lines = [header]
+    for i, g in enumerate(gpus):
+        mark = marks.get(g.index, "")
+        line = Text()
+        mark_style = "bold red" if mark == "!" else "bold yellow" if mark else ""
+        line.append(f"{mark + str(g.index):>{idx_w}}", style=mark_style)
+        dim = stale or g.state == STALE
+        if g.state == LOST:
+            line.append(f" {'LOST':>4}", style="bold red")
+            line.append(f" {'':>{fixed[2][1]}}")
+        else:
+            util = "n/a" if g.util is None else f"{g.util}%"
+            line.append(f" {util:>4}", style=_util_style(g.util))
+            line.append(f" {mem_text(g):>{fixed[2][1]}}")
+        for name in kept:
+            cell = cells[name][i] if g.state != LOST else Text("")
+            pad = widths[name] - len(cell.plain)
+            line.append(" ")
+            if name == "name":
+                line.append_text(cell)
+                line.append(" " * pad)
+            else:
+                line.append(" " * pad)
+                line.append_text(cell)
+        if note_w:
+            line.append(f" {notes.get(g.index, ''):<{note_w}}", style="bold red")
+        if spark_w and g.state != LOST:
+            line.append(" ")
+            line.append(sparkline(history.get(g.index, ()), spark_w), style="cyan")
+        if dim:
+            line.stylize("dim")
+            line.append(" (stale)" if width - len(line.plain) >= 8 else "", style="dim")
+        lines.append(line)
+    return lines
 
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.history: dict[int, deque[int]] = {}
 
-    def add_history(self, gpus: tuple[GpuReading, ...]) -> None:
-        for g in gpus:
-            h = self.history.setdefault(g.index, deque(maxlen=HISTORY))
-            if g.util is not None and g.state != LOST:
-                h.append(g.util)
+CELL_W = 15  # "!31 100%  80G" and two spaces
 
-    def show(self, gpus: tuple[GpuReading, ...], flagged: dict[int, str], stale: bool) -> None:
-        table = Table(expand=True, box=None, padding=(0, 1), header_style="bold")
-        for name, justify in (
-            ("GPU", "right"),
-            ("name", "left"),
-            ("util", "right"),
-            ("memory", "right"),
-            ("power", "right"),
-            ("temp", "right"),
-            ("SM MHz", "right"),
-            ("PCIe rx/tx MB/s", "right"),
-            ("utilization, last 2 min", "left"),
-        ):
-            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-        for g in gpus:
-            mark = flagged.get(g.index, "")
-            idx = Text(f"{mark}{g.index}", style="bold red" if mark == "!" else "bold yellow" if mark else "")
-            name = g.name.removeprefix("NVIDIA ")
+
+def gpu_grid(gpus: Sequence[GpuReading], marks: dict[int, str], width: int) -> list[Text]:
+    """Compact mode: several GPUs per line, each with its mark, index, utilization and memory."""
+    per_line = max(1, (width + 1) // CELL_W)
+    lines = []
+    for start in range(0, len(gpus), per_line):
+        line = Text()
+        for g in gpus[start : start + per_line]:
+            mark = marks.get(g.index, "")
+            cell = Text()
+            cell.append(f"{mark + str(g.index):>3}", style="bold red" if mark == "!" else "bold yellow" if mark else "")
             if g.state == LOST:
-                table.add_row(idx, name, Text("LOST", style="bold red"), "", "", "", "", "", "GPU is lost")
-                continue
-            row_style = "dim" if stale or g.state == STALE else ""
-            table.add_row(
-                idx,
-                name + (" (stale)" if row_style else ""),
-                _util(g),
-                _mem(g),
-                _power(g),
-                _temp(g),
-                _na(g.sm_clock, "{}"),
-                _pcie(g),
-                Text(sparkline(self.history.get(g.index, [])), style="cyan"),
-                style=row_style,
-            )
-        self.update(table)
+                cell.append(f" {'LOST':>4} {'':>4}", style="bold red")
+            else:
+                util = "n/a" if g.util is None else f"{g.util}%"
+                cell.append(f" {util:>4}", style=_util_style(g.util))
+                cell.append(f" {mem_text(g, short=True):>4}")
+            line.append_text(cell)
+            line.append("  ")
+        line.rstrip()
+        lines.append(line)
+    return lines
 
 
-class BalancePanel(Static):
-    def show(self, balance: Balance, verdicts: tuple[Verdict, ...], window_s: float) -> None:
-        text = Text()
-        if balance.mean_util:
-            mean = sum(balance.mean_util.values()) / len(balance.mean_util)
-            text.append(f"window {window_s:.0f} s   mean utilization {mean:.0f}%   ")
-            if balance.util_spread is not None:
-                text.append(f"spread (max-min) {balance.util_spread:.0f} points   ")
-        if balance.mem_mean:
-            top = max(balance.mem_mean, key=balance.mem_mean.__getitem__)
-            median = statistics.median(balance.mem_mean.values())
-            text.append(
-                f"memory: max {balance.mem_mean[top] / 1024:.1f} GiB (GPU {top}), median {median / 1024:.1f} GiB"
-            )
-        text.append("\n")
-        if not verdicts:
-            text.append("balanced: no verdicts", style="green")
-        for v in verdicts:
-            style = "bold red" if v.severity == "fail" else "bold yellow"
-            text.append(f"{v.code} {v.name}", style=style)
-            text.append(f"  GPU {', '.join(map(str, v.gpus))}: {v.message}\n")
-            text.append(f"    hint: {v.hint}\n", style="dim")
-        text.rstrip()
-        self.update(text)
+def grid_height(n_gpus: int, width: int) -> int:
+    return -(-n_gpus // max(1, (width + 1) // CELL_W))
+
+
+def host_line(cpu: float | None, host: HostReading | None) -> Text:
+    """CPU %, load, RAM and swap: input starvation and OOM kills start on the host."""
+    text = Text()
+    text.append("host ", style="bold")
+    text.append(f"CPU {'n/a' if cpu is None else f'{cpu:.0f}%'}")
+    if host is not None:
+        if host.load1 is not None:
+            text.append(f"  load {host.load1:.1f}")
+        if host.ram_used is not None and host.ram_total:
+            share = host.ram_used / host.ram_total
+            style = "bold red" if share >= 0.95 else "yellow" if share >= 0.85 else ""
+            text.append(f"  RAM {host.ram_used / 1024:.0f}/{host.ram_total / 1024:.0f} GiB", style=style)
+        if host.swap_total:
+            used = host.swap_used or 0
+            style = "yellow" if used / host.swap_total >= 0.25 else ""
+            text.append(f"  swap {used / 1024:.1f}/{host.swap_total / 1024:.0f} GiB", style=style)
+    return text
+
+
+def rank_rows(
+    readings: Sequence[RankReading],
+    stats: dict[tuple[int | None, int], RankStats],
+    marks: dict[tuple[int | None, int], str],
+    now: float,
+    width: int,
+) -> list[Text]:
+    """A header and one line per training rank: step time and input-wait share over the window, how late
+    it ends its steps, its last step and how long ago; ranks named by a verdict first. PID and last step
+    drop first when narrow."""
+    readings = sorted(readings, key=lambda r: ((r.rank, r.pid) not in marks, r.rank is None, r.rank or 0, r.pid))
+    show_pid = width >= 60
+    show_last = width >= 72
+    header = Text(style="bold")
+    header.append(f"{'rank':>5}" + (f" {'PID':>8}" if show_pid else "") + f" {'step':>8} {'input':>6} {'late':>7}")
+    header.append((f" {'last step':>11}" if show_last else "") + f" {'ago':>6}")
+    lines = [header]
+    for r in readings:
+        key = (r.rank, r.pid)
+        st = stats.get(key)
+        mark = marks.get(key, "")
+        line = Text()
+        rank = "?" if r.rank is None else str(r.rank)
+        line.append(f"{mark + rank:>5}", style="bold red" if mark == "!" else "bold yellow" if mark else "")
+        if show_pid:
+            line.append(f" {r.pid:>8}")
+        step = "n/a" if st is None or st.step_s is None else f"{1000 * st.step_s:.0f} ms"
+        wait = "n/a" if st is None or st.wait_share is None else f"{100 * st.wait_share:.0f}%"
+        late = "n/a" if st is None or st.late_s is None else f"{1000 * st.late_s:+.0f}ms"
+        line.append(f" {step:>8} {wait:>6} {late:>7}")
+        if show_last:
+            line.append(f" {'-' if r.last_step is None else r.last_step:>11}")
+        ago = "-" if r.last_end is None else clock(max(0.0, now - r.last_end))
+        line.append(f" {ago:>6}")
+        lines.append(line)
+    return lines
+
+
+def event_lines(events: Sequence[Event], width: int, start: float, room: int, hints: bool) -> list[Text]:
+    """The event log: every verdict that fired, held ones first, within `room` lines."""
+    out: list[Text] = []
+    for i, e in enumerate(events):
+        if len(out) >= room:
+            break
+        if len(out) == room - 1 and i < len(events) - 1:
+            out.append(Text(f"+{len(events) - i} more in the log (all in the summary at the end)", style="dim"))
+            break
+        v = e.verdict
+        style = ("bold red" if v.severity == "fail" else "bold yellow") if e.active else "dim"
+        line = Text()
+        line.append(f"{v.code} {v.name}", style=style)
+        when = f"{clock(e.first - start)}-{clock(e.last - start)}"
+        times = f" x{e.times}" if e.times > 1 else ""
+        line.append(f"  {v.subject}  {when}{times}")
+        if e.worst_text:
+            line.append(f"  worst {e.worst_text}")
+        line.append(f"  {e.message}", style="" if e.active else "dim")  # a cleared one is dim, not gone
+        line.truncate(width, overflow="ellipsis")
+        out.append(line)
+        if hints and e.active and len(out) < room:
+            hint = Text(f"    hint: {v.hint}", style="dim")
+            hint.truncate(width, overflow="ellipsis")
+            out.append(hint)
+    return out
+
+
+def balance_line(balance: Balance, window_s: float, width: int) -> Text:
+    text = Text()
+    if balance.warming is not None:
+        text.append(f"warming up: balance verdicts from {balance.warming:.0f} s on   ", style="yellow")
+    if balance.idle:
+        text.append("idle: every GPU below 5% utilization, nothing to judge   ", style="bold")
+    elif balance.mean_util:
+        mean = sum(balance.mean_util.values()) / len(balance.mean_util)
+        text.append(f"{window_s:.0f} s window: mean util {mean:.0f}%")
+        if balance.util_spread is not None:
+            text.append(f"  spread {balance.util_spread:.0f} pts")
+    if balance.mem_mean:
+        top = max(balance.mem_mean, key=balance.mem_mean.__getitem__)
+        median = statistics.median(balance.mem_mean.values())
+        text.append(f"  mem max {balance.mem_mean[top] / 1024:.1f} GiB (GPU {top}), median {median / 1024:.1f}")
+    text.truncate(width, overflow="ellipsis")
+    return text
+
+
+def marks_for(
+    verdicts: Sequence[Verdict], sticky: dict[int, str]
+) -> tuple[dict[int, str], dict[tuple[int | None, int], str]]:
+    """GPU and rank marks: `!` a failing verdict (and, for good, a GPU with an XID or lost), `*` a warning."""
+    gpus: dict[int, str] = {k: "!" for k in sticky}
+    ranks: dict[tuple[int | None, int], str] = {}
+    for v in verdicts:
+        mark = "!" if v.severity == "fail" else "*"
+        for g in v.gpus:
+            gpus[g] = "!" if gpus.get(g) == "!" else mark
+        for r in v.ranks:
+            key = (r.rank, r.pid)
+            ranks[key] = "!" if ranks.get(key) == "!" else mark
+    return gpus, ranks
+
+
+def status_text(parts: Sequence[tuple[str, str, bool]], width: int) -> Text:
+    """The status line from (text, style, can be cut) parts in priority order: each part is kept if it fits
+    (a cuttable one shortened to fit), the others dropped; shown in their given order."""
+    kept: dict[int, str] = {}
+    used = 0
+    for i, (text, _, cut) in enumerate(parts):
+        need = len(text) + (3 if kept else 0)
+        if used + need <= width:
+            kept[i] = text
+            used += need
+        elif cut and width - used - (3 if kept else 0) >= 12:
+            room = width - used - (3 if kept else 0)
+            kept[i] = text[: room - 1] + "…"
+            used = width
+    out = Text(no_wrap=True, overflow="crop")
+    for n, i in enumerate(sorted(kept)):
+        if n:
+            out.append(" | ", style="dim")
+        out.append(kept[i], style=parts[i][1])
+    return out
+
+
+class Lines(Static):
+    """A block of ready-made lines."""
+
+    def show(self, lines: Sequence[Text]) -> None:
+        self.update(Text("\n").join(lines) if lines else Text(""))
 
 
 SORTS = {
     "GPU memory": lambda p: -(p.gpu_mem or 0),
+    "SM%": lambda p: -(p.sm or 0),
     "CPU%": lambda p: -(p.cpu or 0.0),
     "PID": lambda p: p.pid,
     "GPU": lambda p: (p.gpu, p.pid),
@@ -151,22 +346,45 @@ SORTS = {
 
 
 class ProcessTable(DataTable):
-    """PID, user, GPU, GPU memory, CPU%, RSS, command; rebuilt only when a process reading arrives."""
+    """PID, user, GPU, GPU memory, SM%, CPU%, RSS, command; rebuilt when a process reading arrives,
+    keeping the selected process selected (by PID and GPU), wherever the new order puts it."""
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = False
-        self.add_columns("PID", "user", "GPU", "GPU mem", "CPU%", "RSS", "command")
+        self.add_columns("PID", "user", "GPU", "GPU mem", "SM%", "CPU%", "RSS", "command")
+        self.rows_by_key: dict[str, ProcReading] = {}
+
+    @property
+    def selected(self) -> ProcReading | None:
+        if not self.row_count:
+            return None
+        try:
+            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        except Exception:  # noqa: BLE001  (no row under the cursor)
+            return None
+        return self.rows_by_key.get(key or "")
 
     def show(self, procs: tuple[ProcReading, ...], sort: str) -> None:
+        chosen = self.selected
+        keep = f"{chosen.pid}:{chosen.gpu}" if chosen is not None else None
+        scroll_y = self.scroll_y
         self.clear()
+        self.rows_by_key = {}
         for p in sorted(procs, key=SORTS[sort]):
+            key = f"{p.pid}:{p.gpu}"
+            self.rows_by_key[key] = p
             self.add_row(
                 str(p.pid),
                 p.user or "?",
                 str(p.gpu),
-                _na(p.gpu_mem, "{} MiB"),
-                _na(p.cpu, "{:.0f}"),
-                _na(p.rss, "{} MiB"),
+                "n/a" if p.gpu_mem is None else f"{p.gpu_mem} MiB",
+                "n/a" if p.sm is None else f"{p.sm}",
+                "n/a" if p.cpu is None else f"{p.cpu:.0f}",
+                "n/a" if p.rss is None else f"{p.rss} MiB",
                 p.command or Text(p.note, style="italic"),
+                key=key,
             )
+        if keep is not None and keep in self.rows_by_key:
+            self.move_cursor(row=self.get_row_index(keep), animate=False)
+            self.scroll_y = scroll_y
