@@ -1,11 +1,16 @@
-"""gpudoctor's own CPU use while watching an 8-GPU replay at 1 s, headless and with the dashboard.
+"""gpudoctor's own CPU use while watching a replay at 1 s, headless and with the dashboard, and the
+time to the first frame.
 
-    .venv/bin/python benchmarks/watch_cpu.py [--seconds 25] [--warmup 3]
+    .venv/bin/python benchmarks/watch_cpu.py [--seconds 30] [--warmup 5]
 
-Targets (issue 4): at most 1% of one core headless, at most 5% with the dashboard, and the
-first frame within 1 s of start. The dashboard runs under a pseudo-terminal (150x42), so it
-is the real Textual driver writing real escape codes. CPU time is the process's user+system
-time between the end of the warm-up and the end of the measurement, via psutil.
+Targets (issue 9): first frame under 1 s; the dashboard at most 3% of one core with 8 GPUs and 5%
+with 32 GPUs in a 200x60 terminal; headless (--no-tui) at most 0.2%. The dashboard runs under a
+pseudo-terminal, so it is the real Textual driver writing real escape codes (read and thrown
+away by this script, as a terminal would). CPU time is the process's user+system time between the
+end of the warm-up and the end of the measurement (psutil). The first frame is timed from the
+start of the process to the first GPU row on the terminal; beside it, the floor measured in the same
+run: the same interpreter starting and importing textual's App, which the dashboard cannot avoid.
+The machine's load average is printed with the figures: they are only worth what the load allows.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ import psutil
 from gpudoctor.watch.recording import RecordWriter
 from gpudoctor.watch.synthetic import synthetic_run
 
+TARGETS = {"first_frame_s": 1.0, "dashboard_8": 3.0, "dashboard_32": 5.0, "headless_8": 0.2}
 
-def make_recording(path: Path, seconds: int) -> None:
+
+def make_recording(path: Path, seconds: int, n_gpus: int) -> None:
     writer = RecordWriter(str(path), {"interval": 1.0})
-    for s in synthetic_run("straggler", seconds, seed=3):
+    for s in synthetic_run("straggler", seconds, n_gpus=n_gpus, seed=3, ranks=True):
         writer.write(s)
     writer.close()
 
@@ -59,11 +66,12 @@ def headless(rec: Path, warmup: float, seconds: float) -> float:
         proc.wait(10)
 
 
-def dashboard(rec: Path, warmup: float, seconds: float) -> tuple[float, float | None]:
+def dashboard(rec: Path, warmup: float, seconds: float, cols: int, rows: int) -> tuple[float, float | None]:
     cmd = [sys.executable, "-m", "gpudoctor", "watch", "--replay", str(rec)]
     master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 42, 150, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "150", "LINES": "42"}
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["TERM"] = "xterm-256color"
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
     os.close(slave)
@@ -79,8 +87,8 @@ def dashboard(rec: Path, warmup: float, seconds: float) -> tuple[float, float | 
             if not data:
                 return
             if not first_frame:
-                seen = (seen + data)[-4096:]
-                if b"H100" in seen:  # a GPU row is on screen
+                seen = (seen + data)[-8192:]
+                if b"/80G" in seen:  # a GPU row (memory used/total) is on screen
                     first_frame.append(time.monotonic() - start)
 
     threading.Thread(target=drain, daemon=True).start()
@@ -96,21 +104,46 @@ def dashboard(rec: Path, warmup: float, seconds: float) -> tuple[float, float | 
     return cpu, (first_frame[0] if first_frame else None)
 
 
+def import_floor() -> float:
+    """The interpreter starting and importing what the dashboard needs at least (textual's App)."""
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import textual.app"], check=True)
+    return time.monotonic() - start
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=25.0)
-    ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--warmup", type=float, default=5.0)
     args = ap.parse_args()
+    load = os.getloadavg()
+    results: dict[str, float | None] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        rec = Path(tmp) / "straggler-8gpu.jsonl"
-        make_recording(rec, int(args.warmup + args.seconds + 30))
-        h = headless(rec, args.warmup, args.seconds)
-        d, first = dashboard(rec, args.warmup, args.seconds)
-    print(f"8-GPU replay at 1 s, measured over {args.seconds:.0f} s after {args.warmup:.0f} s warm-up")
-    print(f"headless (--no-tui): {h:.2f}% of one core (target <= 1%)")
-    print(f"dashboard (pty 150x42): {d:.2f}% of one core (target <= 5%)")
-    print(f"first frame: {first:.2f} s after start (target <= 1 s)" if first is not None else "first frame: not seen")
-    ok = h <= 1.0 and d <= 5.0 and first is not None and first <= 1.0
+        for n in (8, 32):
+            rec = Path(tmp) / f"straggler-{n}gpu.jsonl"
+            make_recording(rec, int(args.warmup + args.seconds + 60), n)
+            if n == 8:
+                results["headless_8"] = headless(rec, args.warmup, args.seconds)
+            cpu, first = dashboard(rec, args.warmup, args.seconds, 200, 60)
+            results[f"dashboard_{n}"] = cpu
+            if n == 8:
+                results["first_frame_s"] = first
+    floor = import_floor()
+    print(
+        f"replay at 1 s, straggler, one training rank per GPU; measured over {args.seconds:.0f} s after a "
+        f"{args.warmup:.0f} s warm-up; load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
+        f"on {os.cpu_count()} CPUs"
+    )
+    print(f"headless (--no-tui), 8 GPUs:   {results['headless_8']:.2f}% of one core (target <= 0.2%)")
+    print(f"dashboard 200x60, 8 GPUs:      {results['dashboard_8']:.2f}% of one core (target <= 3%)")
+    print(f"dashboard 200x60, 32 GPUs:     {results['dashboard_32']:.2f}% of one core (target <= 5%)")
+    first = results["first_frame_s"]
+    print(
+        f"first frame: {first:.2f} s after start (target <= 1 s); floor, python + import textual.app: {floor:.2f} s"
+        if first is not None
+        else "first frame: not seen"
+    )
+    ok = all(results[k] is not None and results[k] <= v for k, v in TARGETS.items())  # type: ignore[operator]
     sys.exit(0 if ok else 1)
 
 

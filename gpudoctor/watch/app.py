@@ -239,7 +239,8 @@ class WatchApp(App[str]):
         if message.end.reason == "job":
             self.exit("job")
         else:
-            self.ended = "recording ended" + ("" if self.session.damage is None else " (see the summary)")
+            damaged = self.session.damage or getattr(self.session.source, "damage", None)
+            self.ended = "recording ended" + ("" if damaged is None else " (damaged: see the summary)")
             if message.end.detail:
                 self.ended = f"sampling stopped: {message.end.detail}"
             self._draw()  # the final screen: every verdict that fired stays in the log

@@ -25,14 +25,24 @@ Examples:
   gpudoctor watch --no-tui --duration 60 --record run.jsonl
   gpudoctor watch --replay run.jsonl --speed 10
   gpudoctor report run.jsonl --json
+  gpudoctor watch --demo hung --gpus 16     a synthetic job, no GPU needed
+  gpudoctor report sample:straggler         a recording shipped with gpudoctor
 
 \b
-Keys: q quit, ctrl+c interrupt, p pause, s sort processes, ? help.
+In the training loop (standard library only; ~0.1 us a call when not watched):
+  import gpudoctor
+  for batch in loader:
+      with gpudoctor.step():
+          train_step(batch)
+
+\b
+Keys: q quit, ctrl+c interrupt, p pause, c compact GPU rows, s sort processes,
+t/i SIGTERM/SIGINT the selected process (asks first), ? help.
 \b
 Exit codes:
   0  watched to the end (or the followed command's own exit code)
   2  usage error: bad option, unreadable recording, --record FILE exists
-  3  gpudoctor could not run at all (no NVIDIA driver and no --replay)
+  3  gpudoctor could not run at all (no NVIDIA driver, and no command, --replay or --demo)
   129  hung up (SIGHUP): a command started by gpudoctor is stopped
   130  interrupted (Ctrl-C, SIGTERM): a command started by gpudoctor is stopped"""
 
@@ -233,13 +243,9 @@ def watch(
         check_record_target(record_path, force)  # before anything starts: never lose a recording
     damage = None
     if replay_path:
-        from gpudoctor.watch.recording import read_recording, recording_path
+        from gpudoctor.watch.recording import recording_path
 
-        recording = read_recording(recording_path(replay_path))
-        damage = recording.damage
-        if damage:
-            click.echo(f"gpudoctor: {damage}", err=True)
-        source: Any = ReplaySource(recording, speed)
+        source: Any = ReplaySource.open_file(recording_path(replay_path), speed)  # streamed; damage said at its end
     elif demo:
         source = demo_source(demo, _demo_gpus(gpus_opt), speed)
     else:

@@ -142,7 +142,8 @@ class Session:
     def summary(self) -> Summary:
         exit_code = self.job.poll() if self.job is not None and self.job.owned else None
         channel = self.steps.note if self.steps is not None else None
-        damage = "; ".join(d for d in (self.damage, self.record_error, channel) if d) or None
+        replayed = getattr(self.source, "damage", None)  # a streamed recording's, known at its end
+        damage = "; ".join(d for d in (self.damage, replayed, self.record_error, channel) if d) or None
         result = self.builder.summary(damage=damage, exit_code=exit_code)
         if self.job_gpus:  # GPUs seen before the job's processes appeared are not the job's
             result.gpus = {k: v for k, v in result.gpus.items() if k in self.job_gpus}

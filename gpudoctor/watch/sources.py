@@ -10,13 +10,15 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING, Protocol
 
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
 from gpudoctor.watch.model import GpuReading, HostReading, ProcReading, Sample, clock
-from gpudoctor.watch.recording import Recording
+from gpudoctor.watch.recording import Recording, RecordingStream
 
 if TYPE_CHECKING:
     from gpudoctor.probe.sampler import NvmlSampler, ProcessUsage
@@ -266,22 +268,42 @@ MAX_GAP_NOTES = 5  # gaps said one by one; later ones are counted
 class ReplaySource:
     """Plays a recording at its recorded pace divided by `speed`.
 
+    A recording file is read as a stream while it plays (`ReplaySource.open_file`): the first samples
+    tell the recorded interval and the GPUs, the rest follow as they are played, so the first frame does
+    not wait for a long recording, and memory does not grow with it. What was damaged in the file is
+    known at its end: `damage`, and a note then.
+
     A wait is never longer than MAX_REPLAY_WAIT_S or one recorded interval at this speed, whichever
     is longer: a hole in the recording is skipped, and `notes` says so (the session shows it).
     """
 
-    def __init__(self, recording: Recording, speed: float = 1.0) -> None:
-        self.recording = recording
+    PEEK = 30  # samples read ahead to learn the recorded interval and the GPUs
+
+    def __init__(self, recording: Recording | RecordingStream, speed: float = 1.0) -> None:
         self.label = f"replay {os.path.basename(recording.path)}"  # the basename keeps the header short
         self.speed = speed
-        self.available = tuple(sorted({g.index for s in recording.samples for g in s.gpus}))
-        ts = [s.t for s in recording.samples]
+        self._stream = recording if isinstance(recording, RecordingStream) else None
+        self._samples: Iterator[Sample] = iter(recording.samples if isinstance(recording, Recording) else recording)
+        self._ahead: deque[Sample] = deque(islice(self._samples, self.PEEK))
+        self.available = tuple(sorted({g.index for s in self._ahead for g in s.gpus}))
+        ts = [s.t for s in self._ahead]
         gaps = [b - a for a, b in zip(ts, ts[1:], strict=False) if b > a]
         self.recorded_interval = sorted(gaps)[len(gaps) // 2] if gaps else 1.0
         self.interval = self.recorded_interval / speed  # the pace of playback
-        self.notes: list[str] = []  # said once each, as they happen (skipped gaps)
+        self.notes: list[str] = []  # said once each, as they happen (skipped gaps, damage)
         self._gaps = 0
-        self._i = 0
+        self._first: Sample | None = None
+        self._previous: Sample | None = None
+
+    @classmethod
+    def open_file(cls, path: str, speed: float = 1.0) -> ReplaySource:
+        """A recording file, streamed (a bad file raises UserError, exit 2, before anything starts)."""
+        return cls(RecordingStream(path), speed)
+
+    @property
+    def damage(self) -> str | None:
+        """What was wrong with a streamed file (complete once it was played to its end)."""
+        return None if self._stream is None else self._stream.damage
 
     def open(self) -> None:
         pass
@@ -294,7 +316,8 @@ class ReplaySource:
             return wait
         self._gaps += 1
         if self._gaps <= MAX_GAP_NOTES:
-            at = self.recording.samples[self._i - 1].t - self.recording.samples[0].t
+            assert self._first is not None and self._previous is not None
+            at = self._previous.t - self._first.t
             self.notes.append(
                 f"replay skipped a {clock(gap)} gap in the recording at t+{clock(at)} "
                 f"(no samples; waits are capped at {cap:g} s)"
@@ -304,19 +327,24 @@ class ReplaySource:
         return cap
 
     def next(self, stop: threading.Event) -> Sample | None:
-        samples = self.recording.samples
-        if self._i >= len(samples) or stop.is_set():
+        if stop.is_set():
             return None
-        if self._i > 0:
-            wait = self._wait(max(0.0, samples[self._i].t - samples[self._i - 1].t))
+        s = self._ahead.popleft() if self._ahead else next(self._samples, None)
+        if s is None:
+            if self.damage:
+                self.notes.append(self.damage)
+            return None
+        if self._previous is not None:
+            wait = self._wait(max(0.0, s.t - self._previous.t))
             if wait and stop.wait(wait):
                 return None
-        s = samples[self._i]
-        self._i += 1
+        self._first = self._first or s
+        self._previous = s
         return s
 
     def close(self) -> None:
-        pass
+        if self._stream is not None:
+            self._stream.close()
 
 
 @dataclass(frozen=True)
