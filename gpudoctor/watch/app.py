@@ -31,7 +31,7 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from gpudoctor.watch.model import ProcReading, Sample
@@ -59,6 +59,20 @@ INTERRUPTED = "interrupted"  # what the app returns on Ctrl-C: gpudoctor exits 1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 MODES = ("auto", "compact", "full")  # GPU rows: chosen by height, or pinned by the `c` key
 MIN_PROCS = 4  # fewer lines than this for the process table: it is hidden
+KEYS = Text.assemble(
+    *(
+        part
+        for key, what in (
+            ("q", "quit"),
+            ("p", "pause"),
+            ("c", "compact"),
+            ("s", "sort"),
+            ("t", "SIGTERM"),
+            ("?", "help"),
+        )
+        for part in ((f" {key} ", "bold reverse"), (f" {what} ", ""))
+    )
+)
 
 HELP = """\
 [b]gpudoctor watch[/b]: are all my GPUs working evenly?
@@ -186,7 +200,7 @@ class WatchApp(App[str]):
                 yield Lines(id="rank-lines")
             yield Lines(id="verdicts")
             yield ProcessTable(id="procs")
-        yield Footer()
+        yield Static(KEYS, id="keys")  # not Textual's Footer: a widget per key costs the first frame ~0.1 s
 
     def on_mount(self) -> None:
         if self.live:
@@ -306,7 +320,9 @@ class WatchApp(App[str]):
         extra_log = len(events) - len(active)
         verdict_h = max(verdict_min, min(left, verdict_min + extra_log + len(active)))
         procs_h = left - verdict_h
-        if procs_h < MIN_PROCS:
+        if not n_gpus:  # no GPU: no GPU processes to list
+            procs_h = 0
+        elif procs_h < MIN_PROCS:
             verdict_h, procs_h = left, 0
         hints = verdict_h - 3 >= len(events) + len(active)
         self._set_heights(gpu_h, rank_h, verdict_h, procs_h)
@@ -355,8 +371,6 @@ class WatchApp(App[str]):
             parts.append((self.ended, "bold", True))
         if self.session.record_error:
             parts.append((self.session.record_error, "bold red", True))
-        if self.notice:
-            parts.append((self.notice, "yellow", True))
         if self.last is not None:
             b = self.last.builder
             elapsed = int((b.end or 0) - (b.start or 0))
@@ -369,6 +383,8 @@ class WatchApp(App[str]):
             parts.append((f"every {recorded:g} s" + (f" at {speed:g}x" if speed != 1 else ""), "", False))
         else:
             parts.append((f"every {source.interval:g} s", "", False))
+        if self.notice:  # after the clock: a long note is cut, the clock is not
+            parts.append((self.notice, "yellow", True))
         job = self.session.job
         parts.append((source.label, "", True))
         if job is not None:

@@ -34,6 +34,9 @@ def say(err: IO[str], line: str) -> None:
         pass
 
 
+TREE_EVERY_S = 5.0  # the job's process tree is recorded at least this often (its descendants, for the sentinel)
+
+
 @dataclass(frozen=True)
 class End:
     """Queue marker: the source ran out (replay finished, poller error) or the job ended."""
@@ -69,6 +72,7 @@ class Session:
         self.builder = SummaryBuilder(self.source.label, self.thresholds)
         self._poller = Poller(self.source, self._deliver)
         self._writer: RecordWriter | None = None
+        self._refreshed = 0.0  # when the job's process tree was last recorded (monotonic)
 
     def _deliver(self, sample: Sample | Notice | None) -> None:
         if sample is None:
@@ -116,9 +120,10 @@ class Session:
             self._writer.write(raw)  # the raw sample: a recording keeps every GPU
             if self._writer.error is not None:
                 self._recording_failed(self._writer.error)
-        if self.job is not None and raw.procs is not None:
+        if self.job is not None and (raw.procs is not None or self.last_arrival - self._refreshed >= TREE_EVERY_S):
+            self._refreshed = self.last_arrival  # the tree is followed without GPU process readings too
             tree = self.job.refresh()
-            self.job_gpus.update(p.gpu for p in raw.procs if p.pid in tree)
+            self.job_gpus.update(p.gpu for p in raw.procs or () if p.pid in tree)
         sample = self.filter(raw)
         verdicts = self.builder.add(sample)
         return Update(sample, verdicts, self.builder)

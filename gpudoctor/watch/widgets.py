@@ -283,6 +283,14 @@ def balance_line(balance: Balance, window_s: float, width: int) -> Text:
         text.append(f"{window_s:.0f} s window: mean util {mean:.0f}%")
         if balance.util_spread is not None:
             text.append(f"  spread {balance.util_spread:.0f} pts")
+    if balance.ranks:
+        steps = [r.step_s for r in balance.ranks.values() if r.step_s is not None]
+        waits = [r.wait_share for r in balance.ranks.values() if r.wait_share is not None]
+        text.append(f"{'  ' if text else ''}{len(balance.ranks)} ranks")
+        if steps:
+            text.append(f": step {1000 * statistics.median(steps):.0f} ms (median)")
+        if waits:
+            text.append(f", input wait {100 * statistics.median(waits):.0f}%")
     if balance.mem_mean:
         top = max(balance.mem_mean, key=balance.mem_mean.__getitem__)
         median = statistics.median(balance.mem_mean.values())
