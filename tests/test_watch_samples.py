@@ -101,3 +101,32 @@ def test_demo_plays_live_with_the_gpus_asked_for() -> None:
         assert r.returncode == 2 and "with --demo, --gpus is how many GPUs to simulate" in r.stderr
     r = gpudoctor("watch", "--demo", "nope")
     assert r.returncode == 2 and "'nope' is not one of" in r.stderr
+
+
+def test_the_policy_files_watch_table_sets_the_thresholds_and_options_win(tmp_path: Path) -> None:
+    (tmp_path / "gpudoctor.toml").write_text("[watch]\nwarmup-s = 10\nstraggler-gap = 50\n")
+
+    def report(*args: str) -> dict:  # type: ignore[type-arg]
+        r = subprocess.run(
+            [sys.executable, "-m", "gpudoctor", "report", "sample:straggler", "--json", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    found = report()  # GPU 3 runs ~40 points low: under a 50-point gap, no GD901; rank 3 still late
+    assert found["warmup_s"] == 10 and [(v["code"], v["start_s"]) for v in found["verdicts"]] == [("GD909", 10.0)]
+    assert report("--warmup", "30")["warmup_s"] == 30  # an option given wins over the file
+    assert {v["code"] for v in report("--no-config")["verdicts"]} == {"GD901", "GD909"}
+    (tmp_path / "gpudoctor.toml").write_text("[watch]\nwarmup = 10\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "watch", "--demo", "--no-tui", "--duration", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2 and "watch.warmup: unknown key (did you mean 'warmup-s'?)" in r.stderr

@@ -47,6 +47,18 @@ Exit codes:
   130  interrupted (Ctrl-C, SIGTERM): a command started by gpudoctor is stopped"""
 
 
+def config_options(command: Any) -> Any:
+    """--config FILE / --no-config: the policy file whose [watch] table sets the thresholds (as for check)."""
+    command = click.option("--no-config", is_flag=True, help="Use no policy file.")(command)
+    return click.option(
+        "--config",
+        "config_path",
+        type=NonEmpty(),
+        metavar="FILE",
+        help="Policy file with a [watch] table of thresholds (default: gpudoctor.toml or pyproject.toml upwards).",
+    )(command)
+
+
 def _parse_gpus(value: str | None) -> frozenset[int] | None:
     if value is None:
         return None
@@ -187,6 +199,7 @@ MAX_DEMO_GPUS = 128
     metavar="SECONDS",
     help="Steps stalled this long is a hang (GD911; default: 60 s or 10x the median step, the longer).",
 )
+@config_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def watch(
     interval: float,
@@ -203,6 +216,8 @@ def watch(
     demo: str | None,
     warmup: float | None,
     hang_after: float | None,
+    config_path: str | None,
+    no_config: bool,
     command: tuple[str, ...],
 ) -> None:
     """Live per-GPU balance while training runs: a dashboard, or lines without a terminal.
@@ -211,7 +226,6 @@ def watch(
     steps its ranks publish (`gpudoctor.step()`), ends when it ends (with its exit code) and prints
     a summary. Without a GPU it still follows the command's steps.
     """
-    from gpudoctor.watch.analysis import Thresholds
     from gpudoctor.watch.follow import Job
     from gpudoctor.watch.session import Session
     from gpudoctor.watch.sources import (
@@ -237,6 +251,7 @@ def watch(
     if force and not record_path:
         raise UserError("--force goes with --record FILE (overwrite FILE)", EXIT_USAGE, "usage")
     gpus = None if demo else _parse_gpus(gpus_opt)
+    th = thresholds(config_path, no_config, warmup_s=warmup, hang_after_s=hang_after)
     if record_path:
         from gpudoctor.watch.recording import check_record_target
 
@@ -289,7 +304,6 @@ def watch(
             steps.accept = job.owns
     if job is not None and isinstance(source, SyntheticSource):
         source.pids = lambda: tuple(sorted(job.pids()))  # the fake source puts the job's PIDs on its GPUs
-    th = Thresholds(warmup_s=warmup, hang_after_s=hang_after)
     session = Session(
         source, record_path=record_path, job=job, gpus=gpus, damage=damage, opened=True, thresholds=th, steps=steps
     )
@@ -337,6 +351,18 @@ def watch(
     sys.exit(0)
 
 
+def thresholds(config_path: str | None, no_config: bool, **given: float | None) -> Any:
+    """The analysis thresholds: the policy file's [watch] table (gpudoctor.policy), then the options given."""
+    import dataclasses
+
+    from gpudoctor.policy import load, watch_thresholds
+
+    if config_path and no_config:
+        raise UserError("--config and --no-config contradict each other", EXIT_USAGE, "usage")
+    th = watch_thresholds(load(config_path, use_config=not no_config))
+    return dataclasses.replace(th, **{k: v for k, v in given.items() if v is not None})
+
+
 def _demo_gpus(value: str | None) -> int:
     """With --demo, --gpus is how many GPUs to simulate."""
     if value is None:
@@ -370,16 +396,16 @@ def _step_channel() -> Any:
     metavar="SECONDS",
     help="Balance verdicts wait this long after the first sample (default: 60 s or one window, the later).",
 )
-def report(recording: str, as_json: bool, warmup: float | None) -> None:
+@config_options
+def report(recording: str, as_json: bool, warmup: float | None, config_path: str | None, no_config: bool) -> None:
     """Summarize a `watch --record` recording: per-GPU utilization, balance score, verdicts.
 
     FILE may be `sample:NAME`, a recording shipped with gpudoctor (straggler, hung, xid, ...)."""
-    from gpudoctor.watch.analysis import Thresholds
     from gpudoctor.watch.recording import recording_path
     from gpudoctor.watch.summary import render_text, summarize_recording
 
-    # streamed: memory does not grow with the recording
-    summary = summarize_recording(recording_path(recording), Thresholds(warmup_s=warmup))
+    th = thresholds(config_path, no_config, warmup_s=warmup)
+    summary = summarize_recording(recording_path(recording), th)  # streamed: memory does not grow with it
     if as_json:
         doc = summary.to_json()
         doc["command"] = "report"
