@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -432,43 +433,38 @@ def _gone(p: psutil.Process, within: float = 10.0) -> bool:
     return False
 
 
-def test_a_setsid_grandchild_is_stopped_when_the_command_ends(tmp_path: Path) -> None:
-    proc, kid = _setsid_job(tmp_path, parent_s=2.5)  # the command ends by itself, its grandchild runs on
+@contextlib.contextmanager
+def _setsid(
+    tmp_path: Path, parent_s: float, then: str = ""
+) -> Iterator[tuple[subprocess.Popen[bytes], psutil.Process]]:
+    """_setsid_job, and nothing of it left behind whatever the test finds."""
+    proc, kid = _setsid_job(tmp_path, parent_s, then)
     try:
-        assert proc.wait(timeout=30) == 0
-        assert _gone(kid), "the setsid grandchild outlived gpudoctor"
+        yield proc, kid
     finally:
         with contextlib.suppress(psutil.Error):
             kid.kill()
-        if proc.poll() is None:  # never leave gpudoctor behind a failing test
+        if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_setsid_grandchild_is_stopped_when_the_command_ends(tmp_path: Path) -> None:
+    with _setsid(tmp_path, parent_s=2.5) as (proc, kid):  # the command ends by itself, its grandchild runs on
+        assert proc.wait(timeout=30) == 0
+        assert _gone(kid), "the setsid grandchild outlived gpudoctor"
 
 
 def test_a_setsid_grandchild_is_stopped_on_interrupt_even_after_its_parent_left(tmp_path: Path) -> None:
-    proc, kid = _setsid_job(tmp_path, parent_s=0.0, then="; sleep 300")  # its parent exits at once: an orphan
-    try:
-        assert kid.ppid() == proc.pid  # re-parented to gpudoctor (child subreaper), not to init
+    with _setsid(tmp_path, parent_s=0.0, then="; sleep 300") as (proc, kid):  # its parent exits at once
+        assert kid.ppid() == proc.pid  # an orphan re-parented to gpudoctor (child subreaper), not to init
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 130
         assert _gone(kid), "the setsid grandchild outlived gpudoctor"
-    finally:
-        with contextlib.suppress(psutil.Error):
-            kid.kill()
-        if proc.poll() is None:  # never leave gpudoctor behind a failing test
-            proc.kill()
-            proc.wait()
 
 
 def test_the_sentinel_stops_a_setsid_grandchild_when_gpudoctor_is_killed(tmp_path: Path) -> None:
-    proc, kid = _setsid_job(tmp_path, parent_s=300)
-    try:
+    with _setsid(tmp_path, parent_s=300) as (proc, kid):
         proc.kill()  # no chance to clean up: the sentinel does, from the descendants it was told about
         proc.wait(timeout=10)
         assert _gone(kid), "the setsid grandchild outlived gpudoctor"
-    finally:
-        with contextlib.suppress(psutil.Error):
-            kid.kill()
-        if proc.poll() is None:  # never leave gpudoctor behind a failing test
-            proc.kill()
-            proc.wait()

@@ -284,29 +284,17 @@ def test_a_span_quotes_its_figure_over_the_whole_span() -> None:
 # -- end to end -----------------------------------------------------------------------------------------
 
 
-def test_watch_follows_steps_without_a_gpu_and_says_so_once(tmp_path: Path) -> None:
-    code = "import time, gpudoctor\nfor i in range(40):\n    with gpudoctor.step():\n        time.sleep(0.05)\n"
+def watch_json(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`gpudoctor watch --no-tui --json ARGS` with real NVML (never the fake): on this machine, no GPU."""
     env = {k: v for k, v in os.environ.items() if k != "GPUDOCTOR_WATCH_FAKE"}
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpudoctor",
-            "watch",
-            "--no-tui",
-            "--json",
-            "--interval",
-            "0.3",
-            "--",
-            sys.executable,
-            "-c",
-            code,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**env, "RANK": "0"},
-    )
+    cmd = [sys.executable, "-m", "gpudoctor", "watch", "--no-tui", "--json", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**env, "OMP_NUM_THREADS": "1"})
+
+
+def test_watch_follows_steps_without_a_gpu_and_says_so_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code = "import time, gpudoctor\nfor i in range(40):\n    with gpudoctor.step():\n        time.sleep(0.05)\n"
+    monkeypatch.setenv("RANK", "0")
+    r = watch_json("--interval", "0.3", "--", sys.executable, "-c", code)
     if "no GPU to watch" not in r.stderr:
         pytest.skip("this machine has a GPU: the no-GPU path is not taken")
     assert r.returncode == 0, r.stderr
@@ -324,37 +312,9 @@ def test_watch_follows_steps_without_a_gpu_and_says_so_once(tmp_path: Path) -> N
 def test_a_real_gloo_job_names_its_slow_rank_from_its_steps(where: str) -> None:
     """torchrun, 2 ranks, DDP over gloo; rank 1 slowed on purpose (rank-only work after its optimizer
     step, or its data late): named as the straggler by rank, from the step records alone (no GPU)."""
-    env = {k: v for k, v in os.environ.items() if k != "GPUDOCTOR_WATCH_FAKE"}
-    env["OMP_NUM_THREADS"] = "1"
-    cmd = [
-        sys.executable,
-        "-m",
-        "gpudoctor",
-        "watch",
-        "--no-tui",
-        "--json",
-        "--warmup",
-        "0",
-        "--interval",
-        "0.5",
-        "--",
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        str(JOBS / "ddp_steps.py"),
-        "--steps",
-        "45",
-        "--slow-rank",
-        "1",
-        "--slow-s",
-        "0.12",
-        "--slow-where",
-        where,
-    ]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    job = [str(JOBS / "ddp_steps.py"), "--steps", "45", "--slow-rank", "1", "--slow-s", "0.12", "--slow-where", where]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *job]
+    r = watch_json("--warmup", "0", "--interval", "0.5", "--", *torchrun, timeout=240)
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads(r.stdout.splitlines()[-1])
     assert [x["steps"] for x in summary["ranks"]] == [45, 45]

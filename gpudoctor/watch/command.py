@@ -47,6 +47,15 @@ Exit codes:
   130  interrupted (Ctrl-C, SIGTERM): a command started by gpudoctor is stopped"""
 
 
+def warmup_option(command: Any) -> Any:
+    return click.option(
+        "--warmup",
+        type=FiniteFloat(min=0),
+        metavar="SECONDS",
+        help="Balance verdicts wait this long after the first sample (default: 60 s or one window, the later).",
+    )(command)
+
+
 def config_options(command: Any) -> Any:
     """--config FILE / --no-config: the policy file whose [watch] table sets the thresholds (as for check)."""
     command = click.option("--no-config", is_flag=True, help="Use no policy file.")(command)
@@ -187,12 +196,7 @@ MAX_DEMO_GPUS = 128
     default=None,
     help="Play a built-in synthetic training job live, no GPU needed (default: straggler).",
 )
-@click.option(
-    "--warmup",
-    type=FiniteFloat(min=0),
-    metavar="SECONDS",
-    help="Balance verdicts wait this long after the first sample (default: 60 s or one window, the later).",
-)
+@warmup_option
 @click.option(
     "--hang-after",
     type=FiniteFloat(min=1),
@@ -390,12 +394,7 @@ def _step_channel() -> Any:
 @click.command("report")
 @click.argument("recording", type=NonEmpty(), metavar="FILE")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (schema: gpudoctor/schemas).")
-@click.option(
-    "--warmup",
-    type=FiniteFloat(min=0),
-    metavar="SECONDS",
-    help="Balance verdicts wait this long after the first sample (default: 60 s or one window, the later).",
-)
+@warmup_option
 @config_options
 def report(recording: str, as_json: bool, warmup: float | None, config_path: str | None, no_config: bool) -> None:
     """Summarize a `watch --record` recording: per-GPU utilization, balance score, verdicts.
