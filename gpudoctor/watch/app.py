@@ -57,7 +57,6 @@ INTERRUPTED = "interrupted"  # what the app returns on Ctrl-C: gpudoctor exits 1
 # Signals that end the dashboard like Ctrl-C. They are taken by the event loop (not raised as an
 # exception at whatever line the UI is running), so the app always shuts down cleanly.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-MODES = ("auto", "compact", "full")  # GPU rows: chosen by height, or pinned by the `c` key
 MIN_PROCS = 4  # fewer lines than this for the process table: it is hidden
 KEYS = Text.assemble(
     *(
@@ -179,7 +178,7 @@ class WatchApp(App[str]):
         self.stale = False
         self.ended: str | None = None
         self.sort = next(iter(SORTS))
-        self.mode = "auto"
+        self.mode = "auto"  # GPU rows: "auto" (chosen by height), or "compact"/"full" pinned by the `c` key
         self.last: Update | None = None
         self.procs: tuple[ProcReading, ...] = ()
         self.samples_seen = 0

@@ -20,7 +20,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudoctor.watch import codes
 from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict, analyze
 from gpudoctor.watch.model import RankReading, Sample, clock, plural
 from gpudoctor.watch.recording import RecordingStream
@@ -472,7 +471,3 @@ def render_text(summary: Summary) -> str:
                 lines.append(f"  {'':<23}{'':<13} +{plural(sp.more, 'more time')} in this span (it kept coming back)")
             lines.append(f"  {'':<23}{'':<13} hint: {v.hint} (gpudoctor explain {v.code})")
     return "\n".join(lines) + "\n"
-
-
-# The codes whose verdict marks its GPU for good (the row keeps the mark after the window moves on).
-STICKY = {codes.XID_EVENT.code, codes.GPU_LOST.code}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from rich.text import Text
 from textual.widgets import DataTable, Static
@@ -48,14 +47,6 @@ def mem_text(g: GpuReading, short: bool = False) -> str:
     if short or not g.mem_total:
         return f"{used:.0f}G" if used >= 10 else f"{used:.1f}G"
     return f"{used:.1f}/{g.mem_total / 1024:.0f}G"
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    header: str
-    width: int
-    justify: str = "right"
 
 
 # Drop order, first dropped first: the name, PCIe, SM clock, temperature, power (README, docs/watch.md).
