@@ -468,3 +468,44 @@ def test_the_sentinel_stops_a_setsid_grandchild_when_gpudoctor_is_killed(tmp_pat
         proc.kill()  # no chance to clean up: the sentinel does, from the descendants it was told about
         proc.wait(timeout=10)
         assert _gone(kid), "the setsid grandchild outlived gpudoctor"
+
+
+def test_a_terminal_that_goes_away_ends_the_dashboard_and_the_job() -> None:
+    """The SSH session or the tmux pane closes: writes to the terminal fail, then SIGHUP arrives.
+    Textual's writer thread dies on the first failed write and the app used to block for good on its
+    full output queue (Textualize/textual#6692), leaving gpudoctor and the job running."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    marker = f"{os.getpid()}-gone-{time.monotonic_ns()}"
+    env = {**FAKE, "GPUDOCTOR_WATCH_FAKE": "healthy:4", "GD_TEST_MARKER": marker, "TERM": "xterm-256color"}
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    cmd = [sys.executable, "-m", "gpudoctor", "watch", "--interval", "0.1", "--", "sleep", "100"]
+    proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+    os.close(slave)
+    try:
+        seen = b""
+        deadline = time.monotonic() + 30
+        while b"/80G" not in seen and time.monotonic() < deadline:  # a GPU row is drawn
+            seen = (seen + os.read(master, 65536))[-8192:]
+        assert b"/80G" in seen
+        os.close(master)  # the terminal is gone: every write now fails
+        master = -1
+        time.sleep(4)  # ~40 frames at 0.1 s: more than Textual's 30 queued writes
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=20) == 129
+        deadline = time.monotonic() + 10
+        while _marked(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [p.cmdline() for p in _marked(marker)] == []
+    finally:
+        for p in _marked(marker):
+            p.kill()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if master >= 0:
+            os.close(master)

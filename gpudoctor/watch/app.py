@@ -18,6 +18,7 @@ import contextlib
 import os
 import queue
 import signal
+import sys
 import time
 from collections import deque
 from typing import Any
@@ -134,6 +135,52 @@ class ConfirmSignal(ModalScreen[bool]):
         self.dismiss(event.key == "y")
 
 
+class _GoneTolerant:
+    """The terminal stream, with writes that never raise: once the terminal is gone (EIO, EPIPE: the SSH
+    session or the tmux pane closed), output is dropped.
+
+    Textual's writer thread dies on the first failed write, its bounded queue then fills, and the app
+    blocks for good in its next write or in its shutdown (Textualize/textual#6692): the dashboard, and
+    with it a followed job, would outlive the terminal. With this stream the writer thread never dies,
+    so the SIGHUP that comes with the closed terminal ends the app as it should (exit 129).
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> None:
+        if not self.gone:
+            try:
+                self._stream.write(text)
+            except (OSError, ValueError):
+                self.gone = True
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self.gone = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def terminal_driver() -> Any:
+    """Textual's Linux driver writing through a `_GoneTolerant` stream (None elsewhere: Textual's own)."""
+    if sys.platform == "win32":
+        return None
+    from textual.drivers.linux_driver import LinuxDriver
+
+    class Driver(LinuxDriver):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._file = _GoneTolerant(self._file)
+
+    return Driver
+
+
 def may_signal(p: ProcReading) -> str | None:
     """Why the user may not signal this process (None: they may): only their own, still the same process."""
     if p.note or not p.command:
@@ -167,9 +214,15 @@ class WatchApp(App[str]):
     ]
 
     def __init__(
-        self, session: Session, *, live: bool = True, preload: list[Sample] | None = None, duration: float | None = None
+        self,
+        session: Session,
+        *,
+        live: bool = True,
+        preload: list[Sample] | None = None,
+        duration: float | None = None,
+        driver_class: Any = None,
     ) -> None:
-        super().__init__()
+        super().__init__(driver_class=driver_class)
         self.session = session
         self.live = live
         self.preload = preload or []
@@ -454,6 +507,6 @@ class WatchApp(App[str]):
 
 def run_app(session: Session, duration: float | None = None) -> tuple[str | None, int | None]:
     """Run the dashboard; returns why it ended and the signal that ended it (None: no signal)."""
-    app = WatchApp(session, duration=duration)
+    app = WatchApp(session, duration=duration, driver_class=terminal_driver())
     result = app.run()
     return result, app.signum

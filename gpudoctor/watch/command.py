@@ -334,6 +334,8 @@ def watch(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     summary = session.summary()
+    from gpudoctor.cli import OutputError  # the CLI's stdout raises it for a failed write (a closed terminal)
+
     try:
         if as_json:
             click.echo(dumps({"kind": "summary", **summary.to_json()}, separators=(",", ":")))
@@ -344,10 +346,10 @@ def watch(
         if interrupted is not None:
             why = "hung up" if interrupted == 128 + signal.SIGHUP else "interrupted"
             click.echo(f"gpudoctor: {why}" + ("; stopped the command" if job and job.owned else ""), err=True)
-    except OSError:
+    except (OSError, OutputError):
         if interrupted is None:
             raise
-        # the terminal that hung up is gone: the job is stopped, the exit code still says why
+        _silence_output()  # the terminal that hung up is gone: the job is stopped, the exit code says why
     if interrupted is not None:
         sys.exit(interrupted)
     if job is not None and job.owned:
@@ -365,6 +367,19 @@ def thresholds(config_path: str | None, no_config: bool, **given: float | None) 
         raise UserError("--config and --no-config contradict each other", EXIT_USAGE, "usage")
     th = watch_thresholds(load(config_path, use_config=not no_config))
     return dataclasses.replace(th, **{k: v for k, v in given.items() if v is not None})
+
+
+def _silence_output() -> None:
+    """Standard output and error go nowhere from now on (their terminal is gone), so that flushing them
+    at exit cannot fail and change the exit code."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+    except OSError:
+        pass
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (lives until exit)
+    sys.stderr = open(os.devnull, "w")  # noqa: SIM115
 
 
 def _demo_gpus(value: str | None) -> int:
