@@ -465,9 +465,15 @@ def test_a_setsid_grandchild_is_stopped_on_interrupt_even_after_its_parent_left(
 
 def test_the_sentinel_stops_a_setsid_grandchild_when_gpudoctor_is_killed(tmp_path: Path) -> None:
     with _setsid(tmp_path, parent_s=300) as (proc, kid):
+        channel = psutil.Process(kid.ppid()).environ()["GPUDOCTOR_STEPS"]  # what the job was given
+        assert os.path.isdir(channel)
         proc.kill()  # no chance to clean up: the sentinel does, from the descendants it was told about
         proc.wait(timeout=10)
         assert _gone(kid), "the setsid grandchild outlived gpudoctor"
+        deadline = time.monotonic() + 10
+        while os.path.exists(channel) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not os.path.exists(channel)  # and the step channel's directory is not left behind
 
 
 def test_a_terminal_that_goes_away_ends_the_dashboard_and_the_job() -> None:

@@ -299,7 +299,7 @@ def watch(
         steps = _step_channel()
         env = None if steps is None else {**os.environ, **steps.env}
         try:
-            job = Job.start(list(command), env=env, adopt=True)
+            job = Job.start(list(command), env=env, adopt=True, channel=None if steps is None else steps.directory)
         except UserError:
             if steps is not None:
                 steps.close()

@@ -73,9 +73,12 @@ class Job:
         self._told: set[int] = set()  # descendants outside the group already told to the sentinel
 
     @classmethod
-    def start(cls, argv: list[str], env: dict[str, str] | None = None, adopt: bool = False) -> Job:
+    def start(
+        cls, argv: list[str], env: dict[str, str] | None = None, adopt: bool = False, channel: str | None = None
+    ) -> Job:
         """Start `argv` in its own process group. `adopt`: become the subreaper of its orphans
-        (the CLI does; it changes who reaps orphans for the whole gpudoctor process)."""
+        (the CLI does; it changes who reaps orphans for the whole gpudoctor process). `channel`: the
+        job's step-channel directory, which the sentinel removes if gpudoctor dies."""
         adopting = adopt and adopt_orphans()
         try:
             proc = subprocess.Popen(
@@ -90,10 +93,10 @@ class Job:
             raise UserError(f"command not executable: {argv[0]}", EXIT_USAGE, "usage") from None
         job = cls(proc, psutil.Process(proc.pid), command_line(argv))
         job.adopting = adopting
-        job._start_sentinel()
+        job._start_sentinel(channel)
         return job
 
-    def _start_sentinel(self) -> None:
+    def _start_sentinel(self, channel: str | None = None) -> None:
         """Start the process that stops the job's group if gpudoctor dies first (see sentinel.py).
 
         The pipe is created after the job started and is close-on-exec, so only gpudoctor holds
@@ -114,6 +117,7 @@ class Job:
                     str(self.root.pid),
                     repr(self.root.create_time()),
                     repr(STOP_GRACE_S),
+                    *([channel] if channel else []),
                 ],
                 stdin=read_end,
                 stdout=subprocess.DEVNULL,

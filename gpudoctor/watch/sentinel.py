@@ -9,7 +9,8 @@ to. The sentinel blocks reading it (no polling, no CPU):
 - a line `q` arrives: gpudoctor stopped (or saw the end of) the job itself; the sentinel exits;
 - end of file: gpudoctor is gone (SIGKILL, a crash) with the job perhaps still running; the
   sentinel sends SIGTERM to the job's process group and to the descendants it was told about (and
-  theirs), waits up to GRACE seconds, sends SIGKILL to what is left, and exits.
+  theirs), waits up to GRACE seconds, sends SIGKILL to what is left, removes the job's step-channel
+  directory if it was given one (gpudoctor.watch.steps), and exits.
 
 It never signals anything but the job's group and the descendants it was told about (each checked
 against its recorded start time, so a reused PID is left alone): while the job's leader (PID == PGID, with the start
@@ -18,7 +19,7 @@ leader is gone, the group's remaining members are signalled one by one through p
 each PID's start time), and not at all if another process holds the number as its own PID (a group
 of ours would have kept the number reserved). See gpudoctor.procs for the same rule.
 
-Run as a script (`python -I sentinel.py PGID START_TIME GRACE`), it imports only the standard
+Run as a script (`python -I sentinel.py PGID START_TIME GRACE [CHANNEL_DIR]`), it imports only the standard
 library, and psutil once it has work to do. It ignores SIGINT and SIGHUP (a closing terminal or a
 Ctrl-C reach gpudoctor, which stops the job and then releases the sentinel) and runs in its own
 session, so a signal to gpudoctor's process group does not take it down with gpudoctor.
@@ -154,14 +155,33 @@ def read_orders(fd: int) -> dict[int, float] | None:
             return told
 
 
+CHANNEL_PREFIX = "gpudoctor-steps-"  # gpudoctor.watch.steps' directory (mkdtemp prefix)
+
+
+def remove_channel(directory: str) -> None:
+    """The job's step-channel directory (ours, named by gpudoctor) and its socket, once the job is stopped."""
+    try:
+        st = os.lstat(directory)
+        if not os.path.basename(directory).startswith(CHANNEL_PREFIX) or st.st_uid != os.geteuid():
+            return
+        for name in os.listdir(directory):
+            os.unlink(os.path.join(directory, name))
+        os.rmdir(directory)
+    except OSError:
+        pass
+
+
 def main(argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     pgid, started, grace_s = int(argv[1]), float(argv[2]), float(argv[3])
+    channel = argv[4] if len(argv) > 4 else None
     told = read_orders(0)
     if told is None:
         return 0  # gpudoctor stopped the job itself
     stop_group(pgid, started, grace_s, told)
+    if channel:
+        remove_channel(channel)  # gpudoctor died without removing it
     return 0
 
 

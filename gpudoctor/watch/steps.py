@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from gpudoctor.training_step import ENV, MAGIC, RECORD, SOCKET_NAME
 from gpudoctor.watch.model import RankReading, plural
+from gpudoctor.watch.sentinel import CHANNEL_PREFIX
 
 CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 WAKE = b"wake"  # sent to ourselves by close()
@@ -79,7 +80,7 @@ class StepChannel:
 
     def __init__(self, accept: Callable[[int], bool] | None = None) -> None:
         self.accept = accept  # pid -> is it one of the job's processes (None: nothing accepted yet)
-        self.directory = tempfile.mkdtemp(prefix="gpudoctor-steps-", dir=_private_base())
+        self.directory = tempfile.mkdtemp(prefix=CHANNEL_PREFIX, dir=_private_base())
         self.path = os.path.join(self.directory, SOCKET_NAME)
         self._lock = threading.Lock()
         self._ranks: dict[tuple[int | None, int], _Acc] = {}
