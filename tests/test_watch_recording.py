@@ -322,7 +322,7 @@ def test_empty_file_names_are_usage_errors() -> None:
     for args in cases:
         r = gpudoctor(*args, timeout=30)
         assert r.returncode == 2, (args, r.stderr)
-        assert "an empty value is not allowed" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        assert "needs a file name, got ''" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_replay_skips_a_hole_in_the_recording_and_says_so(tmp_path: Path) -> None:

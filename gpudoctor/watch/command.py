@@ -62,7 +62,7 @@ def config_options(command: Any) -> Any:
     return click.option(
         "--config",
         "config_path",
-        type=NonEmpty(),
+        type=FILE_NAME,
         metavar="FILE",
         help="Policy file with a [watch] table of thresholds (default: gpudoctor.toml or pyproject.toml upwards).",
     )(command)
@@ -144,6 +144,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # handled like Ctrl-C; SIGHUP exits 129, the others 130
+FILE_NAME = NonEmpty("a file name")
 DEMOS = ("straggler", "hung", "starved", "throttle", "xid", "lost", "balanced")  # synthetic.DEMOS, kept light
 MAX_DEMO_GPUS = 128
 
@@ -169,11 +170,19 @@ MAX_DEMO_GPUS = 128
     help="Seconds between process-list readings.",
 )
 @click.option(
-    "--record", "record_path", type=NonEmpty(), metavar="FILE", help="Write every sample to FILE (JSON lines)."
+    "--record",
+    "record_path",
+    type=FILE_NAME,
+    metavar="FILE",
+    help="Write every sample to FILE (JSON lines).",
 )
 @click.option("--force", is_flag=True, help="With --record: overwrite FILE if it already holds something.")
 @click.option(
-    "--replay", "replay_path", type=NonEmpty(), metavar="FILE", help="Play a recording instead of reading NVML."
+    "--replay",
+    "replay_path",
+    type=FILE_NAME,
+    metavar="FILE",
+    help="Play a recording instead of reading NVML.",
 )
 @click.option(
     "--speed", type=FiniteFloat(min=0.01), default=1.0, show_default=True, help="Replay speed (2 = twice as fast)."
@@ -407,7 +416,7 @@ def _step_channel() -> Any:
 
 
 @click.command("report")
-@click.argument("recording", type=NonEmpty(), metavar="FILE")
+@click.argument("recording", type=FILE_NAME, metavar="FILE")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (schema: gpudoctor/schemas).")
 @warmup_option
 @config_options
