@@ -8,7 +8,8 @@ which is what GD402 (links down) says too.
 
 Interconnect classes (`fabric`), for the set of GPUs that run the collective:
 
-- "nvswitch": some GPU has a link ending at an NVSwitch (HGX/DGX A100, H100, H200, B200).
+- "nvswitch": some GPU has a link ending at an NVSwitch (HGX/DGX A100, H100, H200, B200), or an
+  active link whose far end NVML cannot name (NVSwitches hidden from a VM, as NCCL assumes).
   Bound: the GPU's links x NCCL's rate per link (the switch is non-blocking).
 - "mesh": SXM GPUs joined GPU-to-GPU (DGX-1 V100 hybrid cube mesh, 4-GPU HGX A100/H100 boards).
   NCCL's rings use every link a GPU has toward the other GPUs of the run, so the bound is the
@@ -18,8 +19,10 @@ Interconnect classes (`fabric`), for the set of GPUs that run the collective:
   are bound by the PCIe hops ("pcie").
   For meshes and bridges NVLink must carry a whole ring (every GPU once, NVLink pair to NVLink
   pair); otherwise the ring's PCIe hop bounds it.
-- "pcie": the ring crosses PCIe: the slowest GPU's PCIe generation x width at NCCL's rates,
-  times the efficiency of the transport (P2P, or host memory when P2P is not offered), and a
+- "pcie": the ring crosses PCIe: the slowest GPU's PCIe generation x width at NCCL's rates
+  (shared k ways where k GPUs below one PCIe switch send through host memory over its uplink),
+  times the efficiency of the transport (P2P where NCCL uses it: NVML offers it and the pair is
+  within NCCL's default P2P level for this CPU and NCCL version; else host memory), and a
   further factor when a pair crosses the CPU interconnect (SYS).
 
 Algorithm: NVLink SHARP (NVLS) runs all-reduce on NVSwitch systems of Hopper or later when more
@@ -40,8 +43,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import combinations
 
-from gpudoctor import topology
-from gpudoctor.snapshot import Gpu, Missing, Snapshot
+from gpudoctor import nccl_rules, topology
+from gpudoctor.snapshot import Gpu, Missing, NvLink, Snapshot
 
 # --- per-link rates --------------------------------------------------------------------------
 
@@ -86,22 +89,40 @@ NVLS_MIN_GPUS = 5
 NVLS_SOURCE = "NVLS gain from 8x H200 sweeps with NCCL_NVLS_ENABLE=0/1 (stas00/ml-engineering); nccl-tests#212"
 NCCL_NVLS_VERSION = (2, 17)  # NVIDIA/nccl 2.17.1-1: "Add new NVLS algorithm for allreduce using NVLink SHARP"
 CUDA_NVLS_VERSION = (12, 1)  # src/transport/nvls.cc: "NVLS Multicast support requires CUDA12.1 UMD + KMD"
+# Inside a VM: NCCL runs NVLS where CUDA reports CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED
+# (nvls.cc, ncclNvlsInit). NVIDIA documents full-passthrough VMs that own their GPUs and
+# NVSwitches (Fabric Manager user guide) and multicast in vGPU VMs "when unified memory (UVM) is
+# enabled" (NVIDIA AI Enterprise, vGPU NVSwitch page). The snapshot does not record that attribute, so a VM
+# does not change the expectation; the basis names the ring figure a run without multicast reaches.
+# The one VM figure found (NVIDIA/nccl#1303) is a run over RoCE between VMs, not a node's NVLS.
 
-# PCIe rings (heuristic factors fitted on the four PCIe measurements in tests/reference/, not a
-# law): NCCL uses P2P up to PXB (src/graph/paths.cc, ncclTopoCheckP2p: "By default don't use P2P
-# across CPU Host Bridges"), 0.9 of the PCIe rate there (2x V100 PCIe Gen3 PIX 11.68 of 12,
-# superbench-results v0.2.1); further apart, or where NVML offers no P2P, transfers go through
-# host memory, 0.75 (3x A100 PCIe Gen4 NODE 20 of 24, nccl-tests#178; 4x RTX 5090 Gen5 35 of 48,
-# NVIDIA/nccl#1639); x 0.8 more when a pair crosses the CPU interconnect (8x RTX 5090 on two
-# sockets 28 against 35 on four GPUs, nccl#1639). sjeaugey (nccl#1639): "On PCI systems, the
-# performance you get is usually determined by the bandwidth your CPU and memory can deliver".
-PCIE_P2P_EFFICIENCY = 0.9
+# PCIe rings (heuristic factors fitted on the PCIe measurements in tests/reference/, not a law).
+# NCCL uses P2P for a pair when NVML offers it and the pair is no further apart than NCCL's P2P
+# level (src/graph/paths.cc, ncclTopoCheckP2p: PXB by default, SYS on AMD CPUs with at most two
+# GPUs from 2.23, SYS on AMD before 2.23: gpudoctor/nccl_rules.py). P2P reaches NCCL's PCIe rate:
+# 2x V100 PCIe Gen3 PIX 11.68 of 12 (superbench-results v0.2.1), 4x RTX 4090 with P2P behind one
+# switch 25.95 of 24 (tinygrad/open-gpu-kernel-modules#36), so 1.0. Other pairs go through host
+# memory (NCCL's SHM transport), 0.75 of it (3x A100 PCIe Gen4 NODE 20 of 24, nccl-tests#178; 4x
+# RTX 5090 Gen5 35 of 48, NVIDIA/nccl#1639); x 0.8 more when a pair crosses the CPU interconnect
+# (8x RTX 5090 on two sockets 28 against 35 on four GPUs, nccl#1639). sjeaugey (nccl#1639): "On PCI
+# systems, the performance you get is usually determined by the bandwidth your CPU and memory can
+# deliver".
+#
+# Host memory traffic of GPUs behind one PCIe switch (pairs at PIX/PXB/SAME) all crosses the
+# switch's uplink: NCCL routes a pair without P2P through the CPU (paths.cc, addInterStep: "Divert
+# all traffic through the CPU") and its ring search takes each ring's bandwidth from every link the
+# path crosses (search.cc, followPath), so k such GPUs share the uplink k ways. The uplink's width
+# is not in the snapshot: it is taken as the GPUs' own (a heuristic; NCCL reads it from sysfs).
+# 2x RTX 2080 Ti on one switch without P2P: 4.00 GB/s against 12 / 2 x 0.75 = 4.5 (the
+# Anthony-Hoo AutoDL report, tests/reference/).
+PCIE_P2P_EFFICIENCY = 1.0
 PCIE_HOST_EFFICIENCY = 0.75
 PCIE_SYS_FACTOR = 0.8
-PCIE_P2P_LEVELS = ("SAME", "PIX", "PXB", "?")  # "?": level not recorded, assumed near
+SWITCH_LEVELS = ("SAME", "PIX", "PXB")  # nvidia-smi levels of two GPUs below one PCIe switch
 PCIE_SOURCE = (
-    "PCIe factors fitted on 2x V100 PCIe 11.68 GB/s (superbench-results v0.2.1), 3x A100 PCIe 20 "
-    "(nccl-tests#178), 4x/8x RTX 5090 35/28 (NVIDIA/nccl#1639); P2P up to PXB (nccl src/graph/paths.cc)"
+    "PCIe factors fitted on 2x V100 PCIe 11.68 GB/s (superbench-results v0.2.1), 4x RTX 4090 P2P 25.95 "
+    "(tinygrad/open-gpu-kernel-modules#36), 3x A100 PCIe 20 (nccl-tests#178), 4x/8x RTX 5090 35/28 "
+    "(NVIDIA/nccl#1639); P2P level and host paths through the CPU from nccl src/graph/paths.cc, search.cc"
 )
 
 # --- per-model facts -----------------------------------------------------------------------------
@@ -273,8 +294,8 @@ def nvls_blocker(snapshot: Snapshot, gpus: list[Gpu], collective: str) -> str | 
     if len(gpus) < NVLS_MIN_GPUS:
         return f"NCCL picks the ring for {len(gpus)} GPUs (NVLS from {NVLS_MIN_GPUS})"
     env = snapshot.env
-    if env.get("NCCL_NVLS_ENABLE", "").strip() == "0":
-        return "NCCL_NVLS_ENABLE=0"
+    if nccl_rules.nccl_int(env.get("NCCL_NVLS_ENABLE")) == 0:  # nvls.cc: if (!ncclParamNvlsEnable() ...)
+        return f"NCCL_NVLS_ENABLE={env['NCCL_NVLS_ENABLE']}"
     algo = env.get("NCCL_ALGO", "").strip()
     if algo and not algo_allows(algo, collective, "nvls"):
         return f"NCCL_ALGO={algo} excludes NVLS"
@@ -290,9 +311,16 @@ def nvls_blocker(snapshot: Snapshot, gpus: list[Gpu], collective: str) -> str | 
 # --- the model ---------------------------------------------------------------------------------------
 
 
+def _to_switch(link: NvLink, buses: set[tuple[int, int, int, int] | str]) -> bool:
+    """A link to an NVSwitch: NVML says so (whatever its state), or an active link whose far end
+    NCCL cannot see (an NVSwitch hidden from a VM: topology.ends_at_switch)."""
+    return link.remote_type == "switch" or (link.active and topology.ends_at_switch(link, buses))
+
+
 def fabric_of(snapshot: Snapshot, gpus: list[Gpu]) -> str:
     """The interconnect class of these GPUs, from facts a failing link does not change."""
-    if any(link.remote_type == "switch" for g in snapshot.gpus for link in _links(g)):
+    buses = topology.gpu_buses(snapshot)
+    if any(_to_switch(link, buses) for g in snapshot.gpus for link in _links(g)):
         return "nvswitch"
     if any(_links(g) for g in gpus) and not any(is_pcie_card(g) for g in gpus):
         if not any(link.active for g in snapshot.gpus for link in _links(g)):
@@ -384,8 +412,12 @@ def _nvlink_expectation(
         blocker = nvls_blocker(snapshot, gpus, collective)
         if blocker is None:
             gain = NVLS_GAIN[min(max(len(gpus), NVLS_MIN_GPUS), max(NVLS_GAIN))]
+            ring = busbw
             busbw *= gain
-            basis += f" x {gain:g} NVLS ({len(gpus)} GPUs)"
+            basis += (
+                f" x {gain:g} NVLS ({len(gpus)} GPUs; where the driver offers no multicast, as in some VMs, "
+                f"NCCL rings: {ring:.1f} GB/s)"
+            )
             source += f"; {NVLS_SOURCE}"
             algorithm = "nvls"
         elif all((_cc(g) or (0, 0)) >= (9, 0) for g in gpus) and collective == "allreduce":
@@ -403,26 +435,77 @@ def _p2p_ok(snapshot: Snapshot, a: int, b: int) -> bool | None:
     return all(s == "ok" for s in statuses)
 
 
+def _p2p_cutoff(snapshot: Snapshot, gpus: int) -> tuple[str, str]:
+    """NCCL's default P2P level for a run on `gpus` GPUs of this node (an NCCL path type) and why:
+    nccl_rules.default_p2p_level for the CPU and NCCL version; a CPU the snapshot does not name is
+    taken as PXB, the default of current NCCL on every CPU but AMD. NCCL_P2P_DISABLE and
+    NCCL_P2P_LEVEL are left out on purpose: a variable that cuts P2P is a fault (GD62x names it)
+    whose cost GD601 should see, as it does on NVLink machines."""
+    host = snapshot.host
+    arch, vendor = nccl_rules.cpu_kind(
+        host.cpu_arch if isinstance(host.cpu_arch, str) else None,
+        host.cpu_vendor if isinstance(host.cpu_vendor, str) else None,
+    )
+    if not arch:
+        return "PXB", "NCCL's default PXB (CPU not recorded)"
+    default = nccl_rules.default_p2p_level(_version(snapshot.software.torch_nccl), arch, vendor, gpus)
+    return default.level, f"NCCL's default {default.level}, {default.basis}"
+
+
+def _uses_p2p(snapshot: Snapshot, a: int, b: int, cutoff: str) -> bool:
+    """Whether NCCL talks P2P between GPUs a and b (NVML offers it, not further apart than the cut-off;
+    an unrecorded status or level is taken as near and offered)."""
+    if _p2p_ok(snapshot, a, b) is False:
+        return False
+    level = topology.pcie_level(snapshot, a, b)
+    path = nccl_rules.NVIDIA_SMI_TO_NCCL.get(level, "PIX" if level == "?" else "SYS")
+    return nccl_rules.RANK[path] <= nccl_rules.RANK[cutoff]
+
+
+def _switch_groups(snapshot: Snapshot, indices: list[int]) -> list[list[int]]:
+    """The GPUs below one PCIe switch (joined by SAME/PIX/PXB pairs), groups of two or more."""
+    group = {i: {i} for i in indices}
+    for a, b in combinations(indices, 2):
+        if topology.pcie_level(snapshot, a, b) in SWITCH_LEVELS and group[a] is not group[b]:
+            merged = group[a] | group[b]
+            for i in merged:
+                group[i] = merged
+    unique = {id(g): g for g in group.values()}
+    return sorted((sorted(g) for g in unique.values() if len(g) > 1), key=lambda g: g[0])
+
+
 def _pcie_expectation(snapshot: Snapshot, gpus: list[Gpu]) -> Expectation | None:
-    rates = []
+    rates: dict[int, tuple[float, int, int]] = {}
     for gpu in gpus:
         gen, width = gpu.pcie_gen_max, gpu.pcie_width_max
         if not isinstance(gen, int) or not isinstance(width, int) or gen not in NCCL_PCIE_GBPS_PER_LANE:
             return None
-        rates.append((NCCL_PCIE_GBPS_PER_LANE[gen] * width, gen, width))
-    bound, gen, width = min(rates)
-    pairs = list(combinations([g.index for g in gpus], 2))
-    p2p = [_p2p_ok(snapshot, a, b) for a, b in pairs]
-    far = [p for p in pairs if topology.pcie_level(snapshot, *p) not in PCIE_P2P_LEVELS]
-    host = any(ok is False for ok in p2p) or bool(far)
+        rates[gpu.index] = (NCCL_PCIE_GBPS_PER_LANE[gen] * width, gen, width)
+    indices = sorted(rates)
+    link, gen, width = min(rates.values())
+    pairs = list(combinations(indices, 2))
+    cutoff, why = _p2p_cutoff(snapshot, len(indices))
+    host = [p for p in pairs if not _uses_p2p(snapshot, *p, cutoff)]
+    bound, shared = link, ""
+    for group in _switch_groups(snapshot, indices):
+        # Host-staged hops of every GPU in the group cross its uplink; with P2P inside the group
+        # the ring enters and leaves it once.
+        staged = any(a in group and b in group for a, b in host)
+        flows = len(group) if staged else (1 if len(group) < len(indices) else 0)
+        uplink = min(rates[i][0] for i in group)
+        if flows > 1 and uplink / flows < bound:
+            bound = uplink / flows
+            shared = f" / {flows} (GPUs {', '.join(map(str, group))} share one PCIe switch uplink)"
     factor = PCIE_HOST_EFFICIENCY if host else PCIE_P2P_EFFICIENCY
-    if any(ok is False for ok in p2p):
+    if not host:
+        how = "P2P" + (", P2P status unknown: assumed" if any(_p2p_ok(snapshot, *p) is None for p in pairs) else "")
+    elif any(_p2p_ok(snapshot, *p) is False for p in host):
         how = "through host memory (no P2P)"
-    elif far:
-        how = "through host memory (pairs beyond PXB, where NCCL does not use P2P)"
     else:
-        how = "P2P" + (", P2P status unknown: assumed" if any(ok is None for ok in p2p) else "")
-    basis = f"PCIe Gen{gen} x{width} = {bound:g} GB/s (NCCL's rate) x {factor:g} {how}"
+        how = f"through host memory (pairs beyond {cutoff}: {why})"
+    basis = f"PCIe Gen{gen} x{width} = {link:g} GB/s (NCCL's rate){shared}" + (
+        f", {how}" if factor == 1 else f" x {factor:g} {how}"
+    )
     if any(topology.pcie_level(snapshot, a, b) == "SYS" for a, b in pairs):
         factor *= PCIE_SYS_FACTOR
         basis += f" x {PCIE_SYS_FACTOR:g} (a pair crosses the CPU interconnect, SYS)"

@@ -4,6 +4,7 @@ Pure functions over a `Snapshot`; GPUs are named by NVML index (nvidia-smi's num
 
     active_links(gpu)              -> int   active NVLink links of one GPU (0 without NVLink)
     nvlink_count(snap, a, b)       -> int   links joining GPUs a and b (the # of "NV#")
+    ends_at_switch(link, buses)    -> bool  the link ends at an NVSwitch (or at a far end NCCL cannot see)
     has_nvswitch(snap)             -> bool  some active link ends at an NVSwitch
     nvlink_generation(snap, idx)   -> int | None  NVLink generation of the GPUs (3: A100, 4: H100), slowest
     arch_nvlink_generation(cc)     -> int | None  NVLink generation of an architecture ("9.0" -> 4)
@@ -21,7 +22,9 @@ Pure functions over a `Snapshot`; GPUs are named by NVML index (nvidia-smi's num
 How NV# is counted (as nvidia-smi does): an active link counts toward a peer when its remote
 PCI bus id is the peer's. On NVSwitch systems the remote of every link is a switch, and every
 pair of GPUs is joined through the fabric by as many links as the weaker GPU has active, so a
-pair shows NV<min(active links of a, of b)> (NV18 on HGX H100, NV12 on HGX A100).
+pair shows NV<min(active links of a, of b)> (NV18 on HGX H100, NV12 on HGX A100). A link whose
+far end NVML cannot name, and that is no GPU of the snapshot, counts as an NVSwitch link, as NCCL
+counts it (inside VMs the switches are often not visible).
 """
 
 from __future__ import annotations
@@ -68,8 +71,27 @@ def active_links(gpu: Gpu) -> int:
     return len(_links(gpu))
 
 
-def switch_links(gpu: Gpu) -> int:
-    return sum(1 for link in _links(gpu) if link.remote_type == "switch")
+def gpu_buses(snapshot: Snapshot) -> set[tuple[int, int, int, int] | str]:
+    """The bus ids of the GPUs the snapshot sees (normalize_bus_id keys)."""
+    return {normalize_bus_id(g.pci_bus_id) for g in snapshot.gpus}
+
+
+def ends_at_switch(link: NvLink, gpus: set[tuple[int, int, int, int] | str] | None = None) -> bool:
+    """Whether a link ends at an NVSwitch as NCCL reads it: NVML says so, or NVML cannot name the
+    far end (type "unknown" or unreadable) and it is no GPU in `gpus`. Inside a VM the NVSwitches
+    are often invisible; NCCL then assumes one (src/graph/xml.cc: "Remote NVLink device is not
+    visible inside this VM. Assume NVSwitch."). Without `gpus`, only NVML's word counts."""
+    if link.remote_type == "switch":
+        return True
+    if gpus is None or link.remote_type in ("gpu", "ibmnpu"):
+        return False
+    remote = link.remote_bus_id
+    return not (isinstance(remote, str) and normalize_bus_id(remote) in gpus)
+
+
+def switch_links(gpu: Gpu, gpus: set[tuple[int, int, int, int] | str] | None = None) -> int:
+    """Active links of `gpu` ending at an NVSwitch (ends_at_switch; `gpus`: the snapshot's bus ids)."""
+    return sum(1 for link in _links(gpu) if ends_at_switch(link, gpus))
 
 
 def _direct_links(gpu: Gpu, peer: Gpu) -> int:
@@ -88,11 +110,13 @@ def nvlink_count(snapshot: Snapshot, a: int, b: int) -> int:
         return 0
     ga, gb = snapshot.gpu(a), snapshot.gpu(b)
     direct = max(_direct_links(ga, gb), _direct_links(gb, ga))
-    return direct + min(switch_links(ga), switch_links(gb))
+    buses = gpu_buses(snapshot)
+    return direct + min(switch_links(ga, buses), switch_links(gb, buses))
 
 
 def has_nvswitch(snapshot: Snapshot) -> bool:
-    return any(switch_links(g) for g in snapshot.gpus)
+    buses = gpu_buses(snapshot)
+    return any(switch_links(g, buses) for g in snapshot.gpus)
 
 
 # The NVLink generation of each architecture, by CUDA compute capability. This, not NVML's
@@ -101,7 +125,9 @@ def has_nvswitch(snapshot: Snapshot) -> bool:
 # nvmlNvlinkVersion_t enum, A100 -> 4 or 5, H100 -> 6; some report H100 as 7, the enum's 5.0).
 # 8.6 (GA102: RTX 3090, A6000, A40) is NVLink 3 over bridges; its lower rate per link (4 x 14.0625
 # GB/s, GA102 whitepaper) is in expectations.py, which keys rates on the compute capability.
-ARCH_NVLINK_GENERATION = {"6.0": 1, "7.0": 2, "8.0": 3, "8.6": 3, "9.0": 4}
+# 7.5 (TU102: RTX 2080 Ti, Titan RTX, Quadro RTX 6000/8000) is NVLink 2 over bridges, two x8 links
+# (Turing whitepaper: "second-generation NVLink", 25 GB/s per link per direction).
+ARCH_NVLINK_GENERATION = {"6.0": 1, "7.0": 2, "7.5": 2, "8.0": 3, "8.6": 3, "9.0": 4}
 ARCH_NVLINK_GENERATION_BY_MAJOR = {10: 5}  # Blackwell datacentre: 10.0 B200, 10.3 B300
 
 # nvml.h nvmlNvlinkVersion_t: NVML_NVLINK_VERSION_1_0 = 1, 2_0 = 2, 2_2 = 3, 3_0 = 4, 3_1 = 5,

@@ -3,10 +3,14 @@
 Each entry names its GPU model, count, interconnect class and, where the source printed one, a
 real `nvidia-smi topo -m` matrix (tests/reference/topo/). The builder turns that into the facts
 the probe would record: NVLinks (to NVSwitch chips, or to the peers the matrix shows as NV#),
-PCIe levels for the other pairs, P2P status, PCIe generation/width, NCCL version, CUDA driver
+PCIe levels for the other pairs, P2P status, PCIe generation/width, CPU, NCCL version, CUDA driver
 version and NCCL environment. Where the matrix shows NV# for a pair, its PCIe level is taken from
-the NUMA affinity column (same node: NODE, else SYS); machines without a matrix are two sockets
-with the GPUs split evenly (the HGX/DGX layout), NODE within a socket.
+the NUMA affinity column (same node: NODE, else SYS); machines without a matrix take the entry's
+`pcie_level` for every pair, else are two sockets with the GPUs split evenly (the HGX/DGX
+layout), NODE within a socket. Entries marked `unfit` (with the reason) are kept as evidence but
+not measured against.
+
+    python -m tests.reference_machines     # the corpus: published, expected, ratio, verdict, basis
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from gpudoctor.snapshot import (
     Driver,
     Gpu,
     GpuPair,
+    Host,
     Missing,
     NvLink,
     Snapshot,
@@ -88,6 +93,8 @@ def _level(entry: dict[str, Any], topo: Topo | None, a: int, b: int) -> str:
     label = topo.labels.get((a, b)) if topo else None
     if label and not label.startswith("NV"):
         return label
+    if topo is None and entry.get("pcie_level"):
+        return str(entry["pcie_level"])
     if topo and topo.numa.get(a) and topo.numa.get(b):
         return "NODE" if topo.numa[a] == topo.numa[b] else "SYS"
     sockets = int(entry.get("sockets", 2 if entry["count"] > 2 else 1))
@@ -146,6 +153,7 @@ def build(entry: dict[str, Any]) -> Snapshot:
         gpus=gpus,
         pairs=pairs,
         driver=Driver(cuda_driver_version=entry.get("driver_cuda") or NOT_SAID),
+        host=Host(cpu_arch=cpu[0], cpu_vendor=cpu[1]) if (cpu := entry.get("cpu")) else Host(),
         software=Software(torch_nccl=entry.get("nccl") or NOT_SAID),
         env=dict(entry.get("env", {})),
     )
@@ -156,8 +164,11 @@ def corpus() -> list[dict[str, Any]]:
 
 
 def measured() -> list[Measured]:
+    """Every run the model is held to (entries marked unfit are left out)."""
     out = []
     for entry in corpus():
+        if entry.get("unfit"):
+            continue
         indices = entry.get("gpus_used") or list(range(entry["count"]))
         collective = entry.get("collective", "allreduce")
         out.append(Measured(entry["id"], entry, build(entry), indices, collective, entry["busbw_gbps"]))
@@ -196,3 +207,34 @@ def narrow_slot(snapshot: Snapshot, index: int, width: int = 8) -> Snapshot:
     """GPU `index` trained at x`width` in its x16 slot (the maximum stays what slot and GPU can do)."""
     gpus = [replace(g, pcie_width_current=width) if g.index == index else g for g in snapshot.gpus]
     return replace(snapshot, gpus=gpus)
+
+
+# --- the calibration table -----------------------------------------------------------------------
+
+
+def table() -> list[str]:
+    """One line per corpus entry: published busbw, the model's healthy expectation, their ratio and
+    the verdict GD601 would give the published figure (CheckOptions' default 0.8 / 0.5 lines)."""
+    from gpudoctor.expectations import expected_busbw
+
+    lines = [f"{'run':<40} {'published':>9} {'expected':>8} {'ratio':>5}  verdict  basis"]
+    for entry in corpus():
+        indices = entry.get("gpus_used") or list(range(entry["count"]))
+        e = expected_busbw(build(entry), indices, collective=entry.get("collective", "allreduce"))
+        if e is None:
+            lines.append(f"{entry['id']:<40} {entry['busbw_gbps']:>9.2f}   (no expectation)")
+            continue
+        ratio = entry["busbw_gbps"] / e.busbw_gbps
+        verdict = "fail" if ratio < 0.5 else "warn" if ratio < 0.8 else "pass"
+        verdict += "" if 0.8 <= ratio <= 1.25 else "*"
+        note = f"  [unfit: {entry['unfit']}]" if entry.get("unfit") else ""
+        lines.append(
+            f"{entry['id']:<40} {entry['busbw_gbps']:>9.2f} {e.busbw_gbps:>8.1f} {ratio:>5.2f}  {verdict:<7}  "
+            f"{e.fabric}/{e.algorithm}: {e.basis}{note}"
+        )
+    lines.append("* outside [0.8, 1.25]")
+    return lines
+
+
+if __name__ == "__main__":
+    print("\n".join(table()))

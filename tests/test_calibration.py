@@ -48,6 +48,14 @@ def test_the_corpus_covers_12_machines_across_every_interconnect() -> None:
         assert e["url"].startswith("https://github.com/") and e["excerpt"], e["id"]
 
 
+def test_unfit_runs_say_why_and_are_not_measured_against() -> None:
+    unfit = [e for e in corpus() if "unfit" in e]
+    assert {e["id"] for e in unfit} == {"nccl-tests-44-2x-rtx2080ti-nvlink", "nccl-1303-8x-h100-vm-roce"}
+    for e in unfit:
+        assert len(e["unfit"]) > 40 and not e["independent"], e["id"]
+        assert e["id"] not in BY_ID
+
+
 @pytest.mark.parametrize("m", MACHINES, ids=lambda m: m.id)
 def test_healthy_expectation_is_within_0_8_and_1_25_of_the_published_figure(m: Measured) -> None:
     e = expect(m)
@@ -227,7 +235,9 @@ def test_the_gpu_sweep_reaches_8_gib() -> None:
     [
         ("nccl-tests-68-4x-v100-nv2-mesh.txt", "Tesla V100-SXM2-16GB", "7.0", [3, 16], "mesh", 6 * 20.0 * 0.95),
         ("nccl-1617-4x-h100-nv6-mesh.txt", "NVIDIA H100 80GB HBM3", "9.0", [5, 16], "mesh", 18 * 20.6 * 0.95),
-        ("nccl-tests-307-8x-rtx4090-pix-sys.txt", "NVIDIA GeForce RTX 4090", "8.9", [4, 16], "pcie", 24 * 0.75 * 0.8),
+        # Four GPUs below each PCIe switch, no P2P: all four send through host memory over the switch's
+        # one uplink (NCCL routes them through the CPU): a quarter of it each, x 0.75 host x 0.8 SYS.
+        ("nccl-tests-307-8x-rtx4090-pix-sys.txt", "NVIDIA GeForce RTX 4090", "8.9", [4, 16], "pcie", 24 / 4 * 0.6),
         ("nccl-428-4x-t4-sys-node.txt", "Tesla T4", "7.5", [3, 16], "pcie", 12 * 0.75 * 0.8),
     ],
 )
@@ -268,3 +278,114 @@ def test_has_ring(edges: set[tuple[int, int]], nodes: list[int], ring: bool) -> 
     from gpudoctor.topology import has_ring
 
     assert has_ring(nodes, lambda a, b: (a, b) in edges or (b, a) in edges) is ring
+
+
+# ------------------------------------------------------------------------------ the second review (issue 8)
+
+AUTODL = dict(
+    id="autodl",
+    gpu="NVIDIA GeForce RTX 2080 Ti",
+    cc="7.5",
+    count=2,
+    fabric="pcie",
+    pcie=[3, 16],
+    topo="topo/autodl-2x-rtx2080ti-pix.txt",
+    p2p="not_supported",
+)
+
+
+def test_gpus_behind_one_switch_without_p2p_share_its_uplink() -> None:
+    # Was: 12 x 0.75 = 9 GB/s for a rented 2x RTX 2080 Ti that measures 4.00: a healthy machine failed.
+    pair = expect(_machine(**AUTODL))
+    assert pair.busbw_gbps == pytest.approx(12 / 2 * 0.75) and "share one PCIe switch uplink" in pair.basis
+    assert judged(4.00, pair) is Status.PASS
+    # The same cards on their own root ports (NODE) do not share a link.
+    apart = expect(_machine(**{**AUTODL, "topo": None, "sockets": 1}))
+    assert apart.busbw_gbps == pytest.approx(12 * 0.75) and "share" not in apart.basis
+    # With P2P the pair talks inside the switch and never touches the uplink.
+    p2p = expect(_machine(**{**AUTODL, "p2p": "ok"}))
+    assert p2p.busbw_gbps == pytest.approx(12.0) and "share" not in p2p.basis
+
+
+def test_p2p_inside_each_switch_crosses_each_uplink_once() -> None:
+    # 8 GPUs, four below each of two switches (nccl-tests#307's matrix), with P2P (a data-centre card):
+    # the ring runs P2P inside a switch and through host memory across the sockets, once each way.
+    m = _machine(
+        gpu="NVIDIA L40S", cc="8.9", count=8, fabric="pcie", topo="topo/nccl-tests-307-8x-rtx4090-pix-sys.txt", p2p="ok"
+    )
+    e = expect(m)
+    assert e.busbw_gbps == pytest.approx(24 * 0.75 * 0.8) and "share" not in e.basis
+    # Four of them below one switch: P2P all the way, NCCL's full PCIe rate.
+    assert expected_busbw(m.snapshot, [0, 1, 2, 3]).busbw_gbps == pytest.approx(24.0)  # type: ignore[union-attr]
+
+
+def test_a_p2p_enabled_geforce_box_is_expected_at_the_p2p_rate() -> None:
+    # Was: read as host memory (1.44 of the model); NVML offering P2P under tinygrad's driver counts.
+    m = BY_ID["tinygrad-36-4x-rtx4090-p2p"]
+    e = expect(m)
+    assert e.busbw_gbps == pytest.approx(24.0) and e.basis.endswith("P2P")
+    assert 0.8 <= m.busbw_gbps / e.busbw_gbps <= 1.25
+
+
+def _two_apart(cpu: tuple[str, str] | None, nccl: str | None = None, env: dict[str, str] | None = None) -> Expectation:
+    m = _machine(
+        gpu="NVIDIA RTX A6000", cc="8.6", count=2, fabric="pcie", sockets=2, p2p="ok", cpu=cpu, nccl=nccl, env=env or {}
+    )
+    return expect(m)
+
+
+@pytest.mark.parametrize(
+    ("cpu", "nccl", "p2p"),
+    [
+        (("x86_64", "GenuineIntel"), "2.21.5", False),  # PXB: a SYS pair goes through host memory
+        (("x86_64", "AuthenticAMD"), "2.23.4", True),  # AMD with two GPUs: SYS (paths.cc)
+        (("x86_64", "AuthenticAMD"), "2.21.5", True),  # before 2.23, SYS on AMD
+        (("aarch64", ""), "2.21.5", False),
+        (None, None, False),  # CPU not recorded: PXB, the common default
+    ],
+)
+def test_p2p_follows_nccls_default_level_for_the_cpu_and_version(
+    cpu: tuple[str, str] | None, nccl: str | None, p2p: bool
+) -> None:
+    e = _two_apart(cpu, nccl)
+    assert e.busbw_gbps == pytest.approx(24 * (1.0 if p2p else 0.75) * 0.8), e.basis
+    assert ("P2P" in e.basis and "host memory" not in e.basis) is p2p
+
+
+@pytest.mark.parametrize("env", [{"NCCL_P2P_DISABLE": "1"}, {"NCCL_P2P_LEVEL": "PIX"}])
+def test_a_variable_that_cuts_p2p_does_not_lower_the_expectation(env: dict[str, str]) -> None:
+    # The variable is the fault (GD62x names it); GD601 must see what it costs, as on NVLink machines.
+    e = _two_apart(("x86_64", "AuthenticAMD"), "2.23.4", env)
+    assert e.busbw_gbps == pytest.approx(24 * 0.8)
+    assert judged(24 * 0.75 * 0.8 * 0.9, e) is Status.WARN  # what it measures through host memory
+
+
+def _hidden_switches(snapshot: object) -> object:
+    """The NVSwitches of a VM that NVML cannot see: every active link's far end unnamed."""
+    gpus = []
+    for g in snapshot.gpus:  # type: ignore[attr-defined]
+        links = [
+            replace(link, remote_type="unknown", remote_bus_id="FFFFFFFF:FF:FF.0") if link.active else link
+            for link in g.nvlinks
+        ]
+        gpus.append(replace(g, nvlinks=links))
+    return replace(snapshot, gpus=gpus)  # type: ignore[type-var]
+
+
+def test_a_vm_that_hides_its_nvswitches_is_judged_as_an_nvswitch_box() -> None:
+    # Was: links to no visible device read as a mesh with no peer: the PCIe model (28.8 GB/s) for 8 H100s.
+    from gpudoctor import topology
+
+    m = BY_ID["mleng-8x-h200-nvls"]
+    vm = _hidden_switches(m.snapshot)
+    e = expect(m, vm)
+    assert (e.fabric, e.algorithm, e.busbw_gbps) == ("nvswitch", "nvls", pytest.approx(expect(m).busbw_gbps))
+    assert topology.has_nvswitch(vm) and topology.link_label(vm, 0, 5) == "NV18"  # type: ignore[arg-type]
+    broken = expect(m, links_down(vm, 0))  # type: ignore[arg-type]
+    assert broken.busbw_gbps == pytest.approx(e.busbw_gbps)
+
+
+def test_an_nvls_expectation_names_the_ring_figure_a_vm_without_multicast_reaches() -> None:
+    e = expect(BY_ID["mleng-8x-h200-nvls"])
+    assert "NCCL rings: 352.3 GB/s" in e.basis
+    assert judged(367.61, e) is Status.PASS  # the ring's own measurement still passes (0.81)
