@@ -282,16 +282,7 @@ def test_has_ring(edges: set[tuple[int, int]], nodes: list[int], ring: bool) -> 
 
 # ------------------------------------------------------------------------------ the second review (issue 8)
 
-AUTODL = dict(
-    id="autodl",
-    gpu="NVIDIA GeForce RTX 2080 Ti",
-    cc="7.5",
-    count=2,
-    fabric="pcie",
-    pcie=[3, 16],
-    topo="topo/autodl-2x-rtx2080ti-pix.txt",
-    p2p="not_supported",
-)
+AUTODL = BY_ID["autodl-2x-rtx2080ti-pix-nop2p"].entry  # 2x RTX 2080 Ti below one switch, no P2P
 
 
 def test_gpus_behind_one_switch_without_p2p_share_its_uplink() -> None:
@@ -383,6 +374,22 @@ def test_a_vm_that_hides_its_nvswitches_is_judged_as_an_nvswitch_box() -> None:
     assert topology.has_nvswitch(vm) and topology.link_label(vm, 0, 5) == "NV18"  # type: ignore[arg-type]
     broken = expect(m, links_down(vm, 0))  # type: ignore[arg-type]
     assert broken.busbw_gbps == pytest.approx(e.busbw_gbps)
+
+
+def test_an_unnamed_far_end_that_is_a_visible_gpu_stays_a_gpu_link() -> None:
+    # NCCL reads the class of a far end it can see (xml.cc): a GPU of the snapshot is a GPU, as in a mesh.
+    from gpudoctor import topology
+
+    m = _machine(**DGX1)
+    gpus = [
+        replace(g, nvlinks=[replace(link, remote_type="unknown") for link in g.nvlinks])  # type: ignore[union-attr]
+        for g in m.snapshot.gpus
+    ]
+    unnamed = replace(m.snapshot, gpus=gpus)
+    assert not topology.has_nvswitch(unnamed)
+    assert expect(m, unnamed).fabric == "mesh"
+    # Without the snapshot's GPUs to compare with, only NVML's word counts (callers of switch_links(gpu)).
+    assert topology.switch_links(_hidden_switches(m.snapshot).gpus[0]) == 0  # type: ignore[attr-defined]
 
 
 def test_an_nvls_expectation_names_the_ring_figure_a_vm_without_multicast_reaches() -> None:
