@@ -328,3 +328,18 @@ def test_proto_excluding_ll_forces_ll128_on_a_pcie_box() -> None:
     assert f.status is Status.WARN and "corrupt data" in f.message
     nvlink = one(snap("h100_sxm_8x", NCCL_PROTO="^LL"), "GD624")
     assert "corrupt" not in nvlink.message  # NCCL enables LL128 there itself
+
+
+def test_nvls_off_in_a_vm_that_hides_its_nvswitches_warns_as_the_model_expects_nvls() -> None:
+    # Inside a VM NVML often cannot name the NVSwitches; NCCL (xml.cc) and the busbw model assume
+    # one, so NCCL_NVLS_ENABLE=0 costs the same there: the lint must not say "costs nothing".
+    s = snap("h100_sxm_8x", NCCL_NVLS_ENABLE="0")
+    hidden = [
+        replace(
+            g, nvlinks=[replace(link, remote_type="unknown", remote_bus_id="FFFFFFFF:FF:FF.0") for link in g.nvlinks]
+        )
+        for g in s.gpus
+    ]
+    vm = replace(s, gpus=hidden)
+    assert expected_busbw(replace(vm, env={}), list(range(8))).algorithm == "nvls"  # type: ignore[union-attr]
+    assert one(vm, "GD622").status is Status.WARN

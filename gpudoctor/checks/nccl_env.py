@@ -183,8 +183,9 @@ class PairPath:
         return nccl_rules.pair_path(self.nvlinks, self.pcie_level)
 
 
-def _pair_path(snapshot: Snapshot, a: Gpu, b: Gpu) -> PairPath:
-    switch = topology.switch_links(a) > 0 and topology.switch_links(b) > 0
+def _pair_path(snapshot: Snapshot, a: Gpu, b: Gpu, buses: set[tuple[int, int, int, int] | str]) -> PairPath:
+    # NVSwitches hidden from a VM count as NVSwitch links, as NCCL and the busbw model read them.
+    switch = topology.switch_links(a, buses) > 0 and topology.switch_links(b, buses) > 0
     level = topology.pcie_level(snapshot, a.index, b.index)
     pair = snapshot.pair(a.index, b.index)
     p2p_ok = bool(pair and pair.p2p_read == "ok" and pair.p2p_write == "ok")
@@ -193,7 +194,8 @@ def _pair_path(snapshot: Snapshot, a: Gpu, b: Gpu) -> PairPath:
 
 
 def pair_paths(snapshot: Snapshot, gpus: list[Gpu]) -> list[PairPath]:
-    return [_pair_path(snapshot, a, b) for a, b in combinations(gpus, 2)]
+    buses = topology.gpu_buses(snapshot)
+    return [_pair_path(snapshot, a, b, buses) for a, b in combinations(gpus, 2)]
 
 
 def _labels(paths: list[PairPath]) -> str:
