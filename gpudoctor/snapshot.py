@@ -253,6 +253,78 @@ class PortStatus:
 
 
 @dataclass(frozen=True)
+class RdmaPort:
+    """One port of an InfiniBand/RoCE device: /sys/class/infiniband/<dev>/ports/<n>/."""
+
+    port: int
+    state: str | Missing = NOT_COLLECTED  # "ACTIVE", "DOWN", "INIT", "ARMED" (sysfs "4: ACTIVE")
+    phys_state: str | Missing = NOT_COLLECTED  # "LinkUp", "Polling", "Disabled", ... (sysfs "5: LinkUp")
+    rate_gbps: float | Missing = NOT_COLLECTED  # 400.0 from "400 Gb/sec (4X NDR)"
+    rate: str | Missing = NOT_COLLECTED  # the sysfs text, "400 Gb/sec (4X NDR)"
+    link_layer: str | Missing = NOT_COLLECTED  # "InfiniBand" or "Ethernet" (RoCE)
+    # ports/<n>/counters/<name>: symbol_error, link_downed, link_error_recovery,
+    # excessive_buffer_overrun_errors, port_rcv_errors (PortCounters; they saturate, never wrap)
+    counters: dict[str, int] | Missing = NOT_COLLECTED
+
+
+@dataclass(frozen=True)
+class RdmaDevice:
+    """An InfiniBand/RoCE device (HCA): /sys/class/infiniband/<name>/."""
+
+    name: str  # "mlx5_0"
+    pci_bus_id: str | Missing = NOT_COLLECTED  # "0000:1a:00.0" (the device link)
+    hca_type: str | Missing = NOT_COLLECTED  # "MT4129" (ConnectX-7)
+    board_id: str | Missing = NOT_COLLECTED  # "MT_0000000838"
+    fw_ver: str | Missing = NOT_COLLECTED  # "28.39.1002"
+    node_guid: str | Missing = NOT_COLLECTED  # "b83f:d203:00a1:b2c4"
+    netdevs: list[str] | Missing = NOT_COLLECTED  # network interfaces of the same PCI function
+    ports: list[RdmaPort] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NetInterface:
+    """A network interface: /sys/class/net/<name>/."""
+
+    name: str
+    kind: str = "other"  # "ether", "infiniband" (IPoIB), "loopback", "other" (from `type`)
+    virtual: bool = False  # no PCI device behind it (bridge, veth, bond, ...)
+    operstate: str | Missing = NOT_COLLECTED  # "up", "down", "unknown", ...
+    speed_mbps: int | None | Missing = NOT_COLLECTED  # None: the driver does not know (link down)
+    mtu: int | Missing = NOT_COLLECTED
+    pci_bus_id: str | None | Missing = NOT_COLLECTED  # None: virtual
+
+
+@dataclass(frozen=True)
+class PciPlace:
+    """Where a PCI device hangs: its path under /sys/devices and its NUMA node."""
+
+    path: str  # "pci0000:17/0000:17:01.0/0000:18:00.0/0000:19:00.0/0000:1a:00.0"
+    numa_node: int | None = None  # None: the kernel does not say (-1)
+
+
+@dataclass(frozen=True)
+class GpuDirect:
+    """What GPUDirect RDMA (NIC reads/writes GPU memory) can rest on, as NCCL looks for it."""
+
+    # The peer-memory module NCCL finds (src/transport/net_ib/gdr.cc): "nvidia_peermem"
+    # (/sys/module/nvidia_peermem), "nv_mem" / "nv_mem_nc" (MLNX_OFED's nv_peer_mem); None: none.
+    peermem: str | None | Missing = NOT_COLLECTED
+    # /proc/driver/nvidia/version says "Open Kernel Module": the dma-buf path needs it.
+    open_kernel_module: bool | Missing = NOT_COLLECTED
+
+
+@dataclass(frozen=True)
+class Network:
+    """Inter-node network facts from sysfs/procfs (probe/network.py)."""
+
+    rdma: list[RdmaDevice] | Missing = NOT_COLLECTED
+    interfaces: list[NetInterface] | Missing = NOT_COLLECTED
+    gpudirect: GpuDirect | Missing = NOT_COLLECTED
+    # PCI bus id (sysfs form, lower case) -> place, for the GPUs and the NICs: GPU-NIC locality.
+    pci: dict[str, PciPlace] | Missing = NOT_COLLECTED
+
+
+@dataclass(frozen=True)
 class Host:
     hostname: str = ""
     kernel: str = ""
@@ -278,6 +350,7 @@ class Host:
     # x86: /proc/cpuinfo vendor_id as CPUID gives it ("GenuineIntel", "AuthenticAMD",
     # "CentaurHauls", "  Shanghai  "); ARM: the "CPU implementer" code ("0x41")
     cpu_vendor: str | Missing = _later()
+    network: Network | Missing = _later()  # probe/network.py: RDMA ports, interfaces, GPUDirect, PCI places
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from gpudoctor.probe.environment import allowed_env
 from gpudoctor.probe.gpus import GpuReading, read_gpu
 from gpudoctor.probe.host import guarded, pid_namespace_isolated, read_host
 from gpudoctor.probe.links import read_error_counts, with_second_counts
+from gpudoctor.probe.network import network_root, read_network
 from gpudoctor.probe.nvml import Nvml
 from gpudoctor.probe.pairs import read_pairs
 from gpudoctor.probe.software import read_software
@@ -111,7 +112,10 @@ def collect_machine(
         gpus=gpus,
         pairs=pairs,
         driver=driver,
-        host=read_host(root, environ, isolated),
+        host=dataclasses.replace(
+            read_host(root, environ, isolated),
+            network=guarded(read_network, network_root(environ, root), [g.pci_bus_id for g in gpus]),
+        ),
         software=read_software(),
         env=allowed_env(environ),
     )
