@@ -57,6 +57,7 @@ CHECK_MODULES = [
     "nccl_tuning",
     "memory",
     "host_resources",
+    "network",
     "allreduce",
     "collectives",
     "ddp",

@@ -65,21 +65,29 @@ def sysfs_bus_id(bus_id: str) -> str:
     return f"{domain:04x}:{bus:02x}:{dev:02x}.{fn:x}"
 
 
-def _text(path: Path) -> str | Missing:
+def _shown(path: Path, root: Path) -> str:
+    """The path as it is on the machine (without the test root), for a Missing's detail."""
+    try:
+        return "/" + path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _text(path: Path, root: Path) -> str | Missing:
     try:
         return path.read_text(encoding="utf-8", errors="replace").strip()
     except OSError as exc:
-        return missing_from_oserror(exc, str(path))
+        return missing_from_oserror(exc, _shown(path, root))
 
 
-def _int(path: Path) -> int | Missing:
-    text = _text(path)
+def _int(path: Path, root: Path) -> int | Missing:
+    text = _text(path, root)
     if isinstance(text, Missing):
         return text
     try:
         return int(text, 0)
     except ValueError:
-        return Missing("error", f"{path}: not a number: {text!r}")
+        return Missing("error", f"{_shown(path, root)}: not a number: {text!r}")
 
 
 def parse_state(text: str) -> str:
@@ -94,20 +102,20 @@ def parse_rate(text: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
-def _pci_bus_id_of(device_link: Path) -> str | Missing:
+def _pci_bus_id_of(device_link: Path, root: Path) -> str | Missing:
     """The PCI function behind a class device's `device` link (the last BDF on its real path)."""
     if not device_link.exists():
-        return Missing("unsupported", f"{device_link}: not present")
+        return Missing("unsupported", f"{_shown(device_link, root)}: not present")
     for part in reversed(Path(os.path.realpath(device_link)).parts):
         if _BDF.match(part):
             return part.lower()
-    return Missing("unsupported", f"{device_link}: not a PCI device")
+    return Missing("unsupported", f"{_shown(device_link, root)}: not a PCI device")
 
 
-def _port(port_dir: Path) -> RdmaPort:
-    state = _text(port_dir / "state")
-    phys = _text(port_dir / "phys_state")
-    rate = _text(port_dir / "rate")
+def _port(port_dir: Path, root: Path) -> RdmaPort:
+    state = _text(port_dir / "state", root)
+    phys = _text(port_dir / "phys_state", root)
+    rate = _text(port_dir / "rate", root)
     gbps: float | Missing = rate if isinstance(rate, Missing) else (parse_rate(rate) or Missing("error", rate))
     return RdmaPort(
         port=int(port_dir.name),
@@ -115,34 +123,34 @@ def _port(port_dir: Path) -> RdmaPort:
         phys_state=phys if isinstance(phys, Missing) else parse_state(phys),
         rate_gbps=gbps,
         rate=rate,
-        link_layer=_text(port_dir / "link_layer"),
-        counters=port_counters(port_dir),
+        link_layer=_text(port_dir / "link_layer", root),
+        counters=port_counters(port_dir, root),
     )
 
 
-def port_counters(port_dir: Path) -> dict[str, int] | Missing:
+def port_counters(port_dir: Path, root: Path) -> dict[str, int] | Missing:
     base = port_dir / "counters"
     if not base.is_dir():
-        return Missing("unsupported", f"{base}: not present")
+        return Missing("unsupported", f"{_shown(base, root)}: not present")
     out: dict[str, int] = {}
     for name in ERROR_COUNTERS:
-        value = _int(base / name)
+        value = _int(base / name, root)
         if isinstance(value, int):
             out[name] = value
     return out
 
 
-def _ports(dev_dir: Path) -> list[RdmaPort]:
+def _ports(dev_dir: Path, root: Path) -> list[RdmaPort]:
     ports_dir = dev_dir / "ports"
     if not ports_dir.is_dir():
         return []
-    return [_port(p) for p in sorted(ports_dir.iterdir(), key=lambda p: int(p.name)) if p.name.isdigit()]
+    return [_port(p, root) for p in sorted(ports_dir.iterdir(), key=lambda p: int(p.name)) if p.name.isdigit()]
 
 
-def _netdevs(dev_dir: Path) -> list[str] | Missing:
+def _netdevs(dev_dir: Path, root: Path) -> list[str] | Missing:
     net = dev_dir / "device" / "net"
     if not net.is_dir():
-        return Missing("unsupported", f"{net}: not present")
+        return Missing("unsupported", f"{_shown(net, root)}: not present")
     return sorted(p.name for p in net.iterdir())
 
 
@@ -161,13 +169,13 @@ def read_rdma(root: Path) -> list[RdmaDevice]:
         devices.append(
             RdmaDevice(
                 name=dev_dir.name,
-                pci_bus_id=_pci_bus_id_of(dev_dir / "device"),
-                hca_type=_text(dev_dir / "hca_type"),
-                board_id=_text(dev_dir / "board_id"),
-                fw_ver=_text(dev_dir / "fw_ver"),
-                node_guid=_text(dev_dir / "node_guid"),
-                netdevs=_netdevs(dev_dir),
-                ports=_ports(dev_dir),
+                pci_bus_id=_pci_bus_id_of(dev_dir / "device", root),
+                hca_type=_text(dev_dir / "hca_type", root),
+                board_id=_text(dev_dir / "board_id", root),
+                fw_ver=_text(dev_dir / "fw_ver", root),
+                node_guid=_text(dev_dir / "node_guid", root),
+                netdevs=_netdevs(dev_dir, root),
+                ports=_ports(dev_dir, root),
             )
         )
     return devices
@@ -184,8 +192,8 @@ def read_counters(root: Path) -> dict[str, dict[str, int]]:
     return out
 
 
-def _speed(path: Path) -> int | None | Missing:
-    value = _int(path)
+def _speed(path: Path, root: Path) -> int | None | Missing:
+    value = _int(path, root)
     if isinstance(value, Missing):
         # Reading `speed` of a link that is down fails with EINVAL: the driver does not know.
         return None if value.reason == "error" else value
@@ -198,17 +206,17 @@ def read_interfaces(root: Path) -> list[NetInterface]:
         raise FileNotFoundError(2, "not present", "/sys/class/net")
     out = []
     for if_dir in sorted(base.iterdir(), key=lambda p: p.name):
-        kind_code = _int(if_dir / "type")
+        kind_code = _int(if_dir / "type", root)
         virtual = not (if_dir / "device").exists()
         out.append(
             NetInterface(
                 name=if_dir.name,
                 kind=_IF_TYPES.get(kind_code, "other") if isinstance(kind_code, int) else "other",
                 virtual=virtual,
-                operstate=_text(if_dir / "operstate"),
-                speed_mbps=_speed(if_dir / "speed"),
-                mtu=_int(if_dir / "mtu"),
-                pci_bus_id=None if virtual else _pci_bus_id_of(if_dir / "device"),
+                operstate=_text(if_dir / "operstate", root),
+                speed_mbps=_speed(if_dir / "speed", root),
+                mtu=_int(if_dir / "mtu", root),
+                pci_bus_id=None if virtual else _pci_bus_id_of(if_dir / "device", root),
             )
         )
     return out
@@ -216,7 +224,7 @@ def read_interfaces(root: Path) -> list[NetInterface]:
 
 def read_gpudirect(root: Path) -> GpuDirect:
     peermem = next((name for name, rel in PEERMEM_FILES if (root / rel).exists()), None)
-    version = _text(root / "proc/driver/nvidia/version")
+    version = _text(root / "proc/driver/nvidia/version", root)
     open_module: bool | Missing = version if isinstance(version, Missing) else "Open Kernel Module" in version
     return GpuDirect(peermem=peermem, open_kernel_module=open_module)
 
@@ -239,7 +247,7 @@ def pci_places(root: Path, bus_ids: Sequence[str]) -> dict[str, PciPlace]:
             path = real.relative_to(os.path.realpath(devices)).as_posix()
         except ValueError:
             continue
-        numa = _int(link / "numa_node")
+        numa = _int(link / "numa_node", root)
         out[bdf] = PciPlace(path=path, numa_node=numa if isinstance(numa, int) and numa >= 0 else None)
     return out
 

@@ -142,11 +142,19 @@ class SysfsTree:
 H100_GPUS = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"]
 
 
-def hgx_h100_node(root: Path, *, peermem: bool = True, ports: dict[int, Port] | None = None) -> SysfsTree:
+def hgx_h100_node(
+    root: Path,
+    *,
+    peermem: bool = True,
+    ports: dict[int, Port] | None = None,
+    nics_on_cpu: bool = False,
+    open_module: bool = False,
+) -> SysfsTree:
     """An HGX H100 node shaped like the ones in NVIDIA/nccl#1591 and deepseek-ai/DeepEP#128: each
     GPU shares a PCIe switch with its own ConnectX-7 NDR port (topo -m: PIX), one switch per GPU
     pair of host bridges, two NUMA nodes; a 100 GbE management port on the CPU; nvidia_peermem.
-    `ports` replaces the Port of NIC i (mlx5_i) to build a fault."""
+    `ports` replaces the Port of NIC i (mlx5_i) to build a fault; `nics_on_cpu` puts each NIC on a
+    root port of its own (PHB to its GPU, as in a server without GPU-side PCIe switches)."""
     tree = SysfsTree(root)
     for i, bus in enumerate(H100_GPUS):
         b = int(bus, 16)
@@ -155,14 +163,19 @@ def hgx_h100_node(root: Path, *, peermem: bool = True, ports: dict[int, Port] | 
         rp, usp = f"0000:{b - 3:02x}:01.0", f"0000:{b - 2:02x}:00.0"
         gpu_dsp, nic_dsp = f"0000:{b - 1:02x}:00.0", f"0000:{b - 1:02x}:01.0"
         tree.pci(bridge, [rp, usp, gpu_dsp, f"0000:{b:02x}:00.0"], numa=numa)
-        nic = tree.pci(bridge, [rp, usp, nic_dsp, f"0000:{b + 1:02x}:00.0"], numa=numa, cls="0x020700")
+        nic_chain = (
+            [f"0000:{b - 3:02x}:02.0", f"0000:{b + 1:02x}:00.0"]
+            if nics_on_cpu
+            else [rp, usp, nic_dsp, f"0000:{b + 1:02x}:00.0"]
+        )
+        nic = tree.pci(bridge, nic_chain, numa=numa, cls="0x020700")
         tree.hca(f"mlx5_{i}", nic, ports=[(ports or {}).get(i, Port())], netdev=f"ibp{b + 1}s0")
     eth = tree.pci("pci0000:00", ["0000:00:1c.0", "0000:01:00.0"], numa=0, cls="0x020000")
     tree.netdev("eno1", eth, speed=100000, mtu=1500)
     tree.netdev("lo", None, kind=772, speed=None, mtu=65536)
     if peermem:
         tree.peermem()
-    tree.nvidia_version(open_module=False)
+    tree.nvidia_version(open_module=open_module)
     return tree
 
 
