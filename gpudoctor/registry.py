@@ -66,6 +66,7 @@ CHECK_MODULES = [
     "deep_sdc",
     "deep_memory",
     "deep_links",
+    "nodes",
 ]
 
 

@@ -116,8 +116,13 @@ def shared_launch(ctx: CheckContext, p: Plan) -> LaunchResult:
     if ctx.active_run is not None:
         return ctx.active_run
     world = world_size(ctx, p)
+    tasks = tasks_for(p, world, ctx.options.timeout_s, parse_ops(",".join(ctx.options.collectives or ())))
+    if torchrun_env(os.environ) and world >= 2:
+        from gpudoctor.checks.nodes import task as nodes_task  # lazy: checks.nodes imports this module
+
+        tasks.append(nodes_task(ctx, p))  # facts gather, inter-node all-reduce, slow-node isolation
     ctx.active_run = launch(
-        tasks_for(p, world, ctx.options.timeout_s, parse_ops(",".join(ctx.options.collectives or ()))),
+        tasks,
         device=p.device,
         ranks=p.ranks,
         timeout_s=ctx.options.timeout_s,

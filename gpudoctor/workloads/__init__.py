@@ -21,4 +21,5 @@ WORKLOADS: dict[str, str] = {
     "deep_links": "gpudoctor.workloads.deep_links:run",
     "collectives": "gpudoctor.workloads.collectives:run",
     "scaling": "gpudoctor.workloads.scaling:run",
+    "nodes": "gpudoctor.workloads.nodes:run",
 }

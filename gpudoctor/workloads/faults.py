@@ -1,6 +1,6 @@
 """The test-only fault switch: GPUDOCTOR_FAULT makes a chosen rank misbehave on purpose.
 
-    GPUDOCTOR_FAULT="<rank>:<action>[@<when>][,...]"
+    GPUDOCTOR_FAULT="<rank>:<action>[@<when>][,...]"     or   "node<N>:<action>" (every rank of node N)
 
 actions: `hang` (sleep forever), `exit` (exit with status 17), `corrupt` (send wrong DDP
 gradients), `wrongsum` (add a wrong value to its all-reduce input), `sdc` (silent data
@@ -9,7 +9,10 @@ of its all-reduce result from the second iteration on, and of its memory-test bu
 first pattern is written), `garble` (add 1 to the first element of every chunk it sends in the
 other collectives: all-gather, reduce-scatter, all-to-all, broadcast, send/recv), `slow` (a
 straggler: in `bench scaling` it sleeps five times as long as each forward pass took, about
-2.5x its compute). `when` for hang/exit:
+2.5x its compute), `slownet` (its inter-node collectives in the `nodes` workload take 10x as long,
+as over a link at a tenth of its speed), `slownode` (the same for that workload's intra-node
+collectives and copies too: a node that is slow itself). A node is its torchrun node rank
+(GROUP_RANK) or Slurm's SLURM_NODEID. `when` for hang/exit:
 `start` (before importing torch), `import` (while importing torch: an import that never ends),
 or `joined` (after joining, the default: the peers then wait in a collective). Used by the
 tests and by users who want to watch each failure path.
@@ -22,7 +25,7 @@ import time
 from dataclasses import dataclass
 
 ENV = "GPUDOCTOR_FAULT"
-ACTIONS = ("hang", "exit", "corrupt", "wrongsum", "sdc", "garble", "slow")
+ACTIONS = ("hang", "exit", "corrupt", "wrongsum", "sdc", "garble", "slow", "slownet", "slownode")
 WHEN = ("start", "import", "joined")
 EXIT_STATUS = 17
 
@@ -33,9 +36,10 @@ class FaultSpecError(ValueError):
 
 @dataclass(frozen=True)
 class Fault:
-    rank: int
+    rank: int | None  # None: the fault names a node
     action: str
     when: str = "joined"
+    node: int | None = None
 
 
 def parse(text: str) -> list[Fault]:
@@ -44,11 +48,12 @@ def parse(text: str) -> list[Fault]:
         if not item:
             continue
         try:
-            rank_s, rest = item.split(":", 1)
+            target, rest = item.split(":", 1)
             action, _, when = rest.partition("@")
-            fault = Fault(int(rank_s), action, when or "joined")
+            node = int(target[4:]) if target.startswith("node") else None
+            fault = Fault(None if node is not None else int(target), action, when or "joined", node)
         except ValueError:
-            raise FaultSpecError(f"{ENV}: cannot read {item!r} (expected RANK:ACTION[@WHEN])") from None
+            raise FaultSpecError(f"{ENV}: cannot read {item!r} (expected RANK:ACTION[@WHEN] or nodeN:ACTION)") from None
         if fault.action not in ACTIONS or fault.when not in WHEN:
             raise FaultSpecError(
                 f"{ENV}: unknown fault {item!r} (actions: {', '.join(ACTIONS)}; when: {', '.join(WHEN)})"
@@ -60,9 +65,9 @@ def parse(text: str) -> list[Fault]:
 class Faults:
     """The faults that apply to one rank."""
 
-    def __init__(self, rank: int, text: str | None = None) -> None:
+    def __init__(self, rank: int, text: str | None = None, node: int | None = None) -> None:
         text = os.environ.get(ENV, "") if text is None else text
-        self._mine = [f for f in parse(text) if f.rank == rank]
+        self._mine = [f for f in parse(text) if f.rank == rank or (f.node is not None and f.node == node)]
 
     def has(self, action: str) -> bool:
         return any(f.action == action for f in self._mine)

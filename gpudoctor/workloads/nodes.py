@@ -1,0 +1,221 @@
+"""Across nodes (under torchrun/srun): gather every node's facts, time the inter-node all-reduce,
+and when it is low, find the slow node or pair with pairwise tests in rounds of disjoint pairs.
+
+Steps, in every rank (the same decisions everywhere, from the same gathered numbers):
+
+1. all_gather_object of each node's facts (only a node's local rank 0 sends them; `params["facts"]`,
+   built by the parent from its snapshot) and of who is where: a node is (hostname, node rank).
+2. The whole group's all-reduce at one size (nccl-tests' busbw), each iteration timed, the group's
+   time the slowest rank's, the figure the median iteration. (Node and pair figures below take the
+   best iteration instead: a slow link is slow every time, a scheduling hiccup only once.)
+3. Each node's own figure, all nodes at once in their own groups: all-reduce over the node's ranks
+   (several ranks), or a device memory copy (one rank), to tell a slow node from a slow network.
+4. When there are 3+ nodes and the whole-group figure is below `low_ratio` x the NICs' expectation
+   (or there is no expectation, e.g. on CPU): `rounds` rounds of disjoint node pairs (the circle
+   method of a round-robin, so every node meets a different partner each round and N nodes take
+   `rounds` rounds, not N-1), all pairs of a round at once.
+5. Each node's RDMA port error counters read again (probe/network.py), for their growth.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.workloads.faults import Faults
+from gpudoctor.workloads.rank import RankContext
+
+SLOWNET_GBPS = 0.02  # the slownet/slownode faults' emulated link, GB/s (test-only)
+
+
+def node_rank_from_env() -> int:
+    for name in ("GROUP_RANK", "SLURM_NODEID"):
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def circle_rounds(n: int, rounds: int) -> list[list[tuple[int, int]]]:
+    """The first `rounds` rounds of a round-robin tournament of n players (circle method): each
+    round pairs every player with a new partner; with n odd, one player sits out per round."""
+    players: list[int | None] = list(range(n)) + ([None] if n % 2 else [])
+    m = len(players)
+    out = []
+    for _ in range(min(rounds, m - 1)):
+        pairs = []
+        for i in range(m // 2):
+            a, b = players[i], players[m - 1 - i]
+            if a is not None and b is not None:
+                pairs.append((min(a, b), max(a, b)))
+        out.append(sorted(pairs))
+        players = [players[0], players[-1], *players[1:-1]]
+    return out
+
+
+def busbw(size: int, seconds: float, ranks: int) -> float:
+    return size / seconds / 1e9 * (2.0 * (ranks - 1) / ranks) if ranks > 1 and seconds > 0 else 0.0
+
+
+class _Timer:
+    """Timed all-reduces and copies on this rank's device, with the test-only delays."""
+
+    def __init__(self, ctx: RankContext, size: int, warmup: int, iters: int, faults: Faults) -> None:
+        import torch
+
+        self.ctx = ctx
+        self.size = size
+        self.warmup = warmup
+        self.iters = iters
+        self.buf = torch.ones(size // 4, dtype=torch.float32, device=ctx.device)
+        self.slow_inter = faults.has("slownet") or faults.has("slownode")
+        self.slow_intra = faults.has("slownode")
+
+    def _delay(self, inter: bool) -> None:
+        if self.slow_inter if inter else self.slow_intra:
+            time.sleep(self.size / (SLOWNET_GBPS * 1e9))
+
+    def allreduce(self, group: Any, inter: bool) -> tuple[float, float]:
+        """The group's median and best iteration times (each iteration's time the slowest rank's).
+        The best one is what the links can do: a slow link is slow every time, a hiccup once."""
+        import torch
+        import torch.distributed as dist
+
+        times = []
+        for i in range(self.warmup + self.iters):
+            self.ctx.sync()
+            t0 = time.perf_counter()
+            self._delay(inter)
+            dist.all_reduce(self.buf, group=group)
+            self.ctx.sync()
+            if i >= self.warmup:
+                times.append(time.perf_counter() - t0)
+        t = torch.tensor(times, dtype=torch.float64, device=self.ctx.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        return statistics.median(t.tolist()), min(t.tolist())
+
+    def copy_gbps(self) -> float:
+        """Device memory copy, GB/s of bytes copied (read and written once), best iteration."""
+        import torch
+
+        dst = torch.empty_like(self.buf)
+        times = []
+        for i in range(self.warmup + self.iters):
+            self.ctx.sync()
+            t0 = time.perf_counter()
+            self._delay(False)
+            dst.copy_(self.buf)
+            self.ctx.sync()
+            if i >= self.warmup:
+                times.append(time.perf_counter() - t0)
+        return self.size / min(times) / 1e9
+
+
+def _nodes(members: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per node, in node-rank order: key, host, node_rank, ranks, facts."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for m in sorted(members, key=lambda m: m["rank"]):
+        node = nodes.setdefault(
+            m["key"], {"key": m["key"], "host": m["host"], "node_rank": m["node_rank"], "ranks": [], "facts": None}
+        )
+        node["ranks"].append(m["rank"])
+        if m.get("facts") is not None:
+            node["facts"] = m["facts"]
+    return sorted(nodes.values(), key=lambda n: (n["node_rank"], n["host"]))
+
+
+def _counters_now() -> dict[str, dict[str, int]] | None:
+    from gpudoctor.probe.network import network_root, read_counters
+
+    try:
+        return read_counters(network_root(os.environ, Path("/")))
+    except Exception:  # noqa: BLE001  (a sysfs oddity must not cost the measurements)
+        return None
+
+
+def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    t_start = time.perf_counter()
+    node_rank = node_rank_from_env()
+    host = socket.gethostname()
+    key = f"{host}#{node_rank}"
+    faults = Faults(ctx.rank, node=node_rank)
+    leader_facts = params.get("facts") if ctx.local_rank == 0 else None
+    gathered: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(
+        gathered, {"key": key, "host": host, "node_rank": node_rank, "rank": ctx.rank, "facts": leader_facts}
+    )
+    nodes = _nodes(gathered)
+    mine = next(n for n in nodes if n["key"] == key)
+    out: dict[str, Any] = {"node": key, "nodes": [{k: v for k, v in n.items() if k != "facts"} for n in nodes]}
+    size = int(params.get("bytes", 1 << 20))
+    timer = _Timer(ctx, size, int(params.get("warmup", 1)), int(params.get("iters", 5)), faults)
+    out.update({"bytes": size, "iters": timer.iters})
+    if len(nodes) >= 2:
+        ctx.progress(f"inter-node all-reduce over {len(nodes)} nodes")
+        t, _ = timer.allreduce(None, inter=True)
+        out["full"] = {"ranks": ctx.world_size, "time_s": t, "busbw_gbps": busbw(size, t, ctx.world_size)}
+        out["intra"] = _intra(ctx, timer, nodes, mine)
+        out["isolation"] = _isolate(ctx, timer, nodes, out["full"]["busbw_gbps"], params)
+    after: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(after, (key, _counters_now() if ctx.local_rank == 0 else None))
+    counters = {k: v for k, v in after if v is not None}
+    if ctx.rank == 0:  # the report's rank: every node's facts
+        out["facts"] = {n["key"]: n["facts"] for n in nodes}
+        out["counters_after"] = counters
+    else:
+        out["counters_after"] = {key: counters[key]} if key in counters else {}
+    out["elapsed_s"] = time.perf_counter() - t_start
+    return out
+
+
+def _intra(ctx: RankContext, timer: _Timer, nodes: list[dict[str, Any]], mine: dict[str, Any]) -> dict[str, Any]:
+    """Every node's own figure, measured at the same time on all nodes."""
+    import torch.distributed as dist
+
+    groups = {n["key"]: dist.new_group(n["ranks"]) for n in nodes if len(n["ranks"]) > 1}
+    if mine["key"] in groups:
+        _, best = timer.allreduce(groups[mine["key"]], inter=False)
+        value, kind = busbw(timer.size, best, len(mine["ranks"])), "allreduce_busbw"
+    else:
+        value, kind = timer.copy_gbps(), "copy"
+    gathered: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(gathered, (mine["key"], kind, value) if ctx.rank == mine["ranks"][0] else None)
+    found = {g[0]: {"kind": g[1], "gbps": g[2]} for g in gathered if g}
+    return {n["key"]: {**found[n["key"]], "ranks": len(n["ranks"])} for n in nodes if n["key"] in found}
+
+
+def _isolate(
+    ctx: RankContext, timer: _Timer, nodes: list[dict[str, Any]], full_gbps: float, params: dict[str, Any]
+) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    expected = params.get("expected_gbps")
+    low_ratio = float(params.get("low_ratio", 0.8))
+    if len(nodes) < 3:
+        return {"ran": False, "why": "two nodes: the whole-group test is the pair test", "rounds": []}
+    if expected and full_gbps >= low_ratio * float(expected):
+        return {"ran": False, "why": f"whole-group busbw at or above {low_ratio:g} x the expected", "rounds": []}
+    schedule = circle_rounds(len(nodes), int(params.get("rounds", 3)))
+    rounds = []
+    for r, pairs in enumerate(schedule):
+        ctx.progress(f"pairwise node tests, round {r + 1} of {len(schedule)}")
+        groups = [dist.new_group(sorted(nodes[a]["ranks"] + nodes[b]["ranks"])) for a, b in pairs]
+        result = None
+        for (a, b), group in zip(pairs, groups, strict=True):
+            members = nodes[a]["ranks"] + nodes[b]["ranks"]
+            if ctx.rank in members:
+                _, best = timer.allreduce(group, inter=True)
+                if ctx.rank == min(members):
+                    result = {"nodes": [nodes[a]["key"], nodes[b]["key"]], "time_s": best}
+                    result["busbw_gbps"] = busbw(timer.size, best, len(members))
+        gathered: list[Any] = [None] * ctx.world_size
+        dist.all_gather_object(gathered, result)
+        rounds.append([g for g in gathered if g])
+    why = "no bandwidth expectation (CPU or unknown NICs)" if not expected else "whole-group busbw below expectation"
+    return {"ran": True, "why": why, "rounds": rounds}

@@ -1,0 +1,103 @@
+"""Four "nodes" on this machine under real torchrun (gloo on CPU, one rank each), each reading its
+own sysfs tree: node 2's traffic slowed by the fault switch, node 1 on older NIC firmware,
+node 3 with a rail down. Global rank 0's report must name each of them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from gpudoctor.probe.network import ROOT_ENV
+from tests.conftest import REPO
+from tests.fakes.sysfs import DOWN, POLLING, Port, cpu_node
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None, reason="no torchrun"),
+]
+SCHEMA = json.loads((REPO / "gpudoctor" / "schemas" / "report.schema.json").read_text())
+NODES = 4
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("cluster")
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    port = str(_free_port())
+    procs = []
+    for node in range(NODES):
+        root = tmp / f"sysfs{node}"
+        down = {2: Port(state=DOWN, phys_state=POLLING, rate="10 Gb/sec (4X)")} if node == 3 else None
+        cpu_node(root, fw_ver="28.39.1002" if node == 1 else "28.41.1000", ports=down)
+        env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "RANK", "WORLD_SIZE", "NCCL_IB_HCA")}
+        env.update(OMP_NUM_THREADS="1", GPUDOCTOR_FAULT="node2:slownet", **{ROOT_ENV: str(root)})
+        out = open(tmp / f"node{node}.json", "w")  # noqa: SIM115  (closed right after Popen)
+        cmd = [torchrun, "--nnodes", str(NODES), "--node-rank", str(node), "--nproc-per-node", "1"]
+        cmd += ["--master-addr", "127.0.0.1", "--master-port", port, "-m", "gpudoctor", "check", "--device", "cpu"]
+        cmd += ["--select", "network,nodes", "--json", "--timeout", "150"]
+        procs.append(subprocess.Popen(cmd, env=env, cwd=REPO, stdout=out, stderr=subprocess.DEVNULL))
+        out.close()
+    try:
+        for p in procs:
+            p.wait(timeout=240)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    return [json.loads((tmp / f"node{n}.json").read_text()) for n in range(NODES)]
+
+
+def findings(doc: dict[str, Any], check: str = "nodes") -> list[dict[str, Any]]:
+    return [f for c in doc["checks"] if c["name"] == check for f in c["findings"]]
+
+
+def test_every_report_is_valid_and_rank_0_has_a_row_per_node(reports: list[dict[str, Any]]) -> None:
+    for doc in reports:
+        jsonschema.validate(doc, SCHEMA)
+    assert [n["node_rank"] for n in reports[0]["nodes"]] == list(range(NODES))
+    assert all(doc["nodes"] == [] for doc in reports[1:])
+
+
+def test_the_slowed_node_is_named_and_its_network_blamed(reports: list[dict[str, Any]]) -> None:
+    host = socket.gethostname()
+    [slow] = [f for f in findings(reports[0]) if f["code"] == "GD681"]
+    assert slow["status"] == "fail" and slow["subject"] == f"node:{host}#2"
+    assert "its network (NIC, cable, switch port)" in slow["message"]
+    assert not any(f["code"] == "GD682" for f in findings(reports[0]))  # no innocent pair blamed
+
+
+def test_the_odd_firmware_and_the_downed_port_of_other_nodes_reach_rank_0(reports: list[dict[str, Any]]) -> None:
+    host = socket.gethostname()
+    rank0 = findings(reports[0])
+    [fw] = [f for f in rank0 if f["code"] == "GD462"]
+    assert fw["subject"] == f"node:{host}#1" and "28.39.1002" in fw["message"]
+    [port] = [f for f in rank0 if f["code"] == "GD440"]
+    assert port["status"] == "fail" and port["subject"] == f"node:{host}#3"
+    assert "mlx5_2 port 1 is DOWN (Polling)" in port["message"]
+    assert reports[0]["exit_code"] == 1
+
+
+def test_each_node_reports_its_own_ports_and_only_rank_0_judges_the_cluster(reports: list[dict[str, Any]]) -> None:
+    [down] = [f for f in findings(reports[3], "network") if f["code"] == "GD440" and f["status"] == "fail"]
+    assert "mlx5_2 port 1" in down["message"] and down["subject"] == "host"
+    for doc in reports[1:]:
+        codes = {f["code"] for f in findings(doc)}
+        assert codes <= {"GD443", "GD460"}  # counters of its own ports; the verdicts are rank 0's
+    details = next(c for c in reports[0]["checks"] if c["name"] == "nodes")["details"]
+    assert details["nodes_run"]["isolation"]["ran"] is True
+    assert len(details["nodes_run"]["isolation"]["rounds"]) == 3
