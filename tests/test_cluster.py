@@ -18,11 +18,11 @@ from gpudoctor.checks.nodes import (
     growth_findings,
     labels_for,
     node_facts,
-    pair_analysis,
 )
 from gpudoctor.findings import Finding, Status
 from gpudoctor.network_expectation import NET_EFFICIENCY, node_capacity
 from gpudoctor.odd_one_out import odd_one_out
+from gpudoctor.pair_isolation import analyse, disjoint_batches, merged
 from gpudoctor.probe.network import read_network
 from gpudoctor.registry import CheckContext, CheckOptions
 from gpudoctor.snapshot import Snapshot
@@ -79,21 +79,34 @@ def pair_results(
 
 @pytest.mark.parametrize(("n", "slow"), [(3, 0), (3, 2), (4, 2), (8, 5), (101, 77)])
 def test_the_node_slow_with_every_partner_is_named_alone(n: int, slow: int) -> None:
-    analysis = pair_analysis(pair_results(n, {slow}))
-    assert analysis["slow_nodes"] == [f"h#{slow}"]
-    assert analysis["slow_pairs"] == []
+    analysis = analyse(merged(pair_results(n, {slow}), []))
+    assert analysis.slow_nodes == [f"h#{slow}"]
+    assert analysis.slow_pairs == []
 
 
 def test_a_pair_slow_only_together_is_the_fabric() -> None:
     first = circle_rounds(8, 3)[0][0]
-    analysis = pair_analysis(pair_results(8, slow_pairs={first}))
-    assert analysis["slow_nodes"] == []
-    assert [pair for pair, _ in analysis["slow_pairs"]] == [(f"h#{first[0]}", f"h#{first[1]}")]
+    analysis = analyse(merged(pair_results(8, slow_pairs={first}), []))
+    assert analysis.slow_nodes == []
+    assert [pair for pair, _ in analysis.slow_pairs] == [(f"h#{first[0]}", f"h#{first[1]}")]
 
 
 def test_a_healthy_fabric_names_nothing() -> None:
-    analysis = pair_analysis(pair_results(6))
-    assert analysis["slow_nodes"] == [] and analysis["slow_pairs"] == [] and analysis["typical"] == 40.0
+    analysis = analyse(merged(pair_results(6), []))
+    assert analysis.slow_nodes == [] and analysis.slow_pairs == [] and analysis.typical == 40.0
+
+
+def test_a_pair_fast_when_measured_again_was_a_hiccup() -> None:
+    first = circle_rounds(8, 3)[0][0]
+    pair = [f"h#{first[0]}", f"h#{first[1]}"]
+    analysis = analyse(merged(pair_results(8, slow_pairs={first}), [{"nodes": pair, "busbw_gbps": 39.0}]))
+    assert analysis.slow_pairs == []
+
+
+def test_retests_run_in_few_batches_of_disjoint_pairs() -> None:
+    pairs = [("a", "b"), ("b", "c"), ("d", "e"), ("a", "c"), ("f", "g")]
+    assert disjoint_batches(pairs, 3) == [[("a", "b"), ("d", "e"), ("f", "g")], [("b", "c")], [("a", "c")]]
+    assert disjoint_batches(pairs, 1) == [[("a", "b"), ("d", "e"), ("f", "g")]]
 
 
 def facts(**overrides: Any) -> dict[str, Any]:
@@ -308,3 +321,47 @@ def test_node_faults_parse_and_apply_to_every_rank_of_that_node() -> None:
 def test_every_pair_of_a_healthy_cluster_is_tested_once_with_four_nodes() -> None:
     pairs = [p for r in circle_rounds(4, 3) for p in r]
     assert sorted(pairs) == list(itertools.combinations(range(4), 2))
+
+
+def test_one_node_reads_its_counters_again_after_the_active_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshot holds the counters at start; link_downed rises while the ranks run."""
+    from gpudoctor.checks import nodes as nodes_check
+    from gpudoctor.launch import LaunchResult
+    from gpudoctor.probe.network import ROOT_ENV
+    from tests.fakes.sysfs import cpu_node
+
+    tree = cpu_node(tmp_path)
+    base = h100_nvswitch_8x()
+    snap = replace(base, host=replace(base.host, network=read_network(tmp_path)))
+    ctx = CheckContext(snap, CheckOptions(device="cpu", ranks=2))
+    launched: list[bool] = []
+
+    def fake_launch(ctx: CheckContext, p: Plan) -> LaunchResult:
+        launched.append(True)
+        tree.set_port("mlx5_1", 1, counters__link_downed="2", counters__symbol_error="40")
+        return LaunchResult("cpu", "gloo", 2, [], 1.0, "tcpstore:port0")
+
+    monkeypatch.setattr(nodes_check, "shared_launch", fake_launch)
+    monkeypatch.setenv(ROOT_ENV, str(tmp_path))
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR"):
+        monkeypatch.delenv(name, raising=False)
+    fs = nodes_check.nodes(ctx)[0]
+    assert launched == [True]
+    [grew] = [f for f in fs if f.code == "GD443"]
+    assert (
+        grew.status is Status.FAIL and grew.message == "mlx5_1 port 1: symbol_error +40, link_downed +2 during the run"
+    )
+    assert ("GD460", "skip", "host") in codes(fs)
+
+
+def test_a_rank_that_died_in_the_cross_node_tests_is_named() -> None:
+    from gpudoctor.checks.nodes import _not_completed
+    from gpudoctor.launch import LaunchResult, RankOutcome
+
+    dead = RankOutcome(3, 0, None, state="exited", error="exited with status 17 in phase nodes", host="n3")
+    ok = RankOutcome(0, 0, None, state="aborted")
+    f = _not_completed(LaunchResult("cpu", "gloo", 4, [ok, dead], 9.0, "env", under_launcher=True))
+    assert (f.code, f.status) == ("GD684", Status.FAIL)
+    assert "rank 3 failed (exited with status 17 in phase nodes)" in f.message

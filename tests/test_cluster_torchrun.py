@@ -78,7 +78,10 @@ def test_the_slowed_node_is_named_and_its_network_blamed(reports: list[dict[str,
     [slow] = [f for f in findings(reports[0]) if f["code"] == "GD681"]
     assert slow["status"] == "fail" and slow["subject"] == f"node:{host}#2"
     assert "its network (NIC, cable, switch port)" in slow["message"]
-    assert not any(f["code"] == "GD682" for f in findings(reports[0]))  # no innocent pair blamed
+    details = next(c for c in reports[0]["checks"] if c["name"] == "nodes")["details"]
+    assert not any(f["code"] == "GD682" for f in findings(reports[0])), json.dumps(
+        details["nodes_run"]["isolation"]
+    )  # no innocent pair blamed
 
 
 def test_the_odd_firmware_and_the_downed_port_of_other_nodes_reach_rank_0(reports: list[dict[str, Any]]) -> None:

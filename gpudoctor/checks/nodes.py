@@ -22,6 +22,7 @@ from gpudoctor.checks.targets import listed, target_gpus
 from gpudoctor.findings import Finding, Status
 from gpudoctor.launch import LaunchResult, Task, torchrun_env
 from gpudoctor.odd_one_out import odd_one_out
+from gpudoctor.pair_isolation import SLOW_RATIO, Analysis, analyse, merged
 from gpudoctor.probe.network import ERROR_COUNTERS
 from gpudoctor.registry import CHECKS, CheckContext, Code, Selection, check, run_one
 from gpudoctor.snapshot import known
@@ -167,7 +168,6 @@ CODES = [
     NOT_COMPLETED,
 ]
 
-SLOW_RATIO = 0.7  # heuristic: a pair or a node's own figure below 0.7 of the typical one is slow
 GPU_BYTES = 256 << 20  # large enough for NICs' plateau (nccl-tests multi-node sweeps reach 8 GiB)
 CPU_BYTES = 2 << 20
 ROUNDS = 3
@@ -455,27 +455,10 @@ def forwarded(facts: dict[str, dict[str, Any]], labels: dict[str, str], skip: st
     return out
 
 
-def pair_analysis(rounds: list[list[dict[str, Any]]]) -> dict[str, Any]:
-    """Slow nodes (slow with every partner, 2+ partners) and slow pairs (neither node slow)."""
-    tests = [(tuple(r["nodes"]), float(r["busbw_gbps"])) for rnd in rounds for r in rnd]
-    if not tests:
-        return {"typical": None, "slow_nodes": [], "slow_pairs": [], "per_node": {}}
-    # The reference is the upper quartile: with few nodes, the pairs of one slow node are half or
-    # more of all pairs (3 nodes: 2 of 3), which would drag a median down to their level.
-    values = [bw for _, bw in tests]
-    typical = statistics.quantiles(values, n=4, method="inclusive")[2] if len(values) > 1 else values[0]
-    slow = [(pair, bw) for pair, bw in tests if bw < SLOW_RATIO * typical]
-    per_node: dict[str, dict[str, Any]] = {}
-    for pair, bw in tests:
-        for node in pair:
-            entry = per_node.setdefault(node, {"tests": 0, "slow": 0, "worst": bw, "best": bw})
-            entry["tests"] += 1
-            entry["slow"] += bw < SLOW_RATIO * typical
-            entry["worst"] = min(entry["worst"], bw)
-            entry["best"] = max(entry["best"], bw)
-    slow_nodes = sorted(n for n, e in per_node.items() if e["tests"] >= 2 and e["slow"] == e["tests"])
-    slow_pairs = [(pair, bw) for pair, bw in slow if not set(pair) & set(slow_nodes)]
-    return {"typical": typical, "slow_nodes": slow_nodes, "slow_pairs": slow_pairs, "per_node": per_node}
+def isolation_of(data: dict[str, Any]) -> Analysis:
+    """The pairwise rounds' verdict, each pair at the better of its round and its retest."""
+    iso = data.get("isolation") or {}
+    return analyse(merged(iso.get("rounds") or [], iso.get("retests") or []))
 
 
 def intra_ratios(intra: dict[str, dict[str, Any]]) -> dict[str, float]:
@@ -544,46 +527,51 @@ def bandwidth_findings(ctx: CheckContext, data: dict[str, Any], labels: dict[str
         )
     ratios = intra_ratios(data.get("intra") or {})
     iso = data.get("isolation") or {}
-    analysis = pair_analysis(iso.get("rounds") or [])
-    for node in analysis["slow_nodes"]:
-        e = analysis["per_node"][node]
+    analysis = isolation_of(data)
+    for node in analysis.slow_nodes:
+        e = analysis.per_node[node]
         out.append(
             Finding(
                 SLOW_NODE.code,
                 Status.FAIL,
                 f"node:{labels.get(node, node)}",
-                f"node {labels.get(node, node)} is slow with every partner: {e['slow']} of {e['tests']} pair tests "
-                f"below {SLOW_RATIO:g} of the typical pair ({e['worst']:.3g} vs {analysis['typical']:.3g} GB/s); "
+                f"node {labels.get(node, node)} is slow with every partner: {e.slow} of {e.tests} pair tests "
+                f"below {SLOW_RATIO:g} of the typical pair ({e.worst:.3g} vs {analysis.typical:.3g} GB/s); "
                 f"{_diagnosis(ratios.get(node))}",
                 SLOW_NODE.fix,
-                {"node": node, **e, "typical_pair_gbps": analysis["typical"], "intra_ratio": ratios.get(node)},
+                {
+                    "node": node,
+                    **vars(e),
+                    "typical_pair_gbps": analysis.typical,
+                    "intra_ratio": ratios.get(node),
+                },
             )
         )
-    for (a, b), bw in analysis["slow_pairs"]:
+    for (a, b), bw in analysis.slow_pairs:
         la, lb = labels.get(a, a), labels.get(b, b)
         out.append(
             Finding(
                 SLOW_PAIR.code,
                 Status.FAIL,
                 f"node:{la},{lb}",
-                f"nodes {la} and {lb} are slow together ({bw:.3g} vs a typical pair of {analysis['typical']:.3g} GB/s) "
+                f"nodes {la} and {lb} are slow together ({bw:.3g} vs a typical pair of {analysis.typical:.3g} GB/s) "
                 "but fast with their other partners: the fabric between them",
                 SLOW_PAIR.fix,
-                {"nodes": [a, b], "busbw_gbps": bw, "typical_pair_gbps": analysis["typical"]},
+                {"nodes": [a, b], "busbw_gbps": bw, "typical_pair_gbps": analysis.typical},
             )
         )
     if len(labels) == 2 and low and expected is not None:
         out += _two_nodes(labels, ratios)
-    elif iso.get("ran") and not analysis["slow_nodes"] and not analysis["slow_pairs"]:
+    elif iso.get("ran") and not analysis.slow_nodes and not analysis.slow_pairs:
         out.append(
             Finding(
                 SLOW_NODE.code,
                 Status.PASS,
                 "host",
                 f"{sum(len(r) for r in iso['rounds'])} pair tests in {len(iso['rounds'])} round(s): no node or pair "
-                f"below {SLOW_RATIO:g} of the typical pair ({analysis['typical']:.3g} GB/s)",
+                f"below {SLOW_RATIO:g} of the typical pair ({analysis.typical:.3g} GB/s)",
                 "",
-                {"typical_pair_gbps": analysis["typical"]},
+                {"typical_pair_gbps": analysis.typical, "retested": len(iso.get("retests") or [])},
             )
         )
     elif not iso.get("ran") and len(labels) > 2:
@@ -637,7 +625,7 @@ def _two_nodes(labels: dict[str, str], ratios: dict[str, float]) -> list[Finding
 def nodes_table(data: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
     facts = data.get("facts") or {}
     intra = data.get("intra") or {}
-    per_node = pair_analysis((data.get("isolation") or {}).get("rounds") or [])["per_node"]
+    per_node = isolation_of(data).per_node
     rows = []
     for n in data["nodes"]:
         f = facts.get(n["key"]) or {}
@@ -654,7 +642,7 @@ def nodes_table(data: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
                 f.get("nccl") or "-",
                 _value_text(_rails(f)) or "-",
                 "-" if i is None else f"{i['gbps']:.3g}",
-                "-" if p is None else f"{p['slow']}/{p['tests']} slow, best {p['best']:.3g}",
+                "-" if p is None else f"{p.slow}/{p.tests} slow, best {p.best:.3g}",
             ]
         )
     return {
@@ -664,7 +652,8 @@ def nodes_table(data: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def single_node(ctx: CheckContext) -> list[Finding]:
+def single_node(ctx: CheckContext, p: Plan) -> list[Finding]:
+    """One node: the RDMA error counters before and after the shared active run."""
     from gpudoctor.probe.network import network_root, read_counters
 
     out = [
@@ -678,7 +667,8 @@ def single_node(ctx: CheckContext) -> list[Finding]:
         )
     ]
     before = network_facts_counters(ctx)
-    if before and ctx.active_run is not None:
+    if before:
+        shared_launch(ctx, p)  # the run whose traffic the counters are read around (kept if it ran)
         after = read_counters(network_root(os.environ, Path("/")))
         out += growth_findings(before, after, "host", "")
     return out
@@ -690,7 +680,7 @@ def nodes(ctx: CheckContext) -> tuple[list[Finding], dict[str, Any]]:
     if p.skip:
         return [skip_finding(ctx, "nodes", p, "cross-node checks")], {}
     if not torchrun_env(os.environ):
-        return single_node(ctx), {}
+        return single_node(ctx, p), {}
     result = shared_launch(ctx, p)
     data = result.results("nodes")
     if data is None:

@@ -13,7 +13,8 @@ Steps, in every rank (the same decisions everywhere, from the same gathered numb
 4. When there are 3+ nodes and the whole-group figure is below `low_ratio` x the NICs' expectation
    (or there is no expectation, e.g. on CPU): `rounds` rounds of disjoint node pairs (the circle
    method of a round-robin, so every node meets a different partner each round and N nodes take
-   `rounds` rounds, not N-1), all pairs of a round at once.
+   `rounds` rounds, not N-1), all pairs of a round at once; a pair slow while both its nodes are
+   fast with others is measured again before it is blamed (gpudoctor/pair_isolation.py).
 5. Each node's RDMA port error counters read again (probe/network.py), for their growth.
 """
 
@@ -26,10 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.pair_isolation import analyse, disjoint_batches, merged
 from gpudoctor.workloads.faults import Faults
 from gpudoctor.workloads.rank import RankContext
 
-SLOWNET_GBPS = 0.02  # the slownet/slownode faults' emulated link, GB/s (test-only)
+SLOW_FACTOR = 10.0  # the slownet/slownode faults make a timed step take this many times as long (test-only)
 
 
 def node_rank_from_env() -> int:
@@ -75,9 +77,11 @@ class _Timer:
         self.slow_inter = faults.has("slownet") or faults.has("slownode")
         self.slow_intra = faults.has("slownode")
 
-    def _delay(self, inter: bool) -> None:
+    def _slowed(self, inter: bool, t0: float) -> None:
+        """The test-only faults: a link (or node) at 1/SLOW_FACTOR of its speed. The rank waits
+        (SLOW_FACTOR - 1) x what the step took; its peers wait for it in the next collective."""
         if self.slow_inter if inter else self.slow_intra:
-            time.sleep(self.size / (SLOWNET_GBPS * 1e9))
+            time.sleep((time.perf_counter() - t0) * (SLOW_FACTOR - 1))
 
     def allreduce(self, group: Any, inter: bool) -> tuple[float, float]:
         """The group's median and best iteration times (each iteration's time the slowest rank's).
@@ -89,9 +93,9 @@ class _Timer:
         for i in range(self.warmup + self.iters):
             self.ctx.sync()
             t0 = time.perf_counter()
-            self._delay(inter)
             dist.all_reduce(self.buf, group=group)
             self.ctx.sync()
+            self._slowed(inter, t0)
             if i >= self.warmup:
                 times.append(time.perf_counter() - t0)
         t = torch.tensor(times, dtype=torch.float64, device=self.ctx.device)
@@ -107,12 +111,27 @@ class _Timer:
         for i in range(self.warmup + self.iters):
             self.ctx.sync()
             t0 = time.perf_counter()
-            self._delay(False)
             dst.copy_(self.buf)
             self.ctx.sync()
+            self._slowed(False, t0)
             if i >= self.warmup:
                 times.append(time.perf_counter() - t0)
         return self.size / min(times) / 1e9
+
+
+def subgroup(groups: list[list[int]], rank: int) -> Any:
+    """This rank's group among the disjoint `groups`, made for all of them in one step: a single
+    ncclCommSplit where NCCL is bound to a device (torch's split_group: the non-member ranks of
+    new_group would each have to join a split per group, N/2 collectives a round); elsewhere
+    new_group with local synchronization, which only the members call (group name from its ranks)."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    default = distributed_c10d._get_default_group()
+    if getattr(default, "bound_device_id", None) is not None and hasattr(dist, "split_group"):
+        return dist.split_group(split_ranks=groups)
+    mine = next((g for g in groups if rank in g), None)
+    return None if mine is None else dist.new_group(mine, use_local_synchronization=True)
 
 
 def _nodes(members: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -178,9 +197,10 @@ def _intra(ctx: RankContext, timer: _Timer, nodes: list[dict[str, Any]], mine: d
     """Every node's own figure, measured at the same time on all nodes."""
     import torch.distributed as dist
 
-    groups = {n["key"]: dist.new_group(n["ranks"]) for n in nodes if len(n["ranks"]) > 1}
-    if mine["key"] in groups:
-        _, best = timer.allreduce(groups[mine["key"]], inter=False)
+    several = [n["ranks"] for n in nodes if len(n["ranks"]) > 1]
+    group = subgroup(several, ctx.rank) if several else None
+    if len(mine["ranks"]) > 1:
+        _, best = timer.allreduce(group, inter=False)
         value, kind = busbw(timer.size, best, len(mine["ranks"])), "allreduce_busbw"
     else:
         value, kind = timer.copy_gbps(), "copy"
@@ -193,29 +213,44 @@ def _intra(ctx: RankContext, timer: _Timer, nodes: list[dict[str, Any]], mine: d
 def _isolate(
     ctx: RankContext, timer: _Timer, nodes: list[dict[str, Any]], full_gbps: float, params: dict[str, Any]
 ) -> dict[str, Any]:
-    import torch.distributed as dist
-
     expected = params.get("expected_gbps")
     low_ratio = float(params.get("low_ratio", 0.8))
     if len(nodes) < 3:
-        return {"ran": False, "why": "two nodes: the whole-group test is the pair test", "rounds": []}
+        return {"ran": False, "why": "two nodes: the whole-group test is the pair test", "rounds": [], "retests": []}
     if expected and full_gbps >= low_ratio * float(expected):
-        return {"ran": False, "why": f"whole-group busbw at or above {low_ratio:g} x the expected", "rounds": []}
+        why = f"whole-group busbw at or above {low_ratio:g} x the expected"
+        return {"ran": False, "why": why, "rounds": [], "retests": []}
+    index = {n["key"]: i for i, n in enumerate(nodes)}
     schedule = circle_rounds(len(nodes), int(params.get("rounds", 3)))
     rounds = []
     for r, pairs in enumerate(schedule):
         ctx.progress(f"pairwise node tests, round {r + 1} of {len(schedule)}")
-        groups = [dist.new_group(sorted(nodes[a]["ranks"] + nodes[b]["ranks"])) for a, b in pairs]
-        result = None
-        for (a, b), group in zip(pairs, groups, strict=True):
-            members = nodes[a]["ranks"] + nodes[b]["ranks"]
-            if ctx.rank in members:
-                _, best = timer.allreduce(group, inter=True)
-                if ctx.rank == min(members):
-                    result = {"nodes": [nodes[a]["key"], nodes[b]["key"]], "time_s": best}
-                    result["busbw_gbps"] = busbw(timer.size, best, len(members))
-        gathered: list[Any] = [None] * ctx.world_size
-        dist.all_gather_object(gathered, result)
-        rounds.append([g for g in gathered if g])
+        rounds.append(_pair_round(ctx, timer, nodes, pairs))
+    # The pairs slow while both their nodes are fast elsewhere are measured again before blamed.
+    suspects = [pair for pair, _ in analyse(merged(rounds, [])).slow_pairs]
+    retests = []
+    for batch in disjoint_batches(suspects, len(schedule)):
+        ctx.progress(f"testing {len(batch)} slow pair(s) again")
+        retests += _pair_round(ctx, timer, nodes, [(index[a], index[b]) for a, b in batch])
     why = "no bandwidth expectation (CPU or unknown NICs)" if not expected else "whole-group busbw below expectation"
-    return {"ran": True, "why": why, "rounds": rounds}
+    return {"ran": True, "why": why, "rounds": rounds, "retests": retests}
+
+
+def _pair_round(
+    ctx: RankContext, timer: _Timer, nodes: list[dict[str, Any]], pairs: list[tuple[int, int]]
+) -> list[dict[str, Any]]:
+    """All-reduce in every pair of nodes at once (disjoint pairs), every rank gets every result."""
+    import torch.distributed as dist
+
+    group = subgroup([sorted(nodes[a]["ranks"] + nodes[b]["ranks"]) for a, b in pairs], ctx.rank)
+    result = None
+    for a, b in pairs:
+        members = nodes[a]["ranks"] + nodes[b]["ranks"]
+        if ctx.rank in members:
+            _, best = timer.allreduce(group, inter=True)
+            if ctx.rank == min(members):
+                result = {"nodes": [nodes[a]["key"], nodes[b]["key"]], "time_s": best}
+                result["busbw_gbps"] = busbw(timer.size, best, len(members))
+    gathered: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(gathered, result)
+    return [g for g in gathered if g]

@@ -1,0 +1,82 @@
+"""Which node or node pair is slow, from all-reduce figures of node pairs (torch-free: the `nodes`
+workload uses it to pick the pairs to test again, the `nodes` check to judge).
+
+A pair is slow below SLOW_RATIO x the typical pair, the typical pair being the upper quartile of
+all pair figures: with few nodes the pairs of one slow node are half or more of all pairs (3
+nodes: 2 of 3), which would drag a median down to their level. A node slow with every partner
+(2 or more) is a slow node; a slow pair whose nodes are both fast elsewhere is the fabric between
+them (NVIDIA/nccl#325). A slow pair is measured again before it is blamed: a slow link is slow
+every time, a passing hiccup (another job's burst, a loaded CPU) is not. The 0.7 is a heuristic.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+SLOW_RATIO = 0.7
+
+Pair = tuple[str, str]
+
+
+@dataclass
+class NodeRecord:
+    tests: int = 0
+    slow: int = 0
+    worst: float = float("inf")
+    best: float = 0.0
+
+
+@dataclass
+class Analysis:
+    typical: float | None
+    slow_nodes: list[str] = field(default_factory=list)
+    slow_pairs: list[tuple[Pair, float]] = field(default_factory=list)
+    per_node: dict[str, NodeRecord] = field(default_factory=dict)
+
+
+def typical(values: list[float]) -> float:
+    return statistics.quantiles(values, n=4, method="inclusive")[2] if len(values) > 1 else values[0]
+
+
+def analyse(tests: list[tuple[Pair, float]]) -> Analysis:
+    if not tests:
+        return Analysis(None)
+    ref = typical([bw for _, bw in tests])
+    per_node: dict[str, NodeRecord] = {}
+    for pair, bw in tests:
+        for node in pair:
+            rec = per_node.setdefault(node, NodeRecord())
+            rec.tests += 1
+            rec.slow += bw < SLOW_RATIO * ref
+            rec.worst = min(rec.worst, bw)
+            rec.best = max(rec.best, bw)
+    slow_nodes = sorted(n for n, r in per_node.items() if r.tests >= 2 and r.slow == r.tests)
+    slow_pairs = [(p, bw) for p, bw in tests if bw < SLOW_RATIO * ref and not set(p) & set(slow_nodes)]
+    return Analysis(ref, slow_nodes, slow_pairs, per_node)
+
+
+def disjoint_batches(pairs: list[Pair], limit: int) -> list[list[Pair]]:
+    """Pairs split greedily into at most `limit` batches of disjoint pairs (one batch runs at once)."""
+    batches: list[list[Pair]] = []
+    for pair in pairs:
+        for batch in batches:
+            if not any(set(pair) & set(other) for other in batch):
+                batch.append(pair)
+                break
+        else:
+            if len(batches) < limit:
+                batches.append([pair])
+    return batches
+
+
+def merged(rounds: list[list[dict[str, object]]], retests: list[dict[str, object]]) -> list[tuple[Pair, float]]:
+    """Each tested pair's figure: the better of its round and its retest."""
+    best: dict[Pair, float] = {}
+    for result in [r for rnd in rounds for r in rnd]:
+        pair = tuple(result["nodes"])  # type: ignore[arg-type]
+        best[pair] = float(result["busbw_gbps"])  # type: ignore[arg-type]
+    for result in retests:
+        pair = tuple(result["nodes"])  # type: ignore[arg-type]
+        best[pair] = max(best.get(pair, 0.0), float(result["busbw_gbps"]))  # type: ignore[arg-type]
+    return list(best.items())  # type: ignore[arg-type]
