@@ -3,8 +3,8 @@ and when it is low, find the slow node or pair with pairwise tests in rounds of 
 
 Steps, in every rank (the same decisions everywhere, from the same gathered numbers):
 
-1. all_gather_object of each node's facts (only a node's local rank 0 sends them; `params["facts"]`,
-   built by the parent from its snapshot) and of who is where: a node is (hostname, node rank).
+1. all_gather_object of who is where (a node is hostname + node rank) and of each node's NIC
+   expectation, so every rank takes the same decisions.
 2. The whole group's all-reduce at one size (nccl-tests' busbw), each iteration timed, the group's
    time the slowest rank's, the figure the median iteration. (Node and pair figures below take the
    best iteration instead: a slow link is slow every time, a scheduling hiccup only once.)
@@ -15,7 +15,9 @@ Steps, in every rank (the same decisions everywhere, from the same gathered numb
    method of a round-robin, so every node meets a different partner each round and N nodes take
    `rounds` rounds, not N-1), all pairs of a round at once; a pair slow while both its nodes are
    fast with others is measured again before it is blamed (gpudoctor/pair_isolation.py).
-5. Each node's RDMA port error counters read again (probe/network.py), for their growth.
+5. Each node's facts (`params["facts"]`, built by its parent from its snapshot) and its RDMA port
+   error counters read again now (probe/network.py) gathered to rank 0 only, from the node's
+   local rank 0.
 """
 
 from __future__ import annotations
@@ -128,22 +130,24 @@ def subgroup(groups: list[list[int]], rank: int) -> Any:
     from torch.distributed import distributed_c10d
 
     default = distributed_c10d._get_default_group()
-    if getattr(default, "bound_device_id", None) is not None and hasattr(dist, "split_group"):
-        return dist.split_group(split_ranks=groups)
+    if getattr(default, "bound_device_id", None) is not None:
+        if hasattr(dist, "split_group"):
+            return dist.split_group(split_ranks=groups)
+        # An older torch: every rank makes every group, the non-members joining each split.
+        made = [dist.new_group(g) for g in groups]
+        return next((m for g, m in zip(groups, made, strict=True) if rank in g), None)
     mine = next((g for g in groups if rank in g), None)
     return None if mine is None else dist.new_group(mine, use_local_synchronization=True)
 
 
 def _nodes(members: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per node, in node-rank order: key, host, node_rank, ranks, facts."""
+    """One entry per node, in node-rank order: key, host, node_rank, ranks."""
     nodes: dict[str, dict[str, Any]] = {}
     for m in sorted(members, key=lambda m: m["rank"]):
         node = nodes.setdefault(
-            m["key"], {"key": m["key"], "host": m["host"], "node_rank": m["node_rank"], "ranks": [], "facts": None}
+            m["key"], {"key": m["key"], "host": m["host"], "node_rank": m["node_rank"], "ranks": []}
         )
         node["ranks"].append(m["rank"])
-        if m.get("facts") is not None:
-            node["facts"] = m["facts"]
     return sorted(nodes.values(), key=lambda n: (n["node_rank"], n["host"]))
 
 
@@ -164,14 +168,15 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
     host = socket.gethostname()
     key = f"{host}#{node_rank}"
     faults = Faults(ctx.rank, node=node_rank)
-    leader_facts = params.get("facts") if ctx.local_rank == 0 else None
+    # Who is where (small, to every rank: the decisions below are taken alike everywhere).
     gathered: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(
-        gathered, {"key": key, "host": host, "node_rank": node_rank, "rank": ctx.rank, "facts": leader_facts}
-    )
+    me = {"key": key, "host": host, "node_rank": node_rank, "rank": ctx.rank, "expected": params.get("expected_gbps")}
+    dist.all_gather_object(gathered, me)
     nodes = _nodes(gathered)
     mine = next(n for n in nodes if n["key"] == key)
-    out: dict[str, Any] = {"node": key, "nodes": [{k: v for k, v in n.items() if k != "facts"} for n in nodes]}
+    expectations = [m["expected"] for m in gathered]
+    expected = None if any(e is None for e in expectations) else min(expectations)
+    out: dict[str, Any] = {"node": key, "nodes": nodes, "expected_gbps": expected}
     size = int(params.get("bytes", 1 << 20))
     timer = _Timer(ctx, size, int(params.get("warmup", 1)), int(params.get("iters", 5)), faults)
     out.update({"bytes": size, "iters": timer.iters})
@@ -180,15 +185,19 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
         t, _ = timer.allreduce(None, inter=True)
         out["full"] = {"ranks": ctx.world_size, "time_s": t, "busbw_gbps": busbw(size, t, ctx.world_size)}
         out["intra"] = _intra(ctx, timer, nodes, mine)
-        out["isolation"] = _isolate(ctx, timer, nodes, out["full"]["busbw_gbps"], params)
-    after: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(after, (key, _counters_now() if ctx.local_rank == 0 else None))
-    counters = {k: v for k, v in after if v is not None}
-    if ctx.rank == 0:  # the report's rank: every node's facts
-        out["facts"] = {n["key"]: n["facts"] for n in nodes}
-        out["counters_after"] = counters
+        out["isolation"] = _isolate(ctx, timer, nodes, out["full"]["busbw_gbps"], expected, params)
+    # Every node's facts and counters (read now, after the traffic) to rank 0 only: kilobytes a
+    # node, sent by its local rank 0.
+    after = _counters_now() if ctx.local_rank == 0 else None
+    sent = {"key": key, "facts": params.get("facts"), "counters": after} if ctx.local_rank == 0 else None
+    received: list[Any] | None = [None] * ctx.world_size if ctx.rank == 0 else None
+    dist.gather_object(sent, received, dst=0)
+    if received is not None:  # the report's rank
+        leaders = {r["key"]: r for r in received if r}
+        out["facts"] = {n["key"]: (leaders.get(n["key"]) or {}).get("facts") for n in nodes}
+        out["counters_after"] = {k: r["counters"] for k, r in leaders.items() if r.get("counters") is not None}
     else:
-        out["counters_after"] = {key: counters[key]} if key in counters else {}
+        out["counters_after"] = {key: after} if after is not None else {}
     out["elapsed_s"] = time.perf_counter() - t_start
     return out
 
@@ -211,9 +220,13 @@ def _intra(ctx: RankContext, timer: _Timer, nodes: list[dict[str, Any]], mine: d
 
 
 def _isolate(
-    ctx: RankContext, timer: _Timer, nodes: list[dict[str, Any]], full_gbps: float, params: dict[str, Any]
+    ctx: RankContext,
+    timer: _Timer,
+    nodes: list[dict[str, Any]],
+    full_gbps: float,
+    expected: float | None,
+    params: dict[str, Any],
 ) -> dict[str, Any]:
-    expected = params.get("expected_gbps")
     low_ratio = float(params.get("low_ratio", 0.8))
     if len(nodes) < 3:
         return {"ran": False, "why": "two nodes: the whole-group test is the pair test", "rounds": [], "retests": []}
