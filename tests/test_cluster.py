@@ -128,6 +128,7 @@ def facts(**overrides: Any) -> dict[str, Any]:
         ],
         "mtu": {f"ibp{i}s0": 4092 for i in range(8)},
         "gpudirect": "nvidia_peermem",
+        "ethernet": ["100000 Mb/s MTU 9000"],
     }
     return {**base, **overrides}
 
@@ -155,6 +156,7 @@ def test_an_nccl_version_apart_fails_naming_the_node() -> None:
         (facts(vbios=["96.00.61.00.01"]), ("GD462", "warn", "node:n3")),
         (facts(mtu={"ibp0s0": 2044}), ("GD463", "warn", "node:n3")),
         (facts(gpudirect="none"), ("GD463", "warn", "node:n3")),
+        (facts(ethernet=["25000 Mb/s MTU 9000"]), ("GD463", "warn", "node:n3")),
     ],
 )
 def test_each_fact_that_differs_names_the_odd_node(odd: dict[str, Any], expected: tuple[str, str, str]) -> None:
@@ -256,6 +258,7 @@ def test_node_facts_carry_what_rank_0_compares(tmp_path: Path) -> None:
     ctx = CheckContext(h100(tmp_path, ports={3: Port(state=DOWN, phys_state=POLLING, rate="10 Gb/sec (4X)")}))
     f = node_facts(ctx, Plan("cuda", 8, list(range(8))))
     assert (f["driver"], f["nccl"], f["gpudirect"]) == ("550.54.15", "2.20.5", "nvidia_peermem")
+    assert f["ethernet"] == ["100000 Mb/s MTU 1500"]  # eno1; the IPoIB interfaces are not Ethernet
     assert f["capacity"]["ports"] == 8 and len(f["nics"]) == 8 and f["counters"]["mlx5_3:1"]["link_downed"] == 0
     assert {"code": "GD440", "status": "fail"}.items() <= next(x for x in f["findings"] if x["code"] == "GD440").items()
 

@@ -77,8 +77,9 @@ NETWORK_DIFFERS = Code(
     "GD463",
     "node-network-differs",
     "Every node has the same NIC rails, rates, MTU and GPUDirect RDMA",
-    what="Compares across nodes the RDMA rails (kind, count, rate), the MTU of the RDMA interfaces and "
-    "whether GPUDirect RDMA is available. Fewer or slower rails fail; the rest warns.",
+    what="Compares across nodes the RDMA rails (kind, count, rate), the MTU of the RDMA interfaces, the "
+    "speed and MTU of the physical Ethernet interfaces that are up, and whether GPUDirect RDMA is available. "
+    "Fewer or slower rails fail; the rest warns.",
     why="A node whose rails are fewer or slower carries less than the others and every collective waits "
     "for it; an MTU that differs across RoCE nodes drops or fragments packets; a node without "
     "GPUDirect RDMA stages its traffic through host memory.",
@@ -237,11 +238,24 @@ def node_facts(ctx: CheckContext, p: Plan) -> dict[str, Any]:
             "vbios": sorted({g.vbios for g in gpus if isinstance(g.vbios, str)}),
             "nics": nics,
             "mtu": mtu,
+            "ethernet": ethernet_links(net),
             "gpudirect": gpudirect_mode(ctx),
             "capacity": capacity.to_json() if capacity else None,
             "counters": {v.key: v.port.counters for v in port_views(net) if isinstance(v.port.counters, dict)},
             "findings": static_findings(ctx),
         }
+    )
+
+
+def ethernet_links(net: Any) -> list[str]:
+    """The node's physical Ethernet interfaces that are up, as "speed/MTU" (NCCL's socket
+    transport and RoCE ride on them): what should be alike across nodes."""
+    if net is None or not isinstance(net.interfaces, list):
+        return []
+    return sorted(
+        f"{i.speed_mbps if isinstance(i.speed_mbps, int) else '?'} Mb/s MTU {i.mtu if isinstance(i.mtu, int) else '?'}"
+        for i in net.interfaces
+        if i.kind == "ether" and not i.virtual and i.operstate == "up"
     )
 
 
@@ -398,6 +412,8 @@ def comparison_findings(facts: dict[str, dict[str, Any]]) -> list[Finding]:
     out += compare(NETWORK_DIFFERS, "RDMA rails", rails, Status.FAIL, ": the node with less paces every collective")
     mtus = {n: tuple(sorted(set((f.get("mtu") or {}).values()))) for n, f in facts.items()}
     out += compare(NETWORK_DIFFERS, "RDMA interface MTU", mtus, Status.WARN)
+    ether = {n: tuple(sorted(f.get("ethernet") or [])) for n, f in facts.items()}
+    out += compare(NETWORK_DIFFERS, "Ethernet links (Mb/s, MTU)", ether, Status.WARN)
     out += compare(NETWORK_DIFFERS, "GPUDirect RDMA", {n: f.get("gpudirect") for n, f in facts.items()}, Status.WARN)
     if not out:
         any_facts = next(iter(facts.values()), {})
