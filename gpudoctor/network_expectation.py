@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpudoctor.checks.network import gpu_nic_levels, network_of, parse_ib_hca, port_views, rail_kind
+from gpudoctor.checks.network import gpu_nic_levels, network_of, port_views, rail_kind
+from gpudoctor.nccl_list import parse_nccl_list
 from gpudoctor.snapshot import Gpu, Snapshot
 
 NET_EFFICIENCY = 0.96
@@ -66,7 +67,7 @@ def node_capacity(snapshot: Snapshot, gpus: list[Gpu], ranks_on_node: int) -> No
     if rail is None:
         return None
     hca = snapshot.env.get("NCCL_IB_HCA")
-    spec = parse_ib_hca(hca) if hca is not None else None
+    spec = parse_nccl_list(hca) if hca is not None else None
     rails = [v for v in views if v.kind == rail and (spec is None or spec.selects(v.device.name, v.port.port))]
     rates = [v.rate for v in rails if v.rate and v.active]
     if not rails or not rates:

@@ -5,12 +5,7 @@ node 3 with a rail down. Global rank 0's report must name each of them."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import socket
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -19,47 +14,28 @@ import pytest
 from gpudoctor.probe.network import ROOT_ENV
 from tests.conftest import REPO
 from tests.fakes.sysfs import DOWN, POLLING, Port, cpu_node
+from tests.torchrun_nodes import TORCHRUN, run_nodes
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None, reason="no torchrun"),
+    pytest.mark.skipif(TORCHRUN is None, reason="no torchrun"),
 ]
 SCHEMA = json.loads((REPO / "gpudoctor" / "schemas" / "report.schema.json").read_text())
 NODES = 4
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("cluster")
-    torchrun = str(Path(sys.executable).parent / "torchrun")
-    port = str(_free_port())
-    procs = []
-    for node in range(NODES):
+
+    def env_of(node: int) -> dict[str, str]:
         root = tmp / f"sysfs{node}"
         down = {2: Port(state=DOWN, phys_state=POLLING, rate="10 Gb/sec (4X)")} if node == 3 else None
         cpu_node(root, fw_ver="28.39.1002" if node == 1 else "28.41.1000", ports=down)
-        env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "RANK", "WORLD_SIZE", "NCCL_IB_HCA")}
-        env.update(OMP_NUM_THREADS="1", GPUDOCTOR_FAULT="node2:slownet", **{ROOT_ENV: str(root)})
-        out = open(tmp / f"node{node}.json", "w")  # noqa: SIM115  (closed right after Popen)
-        cmd = [torchrun, "--nnodes", str(NODES), "--node-rank", str(node), "--nproc-per-node", "1"]
-        cmd += ["--master-addr", "127.0.0.1", "--master-port", port, "-m", "gpudoctor", "check", "--device", "cpu"]
-        cmd += ["--select", "network,nodes", "--json", "--timeout", "150"]
-        procs.append(subprocess.Popen(cmd, env=env, cwd=REPO, stdout=out, stderr=subprocess.DEVNULL))
-        out.close()
-    try:
-        for p in procs:
-            p.wait(timeout=240)
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-    return [json.loads((tmp / f"node{n}.json").read_text()) for n in range(NODES)]
+        return {"GPUDOCTOR_FAULT": "node2:slownet", ROOT_ENV: str(root)}
+
+    args = ["--device", "cpu", "--select", "network,nodes", "--json", "--timeout", "150"]
+    return run_nodes(tmp, NODES, env_of, args, wait_s=240)
 
 
 def findings(doc: dict[str, Any], check: str = "nodes") -> list[dict[str, Any]]:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.checks.network import gdr_threshold, parse_ib_hca
+from gpudoctor.checks.network import gdr_threshold
 from gpudoctor.findings import Finding, Status
+from gpudoctor.nccl_list import parse_nccl_list
 from gpudoctor.probe.network import read_network
 from gpudoctor.registry import CheckContext, Selection, run_checks
 from gpudoctor.snapshot import Snapshot, dumps, load
@@ -173,9 +174,19 @@ def test_gpudirect_rdma(tmp_path: Path, peermem: bool, open_module: bool, kernel
     ],
 )
 def test_ib_hca_selection_follows_nccl(value: str, selected: set[str]) -> None:
-    spec = parse_ib_hca(value)
+    spec = parse_nccl_list(value)
     names = ["mlx5_0", "mlx5_1", "mlx5_10", "mlx5_11"]
     assert {f"{n}:1" for n in names if spec.selects(n, 1)} == selected
+
+
+@pytest.mark.parametrize(
+    ("value", "selected"),
+    [("eth", ["eth0", "eth1"]), ("=eth0", ["eth0"]), ("^eth,lo", ["ib0"]), ("eth0:1", ["eth0"])],
+)
+def test_the_same_syntax_selects_socket_interfaces(value: str, selected: list[str]) -> None:
+    """NCCL_SOCKET_IFNAME goes through the same parser with no port (src/os/linux.cc: port -1)."""
+    spec = parse_nccl_list(value)
+    assert [i for i in ["eth0", "eth1", "ib0", "lo"] if spec.selects(i)] == selected
 
 
 def many_nics(root: Path) -> SysfsTree:

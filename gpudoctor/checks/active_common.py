@@ -158,3 +158,14 @@ def rank_table(result: LaunchResult) -> dict[str, Any]:
 
 def describe(ranks: list[RankOutcome]) -> str:
     return ", ".join(r.label for r in ranks)
+
+
+def not_run_message(result: LaunchResult, what: str) -> str:
+    """Why a task of the shared launch gave no result: "<what> did not start/complete: ..."."""
+    if result.setup_error is not None:
+        return f"{what} did not start: {result.setup_error['message']}"
+    msg = f"{what} did not complete: {describe(result.suspects()) or 'a rank'} failed"
+    first = next(iter(result.suspects()), None)
+    if first is not None and first.error:
+        msg += f" ({first.error[:200]})"
+    return msg

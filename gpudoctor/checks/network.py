@@ -14,6 +14,7 @@ from typing import Any
 from gpudoctor import nic_locality
 from gpudoctor.checks.targets import listed, target_gpus, version_tuple
 from gpudoctor.findings import Finding, Status
+from gpudoctor.nccl_list import parse_nccl_list
 from gpudoctor.probe.network import ERROR_COUNTERS, sysfs_bus_id
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Network, RdmaDevice, RdmaPort, Snapshot
@@ -473,66 +474,11 @@ def gdr_findings(ctx: CheckContext, network: Network, views: list[PortView]) -> 
     ]
 
 
-def _atoi(text: str) -> int:
-    """C's atoi, as NCCL reads the port of an NCCL_IB_HCA entry ("" never reaches it)."""
-    digits = ""
-    for ch in text.strip():
-        if ch.isdigit() or (not digits and ch in "+-"):
-            digits += ch
-        else:
-            break
-    try:
-        return int(digits)
-    except ValueError:
-        return 0
-
-
-@dataclass(frozen=True)
-class HcaList:
-    """NCCL_IB_HCA as NCCL parses it (src/misc/utils.cc parseStringList; init.cc for ^ and =)."""
-
-    exclude: bool
-    exact: bool
-    entries: tuple[tuple[str, int | None], ...]  # (name or prefix, port; None: every port)
-
-    def matches(self, name: str, port: int) -> bool:
-        """matchIfList: an empty list matches everything."""
-        if not self.entries:
-            return True
-        return any(self._entry(e, name, port) for e in self.entries)
-
-    def _entry(self, entry: tuple[str, int | None], name: str, port: int) -> bool:
-        prefix, want = entry
-        named = name == prefix if self.exact else name.startswith(prefix)
-        return named and (want is None or want == port)
-
-    def selects(self, name: str, port: int) -> bool:
-        return self.matches(name, port) != self.exclude
-
-
-def parse_ib_hca(value: str) -> HcaList:
-    text = value
-    exclude = text.startswith("^")
-    if exclude:
-        text = text[1:]
-    exact = text.startswith("=")
-    if exact:
-        text = text[1:]
-    entries = []
-    for item in text.split(","):
-        fields = item.split(":")
-        if not fields[0]:
-            continue  # strtok skips empty items; an entry with no name is dropped
-        port = fields[1] if len(fields) > 1 else ""
-        entries.append((fields[0], _atoi(port) if port else None))
-    return HcaList(exclude, exact, tuple(entries))
-
-
 def ib_hca_findings(env: dict[str, str], network: Network | None, views: list[PortView]) -> list[Finding]:
     value = env.get("NCCL_IB_HCA")
     if value is None or network is None or not isinstance(network.rdma, list):
         return []
-    spec = parse_ib_hca(value)
+    spec = parse_nccl_list(value)
     usable = [v for v in views if v.active and v.port.link_layer in ("InfiniBand", "Ethernet")]
     chosen = [v for v in usable if spec.selects(v.device.name, v.port.port)]
     names = [d.name for d in network.rdma]
@@ -573,7 +519,7 @@ def ib_hca_findings(env: dict[str, str], network: Network | None, views: list[Po
         dead = [
             f"{name}{'' if port is None else f':{port}'}"
             for name, port in spec.entries
-            if not any(spec._entry((name, port), dev, p) for dev, plist in ports.items() for p in plist)
+            if not any(spec.entry_matches((name, port), dev, p) for dev, plist in ports.items() for p in plist)
         ]
         if dead:
             out.append(

@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.checks.active_common import Plan, describe, plan, shared_launch, skip_finding
+from gpudoctor.checks.active_common import Plan, not_run_message, plan, shared_launch, skip_finding
 from gpudoctor.checks.network import network_of, port_views
 from gpudoctor.checks.targets import listed, target_gpus
 from gpudoctor.findings import Finding, Status
@@ -775,11 +775,5 @@ def network_facts_counters(ctx: CheckContext) -> dict[str, dict[str, int]]:
 
 
 def _not_completed(result: LaunchResult) -> Finding:
-    if result.setup_error is not None:
-        msg = f"cross-node tests did not start: {result.setup_error['message']}"
-    else:
-        msg = f"cross-node tests did not complete: {describe(result.suspects()) or 'a rank'} failed"
-        first = next(iter(result.suspects()), None)
-        if first is not None and first.error:
-            msg += f" ({first.error[:200]})"
+    msg = not_run_message(result, "cross-node tests")
     return Finding(NOT_COMPLETED.code, Status.FAIL, "host", msg, NOT_COMPLETED.fix, {"launch": result.to_json()})
