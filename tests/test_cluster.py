@@ -117,6 +117,7 @@ def facts(**overrides: Any) -> dict[str, Any]:
         "torch": "2.4.1+cu124",
         "gpus": ["NVIDIA H100 80GB HBM3"] * 8,
         "vbios": ["96.00.74.00.01"],
+        "nvlinks": [18] * 8,
         "nics": [
             {
                 "name": f"mlx5_{i}",
@@ -154,6 +155,7 @@ def test_an_nccl_version_apart_fails_naming_the_node() -> None:
         (facts(gpus=["NVIDIA A100-SXM4-80GB"] * 8), ("GD461", "fail", "node:n3")),
         (facts(gpus=["NVIDIA H100 80GB HBM3"] * 4), ("GD461", "warn", "node:n3")),
         (facts(vbios=["96.00.61.00.01"]), ("GD462", "warn", "node:n3")),
+        (facts(nvlinks=[18] * 7 + [12]), ("GD461", "warn", "node:n3")),
         (facts(mtu={"ibp0s0": 2044}), ("GD463", "warn", "node:n3")),
         (facts(gpudirect="none"), ("GD463", "warn", "node:n3")),
         (facts(ethernet=["25000 Mb/s MTU 9000"]), ("GD463", "warn", "node:n3")),

@@ -19,6 +19,7 @@ from typing import Any
 from gpudoctor.checks.active_common import Plan, not_run_message, plan, shared_launch, skip_finding
 from gpudoctor.checks.network import network_of, port_views
 from gpudoctor.checks.targets import listed, target_gpus
+from gpudoctor.facts import facts_from_snapshot
 from gpudoctor.findings import Finding, Status
 from gpudoctor.launch import LaunchResult, Task, torchrun_env
 from gpudoctor.odd_one_out import odd_one_out
@@ -58,7 +59,8 @@ GPUS_DIFFER = Code(
     "GD461",
     "node-gpus-differ",
     "Every node has the same GPUs",
-    what="Compares the GPU models and counts the run sees on each node.",
+    what="Compares the GPU models and counts of each node (the GPUs NVML sees, as every report's `facts` "
+    "block lists them) and their active NVLinks.",
     why="A data-parallel step waits for the slowest rank: a node with slower GPUs paces every node, and a "
     "node with fewer GPUs than the others changes the world size the job was planned for.",
     fix="Schedule the job on identical nodes (a Slurm constraint or node selector on the GPU model), or "
@@ -227,15 +229,17 @@ def node_facts(ctx: CheckContext, p: Plan) -> dict[str, Any]:
             if name in interfaces and isinstance(interfaces[name].mtu, int):
                 mtu[name] = interfaces[name].mtu
     capacity = node_capacity(snap, gpus, ranks_on_node(ctx, p)) if p.device == "cuda" else None
+    machine = facts_from_snapshot(snap)  # the facts every report carries (facts.py), for its GPUs and driver
     return _jsonable(
         {
             "host": snap.host.hostname,
-            "driver": snap.driver.driver_version,
-            "cuda": snap.driver.cuda_driver_version,
+            "driver": machine["driver_version"],
+            "cuda": machine["cuda_driver_version"],
             "nccl": snap.software.torch_nccl,
             "torch": snap.software.torch,
-            "gpus": [g.name for g in gpus],
-            "vbios": sorted({g.vbios for g in gpus if isinstance(g.vbios, str)}),
+            "gpus": [g["name"] for g in machine["gpus"]],
+            "vbios": sorted({g["vbios"] for g in machine["gpus"] if g["vbios"]}),
+            "nvlinks": [g["nvlinks_active"] for g in machine["gpus"]],
             "nics": nics,
             "mtu": mtu,
             "ethernet": ethernet_links(net),
@@ -394,6 +398,8 @@ def comparison_findings(facts: dict[str, dict[str, Any]]) -> list[Finding]:
     if not odd_one_out(models).differs:
         counts = {n: len(f.get("gpus") or []) for n, f in facts.items()}
         out += compare(GPUS_DIFFER, "GPU count", counts, Status.WARN)
+    links = {n: tuple(sorted(x for x in f.get("nvlinks") or [] if x is not None)) for n, f in facts.items()}
+    out += compare(GPUS_DIFFER, "active NVLinks per GPU", links, Status.WARN, ": see that node's GD402")
     kinds = sorted({nic.get("hca_type") or "?" for f in facts.values() for nic in f.get("nics") or []})
     for kind in kinds:
         fw = {
