@@ -27,7 +27,7 @@ from gpudoctor.registry import (
 )
 from tests.clirun import fixture, load, run_cli
 
-ACTIVE = {"allreduce", "collectives", "ddp", "link_probes"}
+ACTIVE = {"allreduce", "collectives", "ddp", "link_probes", "nodes"}
 DEEP = {"deep_load", "deep_sdc", "deep_memory", "deep_links"}
 
 

@@ -118,7 +118,8 @@ SLOW_NODE = Code(
     "best iteration, so a passing hiccup names nobody. A node whose every "
     "pair ran below 0.7 of the typical pair (the upper quartile of all pair results) is named (the 0.7 is a "
     "heuristic). Its own intra-node figure "
-    "(all-reduce over its ranks, or a memory copy) tells a node problem from a network problem.",
+    "(all-reduce over its ranks, or a memory copy) tells a node problem from a network problem. With two "
+    "nodes and a low inter-node figure (GD680), the node whose own figure is low is named.",
     why="The slow node paces the job; a node slow with every partner is the node's own NIC, cable, switch "
     "port or (if its intra-node figure is low too) the node itself. NCCL's maintainers isolate it the "
     "same way (NVIDIA/nccl#325: if 1<->3 and 2<->4 are good but 1<->2 is bad, it is the fabric).",
@@ -130,7 +131,8 @@ SLOW_PAIR = Code(
     "slow-pair",
     "No node pair is slow while both nodes are fast with others",
     what="From the same pairwise rounds: a pair that ran below 0.7 of the typical pair while neither node is "
-    "slow with its other partners. With only two nodes, a low inter-node figure names the pair.",
+    "slow with its other partners, measured again (the better figure counts) before it is named. With only "
+    "two nodes, a low inter-node figure names the pair unless one node's own figure is low.",
     why="A pair that is slow only together is the fabric between them (a routing collision, a bad switch-"
     "to-switch link), not either node (NVIDIA/nccl#325).",
     fix="Check the switch path between the two nodes (UFM, ibdiagnet, the spine links' counters); with "
