@@ -15,8 +15,10 @@ NCCL_IB_HCA selects them, counted whether up or down and at the fastest rate of 
 the node: the expectation is what healthy hardware carries, never what the links that happen
 to be up give (a node with a rail down is judged against its healthy figure and fails). A
 rank uses one NIC (NCCL's rings and trees pair each GPU with its nearest NIC), so a node's
-ranks use at most as many rails as there are ranks on it. Two-node tree all-reduce can read
-above the line rate (NVIDIA/nccl#1576); a model for large messages (>= 256 MiB).
+ranks use at most as many rails as there are ranks on it. A ring across nodes also runs through
+each node's own GPU links, so the node's intra-node expectation (expectations.expected_busbw)
+caps it where it is lower (a PCIe box with many NICs). Two-node tree all-reduce can read above
+the line rate (NVIDIA/nccl#1576); a model for large messages (>= 256 MiB).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpudoctor.checks.network import gpu_nic_levels, network_of, port_views, rail_kind
+from gpudoctor.expectations import expected_busbw
 from gpudoctor.nccl_list import parse_nccl_list
 from gpudoctor.snapshot import Gpu, Snapshot
 
@@ -37,17 +40,22 @@ class NodeCapacity:
     ports: int  # rails the node's ranks use
     port_rate_gbps: float  # Gb/s per rail, healthy
     link_layer: str  # "InfiniBand" or "Ethernet" (RoCE)
+    intra_gbps: float | None = None  # the node's own links' expected busbw, when lower caps
 
     @property
     def expected_gbps(self) -> float:
-        return self.line_gbps * NET_EFFICIENCY
+        nics = self.line_gbps * NET_EFFICIENCY
+        return nics if self.intra_gbps is None else min(nics, self.intra_gbps)
 
     @property
     def basis(self) -> str:
-        return (
+        nics = (
             f"{self.ports} x {self.port_rate_gbps:g} Gb/s {self.link_layer} rail(s) = {self.line_gbps:g} GB/s "
             f"x {NET_EFFICIENCY:g}"
         )
+        if self.intra_gbps is not None and self.intra_gbps < self.line_gbps * NET_EFFICIENCY:
+            return f"{nics}, capped at the node's own {self.intra_gbps:.1f} GB/s (its GPUs' links)"
+        return nics
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -74,4 +82,5 @@ def node_capacity(snapshot: Snapshot, gpus: list[Gpu], ranks_on_node: int) -> No
         return None
     ports = min(len(rails), max(1, ranks_on_node))
     rate = max(rates)
-    return NodeCapacity(ports * rate / 8.0, ports, rate, rail[0])
+    intra = expected_busbw(snapshot, [g.index for g in gpus]) if len(gpus) >= 2 else None
+    return NodeCapacity(ports * rate / 8.0, ports, rate, rail[0], intra.busbw_gbps if intra else None)

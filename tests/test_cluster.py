@@ -370,3 +370,20 @@ def test_a_rank_that_died_in_the_cross_node_tests_is_named() -> None:
     f = _not_completed(LaunchResult("cpu", "gloo", 4, [ok, dead], 9.0, "env", under_launcher=True))
     assert (f.code, f.status) == ("GD684", Status.FAIL)
     assert "rank 3 failed (exited with status 17 in phase nodes)" in f.message
+
+
+def test_a_pcie_node_is_capped_by_its_own_links(tmp_path: Path) -> None:
+    """Four NDR NICs carry 192 GB/s, but a ring across nodes also crosses each node's PCIe tree."""
+    from gpudoctor.expectations import expected_busbw
+    from gpudoctor.snapshot import load
+    from tests.conftest import FIXTURES
+    from tests.fakes.sysfs import cpu_node
+
+    cpu_node(tmp_path)
+    base = load(FIXTURES / "rtx4090_pcie_4x.json")
+    snap = replace(base, host=replace(base.host, network=read_network(tmp_path)))
+    cap = node_capacity(snap, snap.gpus, 4)
+    own = expected_busbw(snap, [g.index for g in snap.gpus])
+    assert cap is not None and own is not None and own.busbw_gbps < 192
+    assert cap.expected_gbps == pytest.approx(own.busbw_gbps)
+    assert "capped at the node's own" in cap.basis
