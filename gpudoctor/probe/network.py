@@ -23,7 +23,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gpudoctor.probe.files import missing_from_oserror
-from gpudoctor.probe.host import guarded
 from gpudoctor.snapshot import GpuDirect, Missing, NetInterface, Network, PciPlace, RdmaDevice, RdmaPort
 from gpudoctor.topology import normalize_bus_id
 
@@ -254,6 +253,8 @@ def pci_places(root: Path, bus_ids: Sequence[str]) -> dict[str, PciPlace]:
 
 def read_network(root: Path, gpu_bus_ids: Sequence[str] = ()) -> Network:
     """Everything this module reads; a part that cannot be read is a Missing, never an escape."""
+    from gpudoctor.probe.host import guarded  # the probe's one guard (lazy: it brings the kernel-log reader)
+
     rdma = guarded(read_rdma, root)
     interfaces = guarded(read_interfaces, root)
     nic_ids = [d.pci_bus_id for d in rdma if isinstance(d.pci_bus_id, str)] if isinstance(rdma, list) else []
