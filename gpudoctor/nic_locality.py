@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 
 from gpudoctor.snapshot import PciPlace
+from gpudoctor.topology import normalize_bus_id
 
 LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 _BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
@@ -33,6 +34,16 @@ def _split(path: str) -> tuple[str, list[str]]:
     parts = [p for p in path.split("/") if p]
     last_root = max((i for i, p in enumerate(parts) if not _BDF.match(p)), default=-1)
     return "/".join(parts[: last_root + 1]), [p.lower() for p in parts[last_root + 1 :]]
+
+
+def sysfs_bus_id(bus_id: str) -> str:
+    """NVML's '00000000:18:00.0' (or any form topology.normalize_bus_id reads) -> sysfs's
+    '0000:18:00.0'. Raises ValueError when it is not a bus id."""
+    key = normalize_bus_id(bus_id)
+    if isinstance(key, str):
+        raise ValueError(f"not a PCI bus id: {bus_id!r}")
+    domain, bus, dev, fn = key
+    return f"{domain:04x}:{bus:02x}:{dev:02x}.{fn:x}"
 
 
 def switches(path: str) -> list[str]:

@@ -11,7 +11,6 @@ every time, a passing hiccup (another job's burst, a loaded CPU) is not. The 0.7
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
 SLOW_RATIO = 0.7
@@ -36,6 +35,8 @@ class Analysis:
 
 
 def typical(values: list[float]) -> float:
+    import statistics  # lazy: check --quick does not pay for its import
+
     return statistics.quantiles(values, n=4, method="inclusive")[2] if len(values) > 1 else values[0]
 
 

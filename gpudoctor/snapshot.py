@@ -252,6 +252,18 @@ class PortStatus:
     resolves: bool = True  # host name lookup worked
 
 
+# The RDMA port error counters a snapshot keeps (IBA PortCounters), with their width in bits
+# (the kernel's PORT_PMA_ATTR table, drivers/infiniband/core/sysfs.c): they saturate at
+# 2^width - 1 instead of wrapping.
+RDMA_ERROR_COUNTERS = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "excessive_buffer_overrun_errors": 4,
+}
+
+
 @dataclass(frozen=True)
 class RdmaPort:
     """One port of an InfiniBand/RoCE device: /sys/class/infiniband/<dev>/ports/<n>/."""

@@ -11,6 +11,7 @@ import pytest
 
 from gpudoctor import nic_locality
 from gpudoctor import snapshot as snap
+from gpudoctor.nic_locality import sysfs_bus_id
 from gpudoctor.probe.machine import collect_machine
 from gpudoctor.probe.network import (
     ROOT_ENV,
@@ -22,7 +23,6 @@ from gpudoctor.probe.network import (
     read_interfaces,
     read_network,
     read_rdma,
-    sysfs_bus_id,
 )
 from gpudoctor.probe.nvml import Nvml
 from gpudoctor.snapshot import GpuDirect, Missing, PciPlace

@@ -11,7 +11,6 @@ rounds. On one node only the counter growth over the active run is judged.
 from __future__ import annotations
 
 import os
-import statistics
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,8 @@ from gpudoctor.findings import Finding, Status
 from gpudoctor.launch import LaunchResult, Task, torchrun_env
 from gpudoctor.odd_one_out import odd_one_out
 from gpudoctor.pair_isolation import SLOW_RATIO, Analysis, analyse, merged
-from gpudoctor.probe.network import ERROR_COUNTERS
 from gpudoctor.registry import CHECKS, CheckContext, Code, Selection, check, run_one
-from gpudoctor.snapshot import known
+from gpudoctor.snapshot import RDMA_ERROR_COUNTERS, known
 
 COUNTERS_GROWING = Code(
     "GD443",
@@ -313,7 +311,7 @@ def growth_findings(
             continue  # cleared in between: no growth to tell
         compared += 1
         rose = {k: d for k, d in rose.items() if d > 0}
-        stuck = [k for k, v in before[port].items() if v >= (1 << ERROR_COUNTERS.get(k, 64)) - 1]
+        stuck = [k for k, v in before[port].items() if v >= (1 << RDMA_ERROR_COUNTERS.get(k, 64)) - 1]
         if not rose:
             continue
         status = Status.FAIL if any(k in GROW_FAILS for k in rose) else Status.WARN
@@ -487,6 +485,8 @@ def isolation_of(data: dict[str, Any]) -> Analysis:
 
 def intra_ratios(intra: dict[str, dict[str, Any]]) -> dict[str, float]:
     """Each node's own figure relative to the median of the nodes measured the same way."""
+    import statistics  # lazy: check --quick does not pay for its import
+
     out = {}
     shapes: dict[tuple[str, int], list[str]] = {}
     for key, v in intra.items():

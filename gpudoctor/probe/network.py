@@ -22,21 +22,21 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from gpudoctor.nic_locality import sysfs_bus_id
 from gpudoctor.probe.files import missing_from_oserror
-from gpudoctor.snapshot import GpuDirect, Missing, NetInterface, Network, PciPlace, RdmaDevice, RdmaPort
-from gpudoctor.topology import normalize_bus_id
+from gpudoctor.snapshot import (
+    RDMA_ERROR_COUNTERS,
+    GpuDirect,
+    Missing,
+    NetInterface,
+    Network,
+    PciPlace,
+    RdmaDevice,
+    RdmaPort,
+)
 
 ROOT_ENV = "GPUDOCTOR_NETWORK_ROOT"  # test-only: read the network facts under this directory
 
-# The port error counters kept (PortCounters attribute, IBA spec; widths in bits from the
-# kernel's PORT_PMA_ATTR table: they saturate at 2^width - 1 instead of wrapping).
-ERROR_COUNTERS = {
-    "symbol_error": 16,
-    "link_error_recovery": 8,
-    "link_downed": 8,
-    "port_rcv_errors": 16,
-    "excessive_buffer_overrun_errors": 4,
-}
 # NCCL's list, in this order (src/transport/net_ib/gdr.cc, ncclIbGdrSupport).
 PEERMEM_FILES = (
     ("nv_mem", "sys/kernel/mm/memory_peers/nv_mem/version"),
@@ -52,16 +52,6 @@ _IF_TYPES = {1: "ether", 32: "infiniband", 772: "loopback"}
 def network_root(environ: Mapping[str, str], root: Path) -> Path:
     override = environ.get(ROOT_ENV, "").strip()
     return Path(override) if override else root
-
-
-def sysfs_bus_id(bus_id: str) -> str:
-    """NVML's '00000000:18:00.0' (or any form topology.normalize_bus_id reads) -> sysfs's
-    '0000:18:00.0'. Raises ValueError when it is not a bus id."""
-    key = normalize_bus_id(bus_id)
-    if isinstance(key, str):
-        raise ValueError(f"not a PCI bus id: {bus_id!r}")
-    domain, bus, dev, fn = key
-    return f"{domain:04x}:{bus:02x}:{dev:02x}.{fn:x}"
 
 
 def _shown(path: Path, root: Path) -> str:
@@ -132,7 +122,7 @@ def port_counters(port_dir: Path, root: Path) -> dict[str, int] | Missing:
     if not base.is_dir():
         return Missing("unsupported", f"{_shown(base, root)}: not present")
     out: dict[str, int] = {}
-    for name in ERROR_COUNTERS:
+    for name in RDMA_ERROR_COUNTERS:
         value = _int(base / name, root)
         if isinstance(value, int):
             out[name] = value
