@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 
 from gpudoctor.snapshot import PciPlace
-from gpudoctor.topology import normalize_bus_id
+from gpudoctor.topology import nvml_bus_id
 
 LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 _BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
@@ -39,11 +39,8 @@ def _split(path: str) -> tuple[str, list[str]]:
 def sysfs_bus_id(bus_id: str) -> str:
     """NVML's '00000000:18:00.0' (or any form topology.normalize_bus_id reads) -> sysfs's
     '0000:18:00.0'. Raises ValueError when it is not a bus id."""
-    key = normalize_bus_id(bus_id)
-    if isinstance(key, str):
-        raise ValueError(f"not a PCI bus id: {bus_id!r}")
-    domain, bus, dev, fn = key
-    return f"{domain:04x}:{bus:02x}:{dev:02x}.{fn:x}"
+    domain, rest = nvml_bus_id(bus_id).split(":", 1)
+    return f"{int(domain, 16):04x}:{rest.lower()}"
 
 
 def switches(path: str) -> list[str]:

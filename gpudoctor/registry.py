@@ -318,11 +318,14 @@ def max_level(options: CheckOptions) -> int:
 def selected(options: CheckOptions, selection: Selection = Selection()) -> list[Check]:
     """The checks a run with these options and this selection runs, in order."""
     load_all()
-    return [
+    chosen = [
         c
         for c in CHECKS.values()
         if selection.wants_check(c) and c.level <= max_level(options) and (c.wanted is None or c.wanted(options))
     ]
+    # CHECK_MODULES' order, whichever module was imported first (a test may import one early).
+    order = {f"gpudoctor.checks.{m}": i for i, m in enumerate(CHECK_MODULES)}
+    return sorted(chosen, key=lambda c: order.get(c.func.__module__, len(order)))
 
 
 def run_checks(
