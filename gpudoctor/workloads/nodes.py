@@ -3,7 +3,7 @@ and when it is low, find the slow node or pair with pairwise tests in rounds of 
 
 Steps, in every rank (the same decisions everywhere, from the same gathered numbers):
 
-1. all_gather_object of who is where (a node is hostname + node rank) and of each node's NIC
+1. A gather (JSON, to every rank) of who is where (a node is hostname + node rank) and of each node's NIC
    expectation, so every rank takes the same decisions.
 2. The whole group's all-reduce at one size (nccl-tests' busbw), each iteration timed, the group's
    time the slowest rank's, the figure the median iteration. (Node and pair figures below take the
@@ -22,6 +22,7 @@ Steps, in every rank (the same decisions everywhere, from the same gathered numb
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import statistics
@@ -31,7 +32,7 @@ from typing import Any
 
 from gpudoctor.pair_isolation import analyse, disjoint_batches, merged
 from gpudoctor.workloads.faults import Faults
-from gpudoctor.workloads.rank import RankContext
+from gpudoctor.workloads.rank import RankContext, host_bytes
 
 SLOW_FACTOR = 10.0  # the slownet/slownode faults make a timed step take this many times as long (test-only)
 
@@ -151,6 +152,27 @@ def _nodes(members: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(nodes.values(), key=lambda n: (n["node_rank"], n["host"]))
 
 
+def gather_json(ctx: RankContext, obj: Any, dst: int = 0) -> list[Any] | None:
+    """Every rank's JSON-able `obj` at rank `dst` only (None elsewhere): the one-way counterpart of
+    RankContext.all_gather_json (JSON in uint8 tensors: no numpy, no unpickling what peers send)."""
+    import torch
+    import torch.distributed as dist
+
+    payload = json.dumps(obj, separators=(",", ":")).encode("utf-8")
+    size = torch.tensor([len(payload)], dtype=torch.int64, device=ctx.device)
+    sizes = [torch.zeros_like(size) for _ in range(ctx.world_size)]
+    dist.all_gather(sizes, size)
+    lengths = [int(s.item()) for s in sizes]
+    mine = torch.zeros(max(1, *lengths), dtype=torch.uint8, device=ctx.device)
+    if payload:
+        mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(ctx.device)
+    parts = [torch.empty_like(mine) for _ in range(ctx.world_size)] if ctx.rank == dst else None
+    dist.gather(mine, parts, dst=dst)
+    if parts is None:
+        return None
+    return [json.loads(host_bytes(t[:n]).decode("utf-8")) for t, n in zip(parts, lengths, strict=True)]
+
+
 def _counters_now() -> dict[str, dict[str, int]] | None:
     from gpudoctor.probe.network import network_root, read_counters
 
@@ -161,7 +183,6 @@ def _counters_now() -> dict[str, dict[str, int]] | None:
 
 
 def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
-    import torch.distributed as dist
 
     t_start = time.perf_counter()
     node_rank = node_rank_from_env()
@@ -169,9 +190,8 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
     key = f"{host}#{node_rank}"
     faults = Faults(ctx.rank, node=node_rank)
     # Who is where (small, to every rank: the decisions below are taken alike everywhere).
-    gathered: list[Any] = [None] * ctx.world_size
     me = {"key": key, "host": host, "node_rank": node_rank, "rank": ctx.rank, "expected": params.get("expected_gbps")}
-    dist.all_gather_object(gathered, me)
+    gathered = ctx.all_gather_json(me)
     nodes = _nodes(gathered)
     mine = next(n for n in nodes if n["key"] == key)
     expectations = [m["expected"] for m in gathered]
@@ -190,8 +210,7 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
     # node, sent by its local rank 0.
     after = _counters_now() if ctx.local_rank == 0 else None
     sent = {"key": key, "facts": params.get("facts"), "counters": after} if ctx.local_rank == 0 else None
-    received: list[Any] | None = [None] * ctx.world_size if ctx.rank == 0 else None
-    dist.gather_object(sent, received, dst=0)
+    received = gather_json(ctx, sent, dst=0)
     if received is not None:  # the report's rank
         leaders = {r["key"]: r for r in received if r}
         out["facts"] = {n["key"]: (leaders.get(n["key"]) or {}).get("facts") for n in nodes}
@@ -204,7 +223,6 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
 
 def _intra(ctx: RankContext, timer: _Timer, nodes: list[dict[str, Any]], mine: dict[str, Any]) -> dict[str, Any]:
     """Every node's own figure, measured at the same time on all nodes."""
-    import torch.distributed as dist
 
     several = [n["ranks"] for n in nodes if len(n["ranks"]) > 1]
     group = subgroup(several, ctx.rank) if several else None
@@ -213,8 +231,7 @@ def _intra(ctx: RankContext, timer: _Timer, nodes: list[dict[str, Any]], mine: d
         value, kind = busbw(timer.size, best, len(mine["ranks"])), "allreduce_busbw"
     else:
         value, kind = timer.copy_gbps(), "copy"
-    gathered: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(gathered, (mine["key"], kind, value) if ctx.rank == mine["ranks"][0] else None)
+    gathered = ctx.all_gather_json([mine["key"], kind, value] if ctx.rank == mine["ranks"][0] else None)
     found = {g[0]: {"kind": g[1], "gbps": g[2]} for g in gathered if g}
     return {n["key"]: {**found[n["key"]], "ranks": len(n["ranks"])} for n in nodes if n["key"] in found}
 
@@ -253,7 +270,6 @@ def _pair_round(
     ctx: RankContext, timer: _Timer, nodes: list[dict[str, Any]], pairs: list[tuple[int, int]]
 ) -> list[dict[str, Any]]:
     """All-reduce in every pair of nodes at once (disjoint pairs), every rank gets every result."""
-    import torch.distributed as dist
 
     group = subgroup([sorted(nodes[a]["ranks"] + nodes[b]["ranks"]) for a, b in pairs], ctx.rank)
     result = None
@@ -264,6 +280,4 @@ def _pair_round(
             if ctx.rank == min(members):
                 result = {"nodes": [nodes[a]["key"], nodes[b]["key"]], "time_s": best}
                 result["busbw_gbps"] = busbw(timer.size, best, len(members))
-    gathered: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(gathered, result)
-    return [g for g in gathered if g]
+    return [g for g in ctx.all_gather_json(result) if g]
