@@ -40,7 +40,9 @@ def typical(values: list[float]) -> float:
     return statistics.quantiles(values, n=4, method="inclusive")[2] if len(values) > 1 else values[0]
 
 
-def analyse(tests: list[tuple[Pair, float]]) -> Analysis:
+def analyse(tests: list[tuple[Pair, float]], confirmed: set[Pair] | None = None) -> Analysis:
+    """`confirmed`: the pairs measured a second time; when given, only those can be named slow
+    pairs (a pair that looks slow once is a suspect, not a verdict)."""
     if not tests:
         return Analysis(None)
     ref = typical([bw for _, bw in tests])
@@ -53,7 +55,11 @@ def analyse(tests: list[tuple[Pair, float]]) -> Analysis:
             rec.worst = min(rec.worst, bw)
             rec.best = max(rec.best, bw)
     slow_nodes = sorted(n for n, r in per_node.items() if r.tests >= 2 and r.slow == r.tests)
-    slow_pairs = [(p, bw) for p, bw in tests if bw < SLOW_RATIO * ref and not set(p) & set(slow_nodes)]
+    slow_pairs = [
+        (p, bw)
+        for p, bw in tests
+        if bw < SLOW_RATIO * ref and not set(p) & set(slow_nodes) and (confirmed is None or p in confirmed)
+    ]
     return Analysis(ref, slow_nodes, slow_pairs, per_node)
 
 
@@ -69,6 +75,10 @@ def disjoint_batches(pairs: list[Pair], limit: int) -> list[list[Pair]]:
             if len(batches) < limit:
                 batches.append([pair])
     return batches
+
+
+def retested(retests: list[dict[str, object]]) -> set[Pair]:
+    return {tuple(r["nodes"]) for r in retests}  # type: ignore[misc, arg-type]
 
 
 def merged(rounds: list[list[dict[str, object]]], retests: list[dict[str, object]]) -> list[tuple[Pair, float]]:

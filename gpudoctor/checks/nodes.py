@@ -22,7 +22,7 @@ from gpudoctor.facts import facts_from_snapshot
 from gpudoctor.findings import Finding, Status
 from gpudoctor.launch import LaunchResult, Task, torchrun_env
 from gpudoctor.odd_one_out import odd_one_out
-from gpudoctor.pair_isolation import SLOW_RATIO, Analysis, analyse, merged
+from gpudoctor.pair_isolation import SLOW_RATIO, Analysis, analyse, merged, retested
 from gpudoctor.registry import CHECKS, CheckContext, Code, Selection, check, run_one
 from gpudoctor.snapshot import RDMA_ERROR_COUNTERS, known
 
@@ -480,7 +480,8 @@ def forwarded(facts: dict[str, dict[str, Any]], labels: dict[str, str], skip: st
 def isolation_of(data: dict[str, Any]) -> Analysis:
     """The pairwise rounds' verdict, each pair at the better of its round and its retest."""
     iso = data.get("isolation") or {}
-    return analyse(merged(iso.get("rounds") or [], iso.get("retests") or []))
+    retests = iso.get("retests") or []
+    return analyse(merged(iso.get("rounds") or [], retests), confirmed=retested(retests))
 
 
 def intra_ratios(intra: dict[str, dict[str, Any]]) -> dict[str, float]:
