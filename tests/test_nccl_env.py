@@ -52,6 +52,15 @@ def test_socket_ifname_that_matches_passes() -> None:
     assert one(snap("a100_sxm_8x", NCCL_SOCKET_IFNAME="ens"), "GD626").status is Status.PASS
 
 
+def test_socket_ifname_is_matched_as_nccl_parses_it_without_trimming_spaces() -> None:
+    # NCCL's parseStringList (src/misc/utils.cc) splits on ',' and never trims: a space from a
+    # quoting slip makes the exact name match nothing, and NCCL cannot bootstrap.
+    s = snap("a100_sxm_8x", NCCL_SOCKET_IFNAME="=lo ")
+    assert one(s, "GD626").status is Status.FAIL
+    assert nccl_env.socket_ifname_matches("^", ["lo", "eth0"]) == []  # '^' alone excludes everything
+    assert nccl_env.socket_ifname_matches("=eth0,,ib", ["eth0", "eth01", "ib0"]) == ["eth0"]
+
+
 def test_p2p_disable_costs_nothing_where_no_pair_has_p2p() -> None:
     f = one(snap("rtx4090_pcie_4x", NCCL_P2P_DISABLE="1"), "GD620")  # GeForce: chipset_not_supported
     assert f.status is Status.PASS and "no GPU pair" in f.message

@@ -16,6 +16,7 @@ from gpudoctor.checks.driver_stack import rtx40_p2p_broken
 from gpudoctor.checks.targets import listed, target_gpus, version_tuple
 from gpudoctor.expectations import expected_busbw
 from gpudoctor.findings import Finding, Status
+from gpudoctor.nccl_list import parse_nccl_list
 from gpudoctor.nccl_rules import nccl_int
 from gpudoctor.probe.environment import DCGM_DEBUG_VARS
 from gpudoctor.registry import CheckContext, Code, check
@@ -541,20 +542,10 @@ def _ib_disable(env: dict[str, str], ifaces: list[str] | None) -> list[Finding]:
 
 
 def socket_ifname_matches(value: str, ifaces: list[str]) -> list[str]:
-    """The interfaces NCCL would consider for NCCL_SOCKET_IFNAME (prefix match; '=' exact; '^' exclude)."""
-    spec = value.strip()
-    exclude = spec.startswith("^")
-    if exclude:
-        spec = spec[1:]
-    exact = spec.startswith("=")
-    if exact:
-        spec = spec[1:]
-    names = [n.strip() for n in spec.split(",") if n.strip()]
-
-    def hit(iface: str) -> bool:
-        return any(iface == n if exact else iface.startswith(n) for n in names)
-
-    return [i for i in ifaces if hit(i) != exclude]
+    """The interfaces NCCL would consider for NCCL_SOCKET_IFNAME: NCCL's own list syntax (prefix
+    match; '=' exact; '^' exclude), parsed as NCCL_IB_HCA is (gpudoctor.nccl_list)."""
+    spec = parse_nccl_list(value)
+    return [i for i in ifaces if spec.selects(i)]
 
 
 def _socket_ifname(env: dict[str, str], ifaces: list[str] | None) -> list[Finding]:
