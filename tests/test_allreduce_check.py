@@ -140,7 +140,7 @@ def test_across_nodes_the_network_caps_busbw_so_there_is_no_nvlink_verdict() -> 
     findings, _ = allreduce(ctx_with("h100_sxm_8x", sweep([40.0, 45.0], world=16), nodes=2))
     (f,) = by_code(findings, "GD601")
     assert f.status is Status.PASS
-    assert "no hardware verdict across nodes (network-bound); use --min-busbw" in f.message
+    assert "the network between the nodes caps it; GD680 judges it against the NICs" in f.message
     assert "expected_busbw_gbps" not in f.evidence and f.evidence["nodes"] == 2
 
 

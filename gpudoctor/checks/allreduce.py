@@ -25,8 +25,8 @@ BANDWIDTH = Code(
     "NVLink SHARP), never with the links that happen to be up (docs/active-checks.md lists the "
     "model and its sources; GD407 states the figure before any run). Below 0.8 of it warns, below "
     "0.5 fails. On CPU (gloo), and across nodes (torchrun/srun on several nodes, where the network "
-    "between them caps busbw), the figures are reported without a hardware verdict unless "
-    "`--min-busbw` is given.",
+    "between them caps busbw), GD601 reports the figures without a hardware verdict unless "
+    "`--min-busbw` is given; across nodes GD680 judges them against the NICs' rate.",
     why="A machine whose GPUs talk at a fraction of their link speed trains slower in proportion "
     "to its communication share, without any error: a link trained down, NVLink missing, a "
     "transport disabled by an NCCL_* variable, P2P redirected by ACS/IOMMU.",
@@ -217,8 +217,8 @@ def allreduce(ctx: CheckContext) -> tuple[list[Finding], dict]:
                 BANDWIDTH.code,
                 Status.PASS,
                 "host",
-                f"{where} on {result.node_count} nodes: no hardware verdict across nodes "
-                "(network-bound); use --min-busbw",
+                f"{where} on {result.node_count} nodes: the network between the nodes caps it; "
+                "GD680 judges it against the NICs (and isolates a slow node), --min-busbw sets your own bar",
                 "",
                 evidence,
             )
