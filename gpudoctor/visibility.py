@@ -23,7 +23,21 @@ Order: integers index CUDA's enumeration, which is `CUDA_DEVICE_ORDER`. `PCI_BUS
 order (nvidia-smi's numbers). The default `FASTEST_FIRST` uses a speed heuristic inside the
 driver that NVML does not expose; we approximate it as: higher compute capability first, then
 more memory (a proxy for the bigger chip of a generation), then PCI bus order. On identical
-GPUs this is PCI order, which matches what CUDA does.
+GPUs this is PCI order, which matches what CUDA does. An unreadable compute capability or memory
+size never reorders (a heuristic of ours, documented in docs/checks/GD205.md): a GPU takes the
+reading of another GPU of the same name (the same product is the same chip and memory), and when
+a model's reading is unknown on every GPU of it, the order cannot be predicted: we assume PCI bus
+order for all (what CUDA does among equals) and list those GPUs in `Visibility.order_unknown`, so
+GD205 can say the cuda: numbering is a guess.
+
+Lost GPUs: a GPU NVML reports as lost (GPU_IS_LOST: fallen off the bus) or gives no handle for
+(`unreadable`) is not in CUDA's enumeration: the driver did not bring it up, so CUDA numbers the
+remaining GPUs 0..n-1 (integer entries then pick other GPUs than before: a "lost_shift" problem),
+and a UUID entry naming it ends the list like any unknown UUID. `Visibility.lost` lists them, and
+`lost_wanted` those the run would have used had they answered (GD827 fails for those). This is
+the one place the exclusion happens: every check that asks which GPUs the run uses gets the same
+answer. (When the driver loses a GPU, cuInit may also fail on every GPU of the node until a
+reboot; GD827's power-cycle advice covers that case.)
 
 MIG: a CUDA process can use one MIG instance only. A selected GPU in MIG mode contributes its
 first MIG instance if no instance was taken yet, and nothing otherwise; `MIG-` UUID lists keep
@@ -32,13 +46,20 @@ their first instance. (NVIDIA MIG user guide; pytorch#130181.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
-from gpudoctor.snapshot import Gpu, MigDevice, Snapshot
+from gpudoctor.snapshot import Gpu, MigDevice, Snapshot, known
 
 PCI_BUS_ID = "PCI_BUS_ID"
 FASTEST_FIRST = "FASTEST_FIRST"
 ALL = object()  # parse result for an unset variable: every device
+
+
+def unreadable(gpu: Gpu) -> bool:
+    """NVML cannot talk to this GPU: lost (GPU_IS_LOST) or no handle at all. CUDA does not
+    enumerate it; GD827 reports it."""
+    return gpu.lost or known(gpu.unreachable)
 
 
 @dataclass(frozen=True)
@@ -64,7 +85,7 @@ class Problem:
     """Why an entry of CUDA_VISIBLE_DEVICES (or the order) does not do what it seems to."""
 
     kind: str  # "empty", "invalid", "out_of_range", "duplicate", "unknown_uuid", "ambiguous_uuid",
-    # "trailing_junk", "mig_one_instance", "mig_no_instance", "unknown_order"
+    # "lost_uuid", "lost_shift", "trailing_junk", "mig_one_instance", "mig_no_instance", "unknown_order"
     entry: str  # the entry as written ("" when about the whole value)
     message: str  # one line for the user
     dropped: tuple[str, ...] = ()  # the entries CUDA ignores because of it
@@ -75,9 +96,12 @@ class Visibility:
     raw: str | None  # CUDA_VISIBLE_DEVICES as set; None when unset
     order: str  # the order CUDA uses: PCI_BUS_ID or FASTEST_FIRST
     order_raw: str | None  # CUDA_DEVICE_ORDER as set
-    enumeration: tuple[Gpu, ...]  # every physical GPU in CUDA's enumeration order
+    enumeration: tuple[Gpu, ...]  # every physical GPU CUDA enumerates (lost ones aside), in its order
     devices: tuple[VisibleDevice, ...]  # cuda:0, cuda:1, ...
     problems: tuple[Problem, ...]
+    lost: tuple[Gpu, ...] = ()  # GPUs NVML lists but CUDA does not enumerate (lost, no handle), NVML order
+    lost_wanted: tuple[int, ...] = ()  # NVML indices of lost GPUs the run would use had they answered
+    order_unknown: tuple[int, ...] = ()  # FASTEST_FIRST only: GPUs whose place cannot be read (PCI assumed)
 
     @property
     def gpus(self) -> tuple[Gpu, ...]:
@@ -182,25 +206,36 @@ def _parse_ints(raw: str, entries: list[str]) -> Parsed:
 # Resolution against a snapshot
 
 
-def _cc_key(gpu: Gpu) -> tuple[int, int]:
-    if isinstance(gpu.compute_capability, str):
-        try:
-            major, minor = gpu.compute_capability.split(".")
-            return int(major), int(minor)
-        except ValueError:
-            pass
-    return (0, 0)
+def _speed(gpu: Gpu) -> tuple[int, int, int] | None:
+    """(compute capability major, minor, memory MiB), or None when NVML could not read them."""
+    if not isinstance(gpu.compute_capability, str) or not isinstance(gpu.memory_total_mib, int):
+        return None
+    try:
+        major, minor = gpu.compute_capability.split(".")
+        return int(major), int(minor), gpu.memory_total_mib
+    except ValueError:
+        return None
+
+
+def unknown_speed(gpus: list[Gpu]) -> tuple[int, ...]:
+    """The GPUs whose FASTEST_FIRST place cannot be read: no readable compute capability and
+    memory, neither their own nor another GPU's of the same name. Empty when every GPU is the
+    same model (identical GPUs keep PCI order whatever their readings)."""
+    if len({g.name for g in gpus}) < 2:
+        return ()
+    by_name = {g.name: _speed(g) for g in gpus if _speed(g) is not None}
+    return tuple(g.index for g in gpus if _speed(g) is None and g.name not in by_name)
 
 
 def enumeration_order(gpus: list[Gpu], order: str) -> tuple[Gpu, ...]:
     by_pci = sorted(gpus, key=lambda g: g.index)
-    if order == PCI_BUS_ID:
-        return tuple(by_pci)
+    if order == PCI_BUS_ID or len({g.name for g in gpus}) < 2 or unknown_speed(gpus):
+        return tuple(by_pci)  # identical GPUs, or an unknown (never reorders): PCI order, as CUDA orders equals
+    by_name = {g.name: _speed(g) for g in gpus if _speed(g) is not None}
 
     def speed(g: Gpu) -> tuple[int, int, int, int]:
-        cc = _cc_key(g)
-        mem = g.memory_total_mib if isinstance(g.memory_total_mib, int) else 0
-        return (-cc[0], -cc[1], -mem, g.index)
+        major, minor, mem = _speed(g) or by_name[g.name]
+        return (-major, -minor, -mem, g.index)
 
     return tuple(sorted(by_pci, key=speed))
 
@@ -213,9 +248,42 @@ def _match_uuid(candidate: str, uuids: list[str]) -> tuple[int, str]:
     return -1, "ambiguous" if hits else "unknown"
 
 
+def _lost_text(lost: tuple[Gpu, ...]) -> str:
+    """'GPU 3 is lost' / 'GPU 3, 5 are lost' (GD827 says how)."""
+    names = ", ".join(str(g.index) for g in lost)
+    return f"GPU {names} {'is' if len(lost) == 1 else 'are'} lost"
+
+
 def resolve(snapshot: Snapshot) -> Visibility:
-    raw = snapshot.env.get("CUDA_VISIBLE_DEVICES")
-    order_raw = snapshot.env.get("CUDA_DEVICE_ORDER")
+    lost = tuple(g for g in snapshot.gpus if unreadable(g))
+    alive = [g for g in snapshot.gpus if not unreadable(g)]
+    vis = _resolve(alive, snapshot.env, lost)
+    if not lost:
+        return vis
+    # What the same variables would select had every GPU answered: which lost GPUs the run
+    # wanted (GD827 fails for those), and whether integer entries now pick other GPUs.
+    whole = _resolve(list(snapshot.gpus), snapshot.env, ())
+    wanted = tuple(sorted(d.nvml_index for d in whole.devices if unreadable(d.gpu)))
+    problems = list(vis.problems)
+    intended = whole.nvml_indices
+    same_order = tuple(g for g in whole.enumeration if not unreadable(g)) == vis.enumeration
+    shifted = vis.nvml_indices != tuple(i for i in intended if i not in wanted)
+    if parse(vis.raw).kind == "int" and same_order and shifted:
+        n = len(vis.enumeration)
+        got = ", ".join(str(i) for i in vis.nvml_indices) or "none"
+        meant = ", ".join(str(i) for i in intended)
+        msg = (
+            f"CUDA_VISIBLE_DEVICES={vis.raw!r} now selects GPU {got}, not GPU {meant}: {_lost_text(lost)}, so CUDA "
+            f"numbers the remaining {n} GPU(s) 0-{n - 1}; list GPUs by UUID (nvidia-smi -L) to pin them"
+        )
+        problems.append(Problem("lost_shift", vis.raw or "", msg))
+    return replace(vis, problems=tuple(problems), lost=lost, lost_wanted=wanted)
+
+
+def _resolve(gpus: list[Gpu], env: Mapping[str, str], lost: tuple[Gpu, ...]) -> Visibility:
+    """CUDA's view of `gpus` (those it enumerates); `lost` only words the problems."""
+    raw = env.get("CUDA_VISIBLE_DEVICES")
+    order_raw = env.get("CUDA_DEVICE_ORDER")
     problems: list[Problem] = []
     order = FASTEST_FIRST
     if order_raw is not None:
@@ -224,8 +292,8 @@ def resolve(snapshot: Snapshot) -> Visibility:
         elif order_raw.strip() != FASTEST_FIRST:
             msg = f"CUDA_DEVICE_ORDER={order_raw!r} is not PCI_BUS_ID or FASTEST_FIRST: CUDA uses FASTEST_FIRST"
             problems.append(Problem("unknown_order", order_raw, msg))
-    gpus = list(snapshot.gpus)
     enumeration = enumeration_order(gpus, order)
+    order_unknown = unknown_speed(gpus) if order == FASTEST_FIRST else ()
     parsed = parse(raw)
     problems.extend(parsed.problems)
 
@@ -239,28 +307,40 @@ def resolve(snapshot: Snapshot) -> Visibility:
                 entry = parsed.entries[i]
                 rest = tuple((raw or "").split(",")[i:])
                 have = len(enumeration)
-                msg = f"entry {entry!r}: there is no GPU {value} (this machine has {have}): CUDA stops there"
+                seen = f"CUDA sees {have}: {_lost_text(lost)}" if lost else f"this machine has {have}"
+                msg = f"entry {entry!r}: there is no GPU {value} ({seen}): CUDA stops there"
                 problems.append(Problem("out_of_range", entry, msg, rest))
                 break
             selected.append((enumeration[value], None))
     elif parsed.kind == "GPU-":
-        selected = _select_uuids(parsed, gpus, problems, raw or "")
+        selected = _select_uuids(parsed, gpus, problems, raw or "", lost)
     else:
-        return _resolve_mig(raw or "", order, order_raw, enumeration, parsed, problems)
+        vis = _resolve_mig(raw or "", order, order_raw, enumeration, parsed, problems)
+        return replace(vis, order_unknown=order_unknown)
 
     devices = _apply_mig(selected, problems)
-    return Visibility(raw, order, order_raw, enumeration, tuple(devices), tuple(problems))
+    return Visibility(raw, order, order_raw, enumeration, tuple(devices), tuple(problems), order_unknown=order_unknown)
 
 
-def _select_uuids(parsed: Parsed, gpus: list[Gpu], problems: list[Problem], raw: str) -> list[tuple[Gpu, None]]:
+def _select_uuids(
+    parsed: Parsed, gpus: list[Gpu], problems: list[Problem], raw: str, lost: tuple[Gpu, ...]
+) -> list[tuple[Gpu, None]]:
     uuids = [g.uuid for g in gpus]
     picked: list[int] = []
     for i, candidate in enumerate(parsed.values):
         assert isinstance(candidate, str)
         idx, why = _match_uuid(candidate, uuids)
         rest = tuple(raw.split(",")[i:])
+        gone = [g for g in lost if g.uuid and g.uuid.startswith(candidate)]
+        if idx < 0 and why == "unknown" and len(gone) == 1:
+            msg = f"entry {candidate!r} is GPU {gone[0].index}, which is lost (GD827): CUDA stops there"
+            problems.append(Problem("lost_uuid", candidate, msg, rest))
+            break
         if idx < 0:
+            nameless = [g.index for g in lost if not g.uuid]  # lost before NVML gave their UUID
+            maybe = f" (perhaps lost GPU {', '.join(map(str, nameless))}, whose UUID NVML cannot give: GD827)"
             what = "matches no GPU on this machine" if why == "unknown" else "matches more than one GPU"
+            what += maybe if why == "unknown" and nameless else ""
             problems.append(Problem(f"{why}_uuid", candidate, f"entry {candidate!r} {what}: CUDA stops there", rest))
             break
         if idx in picked:

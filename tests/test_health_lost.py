@@ -13,6 +13,7 @@ from gpudoctor.probe.machine import collect_machine
 from gpudoctor.probe.nvml import Nvml
 from gpudoctor.registry import CheckContext, CheckOptions, Selection, run_checks
 from gpudoctor.snapshot import Missing, Snapshot, XidEvent, load
+from tests.clirun import run_cli
 from tests.fakes.fake_nvml import FakeNvml
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -65,7 +66,8 @@ def test_an_unreachable_gpu_is_not_a_different_model_nor_a_mixed_machine() -> No
     vis = visibility.visibility(ctx)
     assert not any(f.code == "GD205" for f in vis), "one model plus a nameless lost GPU is not a mixed machine"
     (gd201,) = [f for f in vis if f.code == "GD201"]
-    assert "GPU 2 does not answer NVML (GD827)" in gd201.message
+    assert gd201.message.startswith("7 GPU(s) visible") and "cuda:2=GPU 3" in gd201.message
+    assert "GPU 2 does not answer NVML and CUDA does not enumerate it: left out (GD827)" in gd201.message
 
 
 def test_a_gpu_without_a_handle_for_another_reason_says_the_nvml_error() -> None:
@@ -106,3 +108,111 @@ def test_a_lost_gpu_is_not_blamed_on_its_links() -> None:
     found = {(f.code, f.status) for r in results for f in r.findings}
     assert ("GD827", Status.FAIL) in found
     assert not [f for f in found if f[0] in ("GD401", "GD403", "GD404", "GD405", "GD406") and f[1] != Status.PASS]
+
+
+# ------------------------------------------------------------------ a lost GPU is not a CUDA device
+# CUDA does not enumerate a GPU the driver lost: visibility leaves it out in one place, so every
+# check counts, lists and plans the same GPUs, and GD201 alone says it was left out (GD827).
+
+FALLEN = FIXTURES / "faults" / "gpu_fallen_off_bus.json"  # GPU 3 of 8 H100 lost, XID 79
+
+
+def every_finding(capsys, path: Path, *extra: str) -> list[dict]:  # type: ignore[no-untyped-def, type-arg]
+    r = run_cli(capsys, "check", "--snapshot", str(path), "--json", *extra)
+    return [f for c in r.doc["checks"] for f in c["findings"]]
+
+
+def the(findings: list[dict], code: str) -> dict:  # type: ignore[type-arg]
+    (f,) = [f for f in findings if f["code"] == code]
+    return f
+
+
+def test_a_lost_gpu_is_left_out_of_every_count_and_said_once(capsys) -> None:  # type: ignore[no-untyped-def]
+    found = every_finding(capsys, FALLEN, "--expect-gpus", "8")
+    gd201 = the(found, "GD201")
+    assert gd201["message"].startswith("7 GPU(s) visible: cuda:0=GPU 0, cuda:1=GPU 1, cuda:2=GPU 2, cuda:3=GPU 4")
+    assert [d["nvml_index"] for d in gd201["evidence"]["devices"]] == [0, 1, 2, 4, 5, 6, 7]
+    assert not any("cuda:7" in f["message"] for f in found), "CUDA numbers the 7 GPUs it sees 0-6"
+    assert (the(found, "GD202")["status"], the(found, "GD202")["message"]) == (
+        "fail",
+        "7 GPU(s) visible, --expect-gpus 8: too few",
+    )
+    assert the(found, "GD202")["evidence"]["lost"] == [3]
+    assert the(found, "GD401")["message"].startswith("7 GPUs: all 21 pairs NV18")
+    assert the(found, "GD301")["message"] == "7 GPUs alike: model NVIDIA H100 80GB HBM3"
+    assert (the(found, "GD827")["status"], the(found, "GD827")["subject"]) == ("fail", "gpu:3")
+    said = [f["code"] for f in found if "left out (GD827)" in f["message"]]
+    assert said == ["GD201"], "one finding says the lost GPU is left out"
+
+
+def test_the_active_checks_plan_the_gpus_visibility_gives() -> None:
+    from gpudoctor.checks.active_common import plan
+
+    p = plan(CheckContext(load(FALLEN), CheckOptions(device="cuda")))
+    assert p.gpus == [0, 1, 2, 4, 5, 6, 7] and p.ranks == 7 and not p.skip
+
+
+def lost_midway(s: Snapshot, index: int) -> Snapshot:
+    """What the probe records for a GPU that answered GPU_IS_LOST after giving its identity."""
+    lost = Missing("gpu_lost", "GPU is lost")
+    keep = {"index", "uuid", "name", "pci_bus_id", "lost"}
+    gpu = s.gpu(index)
+    changes = {f.name: lost for f in dataclasses.fields(gpu) if f.name not in keep}
+    return with_gpu(s, index, replace(gpu, lost=True, **changes))
+
+
+def test_a_mig_machine_with_a_lost_gpu_counts_one_device_everywhere(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # a100_mig: GPU 0, 2, 3 in MIG mode, GPU 1 whole; GPU 1 falls off the bus. CUDA sees MIG 0 of GPU 0 only.
+    path = tmp_path / "mig_lost.json"
+    from gpudoctor.snapshot import write
+
+    write(lost_midway(load(FIXTURES / "a100_mig.json"), 1), path)
+    found = every_finding(capsys, path)
+    assert the(found, "GD201")["message"].startswith("1 device(s) visible: cuda:0=MIG 0 of GPU 0")
+    assert "this run sees 1 device(s) (cuda:0=MIG 0 of GPU 0" in the(found, "GD820")["message"]
+    assert the(found, "GD301")["message"].startswith("one GPU visible")
+    assert the(found, "GD401")["message"] == "one GPU visible (GPU 0): no GPU pairs"
+    assert (the(found, "GD827")["status"], the(found, "GD827")["subject"]) == ("fail", "gpu:1")
+
+
+def test_integer_entries_after_a_lost_gpu_select_other_gpus_and_gd204_says_so() -> None:
+    s = replace(lost_before_the_probe(h100(), 3), env={"CUDA_VISIBLE_DEVICES": "4,5,6,7"})
+    ctx = CheckContext(s)
+    assert ctx.visible.nvml_indices == (5, 6, 7)
+    found = visibility.visibility(ctx)
+    shifted = [f for f in found if f.code == "GD204" and f.evidence["problem"] == "lost_shift"]
+    assert len(shifted) == 1 and "now selects GPU 5, 6, 7, not GPU 4, 5, 6, 7" in shifted[0].message
+    assert "UUID" in shifted[0].message
+    (past,) = [f for f in found if f.code == "GD204" and f.evidence["problem"] == "out_of_range"]
+    assert "there is no GPU 7 (CUDA sees 7: GPU 3 is lost)" in past.message
+    (gd827,) = lost_gpus.lost_gpus(ctx)
+    assert gd827.status is Status.WARN, "GPU 3 is not among the GPUs 4-7 the run asked for"
+
+
+def test_a_lost_gpu_the_run_asks_for_fails_and_its_uuid_ends_the_list() -> None:
+    s = lost_before_the_probe(h100(), 3)
+    by_index = CheckContext(replace(s, env={"CUDA_VISIBLE_DEVICES": "2,3"}))
+    assert lost_gpus.lost_gpus(by_index)[0].status is Status.FAIL
+    uuid3, uuid4 = h100().gpu(3).uuid, h100().gpu(4).uuid
+    # Lost midway: NVML gave its UUID before the loss, so the entry is named for what it is.
+    by_uuid = CheckContext(replace(lost_midway(h100(), 3), env={"CUDA_VISIBLE_DEVICES": f"{uuid3},{uuid4}"}))
+    assert by_uuid.visible.count == 0
+    (dropped,) = [f for f in visibility.visibility(by_uuid) if f.code == "GD204"]
+    assert f"entry '{uuid3}' is GPU 3, which is lost (GD827): CUDA stops there" == dropped.message
+    assert lost_gpus.lost_gpus(by_uuid)[0].status is Status.FAIL
+    # Lost before the probe: no UUID to match, so the entry may be that GPU.
+    unnamed = CheckContext(replace(s, env={"CUDA_VISIBLE_DEVICES": uuid3}))
+    (dropped,) = [f for f in visibility.visibility(unnamed) if f.code == "GD204"]
+    assert "matches no GPU on this machine (perhaps lost GPU 3, whose UUID NVML cannot give: GD827)" in dropped.message
+
+
+def test_every_gpu_lost_leaves_none_visible_and_says_why() -> None:
+    s = h100()
+    for i in range(8):
+        s = lost_before_the_probe(s, i)
+    (gd201,) = [f for f in visibility.visibility(CheckContext(s)) if f.code == "GD201"]
+    assert gd201.status is Status.FAIL
+    assert gd201.message == (
+        "no GPU is visible to CUDA (8 installed): GPU 0, 1, 2, 3, 4, 5, 6, 7 do not answer NVML and CUDA does "
+        "not enumerate them (GD827)"
+    )

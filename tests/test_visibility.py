@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpudoctor.snapshot import Snapshot
+from gpudoctor.snapshot import Missing, Snapshot
 from gpudoctor.visibility import FASTEST_FIRST, PCI_BUS_ID, parse, resolve, strtoul
 from tests.clirun import load
 
@@ -79,6 +79,46 @@ def test_fastest_first_puts_the_faster_cards_first_and_pci_bus_id_follows_nvidia
     assert pci.order == PCI_BUS_ID and pci.nvml_indices == (1,)
     odd = vis(mixed, CUDA_DEVICE_ORDER="pci")
     assert odd.order == FASTEST_FIRST and odd.problems[0].kind == "unknown_order"
+
+
+def unreadable_speed(snapshot: Snapshot, index: int, reason: str = "error") -> Snapshot:
+    """GPU `index` with its compute capability and memory size unread (NVML answered `reason`)."""
+    gone = Missing(reason, "test")
+    gpus = [
+        replace(g, compute_capability=gone, memory_total_mib=gone) if g.index == index else g for g in snapshot.gpus
+    ]
+    return replace(snapshot, gpus=gpus)
+
+
+@pytest.mark.parametrize("reason", ["error", "no_permission", "unsupported"])
+def test_an_unreadable_compute_capability_does_not_reorder_identical_gpus(reason: str) -> None:
+    # 8 identical H100s: CUDA numbers them in PCI order whatever NVML could read of GPU 3.
+    v = vis(unreadable_speed(H100, 3, reason))
+    assert v.nvml_indices == tuple(range(8)) and v.order_unknown == ()
+
+
+def test_an_unreadable_gpu_takes_the_reading_of_its_twin() -> None:
+    mixed = load("rtx4090_2x_rtx4080_1x")  # GPU 0, 2: RTX 4090; GPU 1: RTX 4080
+    v = vis(unreadable_speed(mixed, 2))
+    assert v.nvml_indices == (0, 2, 1) and v.order_unknown == ()  # as with every reading known
+
+
+def test_a_model_with_no_readable_speed_leaves_the_order_unknown_and_gd205_says_so() -> None:
+    from gpudoctor.checks.visibility import visibility
+    from gpudoctor.registry import CheckContext
+
+    mixed = unreadable_speed(load("rtx4090_2x_rtx4080_1x"), 1)  # the only 4080
+    v = vis(mixed)
+    assert v.order_unknown == (1,) and v.nvml_indices == (0, 1, 2), "an unknown never reorders: PCI order"
+    found = visibility(CheckContext(mixed))
+    (order,) = [f for f in found if f.code == "GD205"]
+    assert "which card is cuda:N cannot be predicted" in order.message
+    assert "compute capability or memory unreadable on GPU 1" in order.message
+    (gd201,) = [f for f in found if f.code == "GD201"]
+    assert "cuda: order assumed PCI" in gd201.message
+    assert not [
+        f for f in visibility(CheckContext(replace(mixed, env={"CUDA_DEVICE_ORDER": PCI_BUS_ID}))) if f.code == "GD205"
+    ]
 
 
 def test_mig_a_process_sees_one_instance() -> None:

@@ -1,20 +1,23 @@
 """GD827: GPUs NVML cannot talk to, because they fell off the bus or never gave a handle.
 
-Such a GPU has no name, no memory size, no links: the other checks leave its unreadable facts
-out of their comparisons (identity, device order), so this is the one place that reports it.
-It fails when the run would use the GPU and warns otherwise, and cites XID 79 ("GPU has fallen
-off the bus") where the kernel log has one for the same PCI address.
+Such a GPU has no name, no memory size, no links, and CUDA does not enumerate it: visibility
+(gpudoctor/visibility.py) leaves it out of the GPUs the run sees, so every other check counts
+and compares only the GPUs that answer, and this is the one place that reports it. It fails when
+the run would use the GPU had it answered (CUDA_VISIBLE_DEVICES selects it, or is unset) and warns
+otherwise, and cites XID 79 ("GPU has fallen off the bus") where the kernel log has one for the
+same PCI address.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.checks.targets import gpu_list, target_gpus
+from gpudoctor.checks.targets import gpu_list
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Snapshot, known
 from gpudoctor.topology import normalize_bus_id
+from gpudoctor.visibility import unreadable
 
 GPU_LOST = Code(
     "GD827",
@@ -32,11 +35,6 @@ GPU_LOST = Code(
     "finding (permissions on /dev/nvidia*, 'GPU requires reset': `sudo nvidia-smi -r -i <gpu>`).",
 )
 CODES = [GPU_LOST]
-
-
-def unreadable(gpu: Gpu) -> bool:
-    """NVML cannot talk to this GPU: lost (GPU_IS_LOST) or no handle at all."""
-    return gpu.lost or known(gpu.unreachable)
 
 
 def _where(gpu: Gpu) -> str:
@@ -86,7 +84,7 @@ def _finding(snapshot: Snapshot, gpu: Gpu, used: bool) -> Finding:
 @check("lost_gpus", "Every GPU answers the driver", codes=CODES, needs="gpus")
 def lost_gpus(ctx: CheckContext) -> list[Finding]:
     snapshot = ctx.snapshot
-    used = {g.index for g in target_gpus(ctx)}
+    used = set(ctx.visible.lost_wanted)  # CUDA never sees them: would the run have used them?
     bad = [g for g in snapshot.gpus if unreadable(g)]
     if bad:
         return [_finding(snapshot, g, g.index in used) for g in bad]
@@ -96,5 +94,6 @@ def lost_gpus(ctx: CheckContext) -> list[Finding]:
 
 
 def readable(gpus: list[Gpu] | tuple[Gpu, ...]) -> list[Gpu]:
-    """The GPUs whose facts can be compared (GD827 reports the others)."""
+    """The GPUs whose facts can be compared (GD827 reports the others). The visible GPUs are all
+    readable already (visibility leaves lost ones out); this is for lists of every GPU."""
     return [g for g in gpus if not unreadable(g)]

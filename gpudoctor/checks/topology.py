@@ -13,11 +13,11 @@ from typing import Any
 
 from gpudoctor import expectations
 from gpudoctor import topology as topo
-from gpudoctor.checks.lost_gpus import unreadable
 from gpudoctor.expectations import PCIE_GBPS_PER_LANE
 from gpudoctor.findings import Finding, Status, gpu_subject, pair_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Snapshot
+from gpudoctor.visibility import unreadable
 
 MATRIX = Code(
     "GD401",
@@ -140,13 +140,12 @@ def topology(ctx: CheckContext) -> Any:
             summary, message=f"{summary.message}; all-reduce should reach {figure:.0f} GB/s busbw (GD407)"
         )
     out = [summary]
-    # A GPU NVML cannot reach (GD827) has no link facts: judging its "missing" NVLink or P2P would
-    # blame the links for what is a lost GPU. The matrix above still shows it, as `?`.
-    judged = [i for i in indices if not unreadable(snap.gpu(i))]
-    out += _fewer_links(snap, [snap.gpu(i) for i in judged])
-    out += _pairs_without_nvlink(snap, judged)
-    out += _pcie([snap.gpu(i) for i in judged])
-    out += _p2p(snap, judged)
+    # The visible GPUs answer NVML: visibility leaves lost ones out (GD827 reports them).
+    gpus = [snap.gpu(i) for i in indices]
+    out += _fewer_links(snap, gpus)
+    out += _pairs_without_nvlink(snap, indices)
+    out += _pcie(gpus)
+    out += _p2p(snap, indices)
     out.append(expected)
     return out, details
 
@@ -370,7 +369,7 @@ def _expected(snap: Snapshot, indices: list[int], visible: int) -> Finding:
     gpus = indices
     scope = f"these {len(indices)} GPUs"
     if len(indices) < 2 or visible < 2:
-        gpus = [g.index for g in snap.gpus if not g.lost]
+        gpus = [g.index for g in snap.gpus if not unreadable(g)]
         if len(gpus) < 2:
             return Finding(EXPECTED.code, Status.SKIP, "host", "one GPU: no all-reduce between GPUs to expect", "")
         mig = any(g.mig_mode_current is True for g in snap.gpus)
@@ -386,5 +385,6 @@ def _expected(snap: Snapshot, indices: list[int], visible: int) -> Finding:
         msg = f"no expected all-reduce busbw for {scope}: their NVLink/PCIe facts are not known"
         return Finding(EXPECTED.code, Status.SKIP, "host", msg, "", evidence)
     evidence.update(expect.to_json())
-    msg = f"all-reduce on {scope} should reach {expect.busbw_gbps:.1f} GB/s busbw at 1 GiB and above ({expect.basis})"
+    figure = evidence["expected_busbw_gbps"]  # the rounded figure the evidence carries: one number, not two
+    msg = f"all-reduce on {scope} should reach {figure:.1f} GB/s busbw at 1 GiB and above ({expect.basis})"
     return Finding(EXPECTED.code, Status.PASS, "host", msg, "", evidence)

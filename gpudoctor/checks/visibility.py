@@ -6,7 +6,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gpudoctor.checks.lost_gpus import readable, unreadable
 from gpudoctor.checks.targets import gpu_list
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, Code, check
@@ -17,7 +16,10 @@ VISIBLE = Code(
     "visible-gpus",
     "The run sees GPUs, and which ones",
     what="Resolves CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER the way CUDA does and lists the "
-    "physical GPUs the run will use as cuda:0, cuda:1, ... with their nvidia-smi index and UUID.",
+    "physical GPUs the run will use as cuda:0, cuda:1, ... with their nvidia-smi index and UUID. A GPU "
+    "the driver lost (GD827) is not among them: CUDA does not enumerate it and numbers the others "
+    "0..n-1, so every check counts the GPUs the run really gets; this finding says once that it was "
+    "left out.",
     why="A launch that sees no GPU fails at the first `.cuda()` or silently trains on CPU; knowing "
     "which physical GPU is cuda:0 is the first step of every multi-GPU diagnosis.",
     fix="Unset CUDA_VISIBLE_DEVICES to use every GPU, or set it to a comma-separated list of "
@@ -55,7 +57,8 @@ DROPPED = Code(
     what="Looks for entries of CUDA_VISIBLE_DEVICES that CUDA ignores or that end the list early: "
     "indices past the device count, unreadable entries, spaces before UUIDs, trailing junk ('0 1' "
     "is just 0), unknown or ambiguous UUID prefixes, repeated devices (which hide all GPUs) and an "
-    "empty value.",
+    "empty value; and integer entries that pick other GPUs than they used to because a lost GPU "
+    "(GD827) left CUDA's numbering.",
     why="CUDA does not report these: it quietly uses fewer GPUs (or none), so a job runs on half the "
     "machine or on CPU without an error.",
     fix="Write CUDA_VISIBLE_DEVICES as comma-separated indices or full UUIDs with no spaces and no "
@@ -67,7 +70,11 @@ ORDER = Code(
     "cuda:N is nvidia-smi's GPU N",
     what="On a machine with different GPU models, checks that CUDA_DEVICE_ORDER=PCI_BUS_ID is set, "
     "and names the cuda: indices that differ from nvidia-smi's numbering under CUDA's default "
-    "FASTEST_FIRST order.",
+    "FASTEST_FIRST order. FASTEST_FIRST is a heuristic inside the driver; gpudoctor models it as higher "
+    "compute capability first, then more memory, then PCI bus order (identical GPUs keep PCI order). "
+    "An unreadable compute capability or memory size never reorders: a GPU takes the readings of "
+    "another GPU of the same name, and where no GPU of a model could be read the order is unknown: "
+    "gpudoctor assumes PCI order and says the cuda: numbering cannot be predicted.",
     why="CUDA numbers GPUs fastest first by default, nvidia-smi and NVML by PCI bus. On mixed "
     "machines `CUDA_VISIBLE_DEVICES=1` or `cuda:1` then picks a different card than the one "
     "nvidia-smi calls GPU 1: jobs land on busy or slower GPUs and monitoring blames the wrong card.",
@@ -159,6 +166,9 @@ def visibility(ctx: CheckContext) -> list[Finding]:
         for d in vis.devices
     ]
     installed = len(ctx.snapshot.gpus)
+    lost = [g.index for g in vis.lost]
+    if lost:
+        evidence_base["lost"] = lost
     if n == 0:
         out.append(
             Finding(
@@ -184,16 +194,10 @@ def visibility(ctx: CheckContext) -> list[Finding]:
     if expect is not None:
         status = Status.FAIL if n < expect else Status.PASS
         msg = f"{n} GPU(s) visible, --expect-gpus {expect}" + (": too few" if n < expect else "")
-        out.append(
-            Finding(
-                EXPECTED.code,
-                status,
-                "host",
-                msg,
-                EXPECTED.fix if status is Status.FAIL else "",
-                {"visible": n, "expected": expect},
-            )
-        )
+        evidence: dict[str, Any] = {"visible": n, "expected": expect}
+        if lost:
+            evidence["lost"] = lost  # GD201 says they are left out, GD827 why
+        out.append(Finding(EXPECTED.code, status, "host", msg, EXPECTED.fix if status is Status.FAIL else "", evidence))
     out.extend(_geometry(env, n))
     out.extend(_order(vis))
     out.extend(_mig(vis))
@@ -208,7 +212,9 @@ def _noun(vis: Visibility) -> str:
 def _why_none(vis: Visibility) -> str:
     """Why the run sees nothing, without repeating GD204's sentence about the same entry."""
     kinds = {p.kind for p in vis.problems}
-    if kinds & {"empty", "duplicate", "invalid", "out_of_range", "unknown_uuid", "ambiguous_uuid"}:
+    if vis.lost and not vis.enumeration:
+        return f"{_left_out(vis)} (GD827)"
+    if kinds & {"empty", "duplicate", "invalid", "out_of_range", "unknown_uuid", "ambiguous_uuid", "lost_uuid"}:
         return f"CUDA_VISIBLE_DEVICES={vis.raw!r} selects none of them (GD204 says why)"
     if "mig_no_instance" in kinds:
         return (
@@ -217,18 +223,31 @@ def _why_none(vis: Visibility) -> str:
     return "CUDA_VISIBLE_DEVICES hides every GPU"
 
 
+def _left_out(vis: Visibility) -> str:
+    """The one sentence that says a lost GPU is not among the devices (GD827 reports it)."""
+    lost = [g.index for g in vis.lost]
+    verb, it = ("does", "it") if len(lost) == 1 else ("do", "them")
+    return f"GPU {gpu_list(lost)} {verb} not answer NVML and CUDA does not enumerate {it}"
+
+
 def _notes(vis: Visibility, installed: int) -> str:
     used = {d.nvml_index for d in vis.devices}
     mig = _mig_note(vis)
     hidden_by_mig = {g.index for g in mig_gpus(vis)} - used
-    hidden = installed - len(used) - len(hidden_by_mig)
+    hidden = len(vis.enumeration) - len(used) - len(hidden_by_mig)
     notes = [mig] if mig else []
     if hidden > 0:
         notes.append(f"{hidden} of {installed} GPUs hidden by CUDA_VISIBLE_DEVICES")
-    lost = [d.nvml_index for d in vis.devices if unreadable(d.gpu)]
-    if lost:
-        notes.append(f"GPU {gpu_list(lost)} does not answer NVML (GD827)")
+    if vis.lost:
+        notes.append(f"{_left_out(vis)}: left out (GD827)")
+    if vis.order_unknown and used:
+        notes.append(f"cuda: order assumed PCI ({_order_guess(vis)})")
     return "".join(f"; {n}" for n in notes)
+
+
+def _order_guess(vis: Visibility) -> str:
+    """Why FASTEST_FIRST cannot be predicted: the GPUs whose compute capability or memory is unreadable."""
+    return f"compute capability or memory unreadable on GPU {gpu_list(list(vis.order_unknown))}"
 
 
 def _dropped(vis: Visibility) -> list[Finding]:
@@ -283,17 +302,25 @@ def _geometry(env: Mapping[str, str], n: int) -> list[Finding]:
 
 
 def _order(vis: Visibility) -> list[Finding]:
-    names = {g.name for g in readable(vis.enumeration)}  # a lost GPU has no name: not a model of its own
+    names = {g.name for g in vis.enumeration}  # lost GPUs are not enumerated: not a model of their own
     if len(names) < 2 or vis.order == PCI_BUS_ID:
         return []
-    moved = [(i, g) for i, g in enumerate(vis.enumeration) if g.index != i]
+    # Against PCI order of the GPUs CUDA enumerates: what CUDA_DEVICE_ORDER=PCI_BUS_ID would give.
+    by_pci = sorted(vis.enumeration, key=lambda g: g.index)
+    moved = [(i, g) for i, g in enumerate(vis.enumeration) if g.index != by_pci[i].index]
     evidence = {
         "CUDA_DEVICE_ORDER": vis.order_raw,
         "expected": PCI_BUS_ID,
         "cuda_order": [g.index for g in vis.enumeration],
         "models": sorted(names),
     }
-    if moved:
+    if vis.order_unknown:
+        evidence["order_unknown"] = list(vis.order_unknown)
+        msg = (
+            "mixed GPUs and CUDA_DEVICE_ORDER is not PCI_BUS_ID: which card is cuda:N cannot be predicted "
+            f"({_order_guess(vis)}; gpudoctor assumes PCI order)"
+        )
+    elif moved:
         swaps = ", ".join(f"cuda:{i} is nvidia-smi's GPU {g.index} ({g.name})" for i, g in moved)
         msg = f"mixed GPUs and CUDA_DEVICE_ORDER is not PCI_BUS_ID: {swaps}"
     else:
