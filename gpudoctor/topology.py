@@ -3,7 +3,9 @@
 Pure functions over a `Snapshot`; GPUs are named by NVML index (nvidia-smi's numbers).
 
     active_links(gpu)              -> int   active NVLink links of one GPU (0 without NVLink)
+    nvlinks_read(gpu)              -> bool  NVML answered for its NVLinks (a list, or "no NVLink")
     nvlink_count(snap, a, b)       -> int   links joining GPUs a and b (the # of "NV#")
+    nvlink_known(snap, a, b)       -> bool  whether that count is a fact (not 0 for want of a reading)
     ends_at_switch(link, buses)    -> bool  the link ends at an NVSwitch (or at a far end NCCL cannot see)
     has_nvswitch(snap)             -> bool  some active link ends at an NVSwitch
     nvlink_generation(snap, idx)   -> int | None  NVLink generation of the GPUs (3: A100, 4: H100), slowest
@@ -12,7 +14,7 @@ Pure functions over a `Snapshot`; GPUs are named by NVML index (nvidia-smi's num
     nvml_nvlink_version_agrees(raw, gen) -> bool  the raw answer fits the generation in some driver style
     has_ring(nodes, joined)        -> bool  a ring over every node along joined pairs (NCCL's ring on NVLink)
     pcie_level(snap, a, b)         -> str   PIX/PXB/PHB/NODE/SYS, or "?" when not recorded
-    link_label(snap, a, b)         -> str   what topo -m prints: "X", "NV18", "SYS", ...
+    link_label(snap, a, b)         -> str   what topo -m prints: "X", "NV18", "SYS", ...; "?" unknown
     matrix(snap, indices)          -> list[list[str]]  labels for every ordered pair
     topo_table(snap, indices)      -> dict  a details table (render/text.py draws it)
     cpu_list(cpus)                 -> str   [0, 1, 2, 5] -> "0-2,5"
@@ -71,6 +73,14 @@ def active_links(gpu: Gpu) -> int:
     return len(_links(gpu))
 
 
+def nvlinks_read(gpu: Gpu) -> bool:
+    """Whether NVML answered for this GPU's NVLinks: a list of links, or NOT_SUPPORTED for link 0
+    (the probe's Missing("unsupported"): the GPU has no NVLink, a fact). Any other Missing
+    (error, no_permission, gpu_lost, not collected) leaves its links unknown, not absent."""
+    links = gpu.nvlinks
+    return isinstance(links, list) or (isinstance(links, Missing) and links.reason == "unsupported")
+
+
 def gpu_buses(snapshot: Snapshot) -> set[tuple[int, int, int, int] | str]:
     """The bus ids of the GPUs the snapshot sees (normalize_bus_id keys)."""
     return {normalize_bus_id(g.pci_bus_id) for g in snapshot.gpus}
@@ -112,6 +122,13 @@ def nvlink_count(snapshot: Snapshot, a: int, b: int) -> int:
     direct = max(_direct_links(ga, gb), _direct_links(gb, ga))
     buses = gpu_buses(snapshot)
     return direct + min(switch_links(ga, buses), switch_links(gb, buses))
+
+
+def nvlink_known(snapshot: Snapshot, a: int, b: int) -> bool:
+    """Whether nvlink_count(a, b) is a fact: some link between them was seen, or both GPUs'
+    NVLink state was read. A pair with an unreadable end and no link seen is unknown."""
+    ga, gb = snapshot.gpu(a), snapshot.gpu(b)
+    return bool(nvlink_count(snapshot, a, b)) or (nvlinks_read(ga) and nvlinks_read(gb))
 
 
 def has_nvswitch(snapshot: Snapshot) -> bool:
@@ -253,7 +270,11 @@ def link_label(snapshot: Snapshot, a: int, b: int) -> str:
     if a == b:
         return "X"
     count = nvlink_count(snapshot, a, b)
-    return f"NV{count}" if count else pcie_level(snapshot, a, b)
+    if count:
+        return f"NV{count}"
+    # No NVLink seen: the PCIe path, unless an end's NVLinks could not be read (then the pair
+    # may well be NVLink: "?", never a PCIe level passed off as the connection).
+    return pcie_level(snapshot, a, b) if nvlink_known(snapshot, a, b) else "?"
 
 
 def matrix(snapshot: Snapshot, indices: list[int] | None = None) -> list[list[str]]:

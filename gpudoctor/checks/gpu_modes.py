@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.checks.targets import gpu_list, listed, target_gpus
+from gpudoctor.checks.unread import unread, unreadable_finding
 from gpudoctor.checks.visibility import mig_view
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.registry import CheckContext, Code, check
@@ -16,7 +17,8 @@ MIG_ENABLED = Code(
     "mig-enabled",
     "MIG is off on the GPUs a multi-GPU run uses",
     what="Reads MIG mode (current and pending) on each GPU the run uses. MIG on fails unless "
-    "`--allow-mig` is given; a pending change that needs a GPU reset warns.",
+    "`--allow-mig` is given; a pending change that needs a GPU reset warns; a MIG mode NVML could "
+    "not read (an error, no permission) warns as unknown rather than passing as off.",
     why="A CUDA process can use only one MIG instance, and MIG instances cannot do peer-to-peer: "
     "torch.cuda.device_count() is 1, DDP across GPUs or slices fails or falls back to slow paths.",
     fix="Turn MIG off for training: `sudo nvidia-smi -i <gpu> -mig 0`, then reset the GPU "
@@ -27,7 +29,8 @@ COMPUTE_MODE = Code(
     "GD821",
     "compute-mode-restricted",
     "Compute mode lets every rank use its GPU",
-    what="Reads each GPU's compute mode. 'Prohibited' fails; 'exclusive process' warns.",
+    what="Reads each GPU's compute mode. 'Prohibited' fails; 'exclusive process' warns; a compute mode "
+    "NVML could not give warns as unknown rather than passing as default.",
     why="In 'prohibited' mode no CUDA context can be created. In 'exclusive process' mode only one "
     "process may hold a context: a DDP rank that touches cuda:0 before torch.cuda.set_device(rank) "
     "takes GPU 0 and the others fail with 'all CUDA-capable devices are busy or unavailable'.",
@@ -113,9 +116,16 @@ def _mig(ctx: CheckContext, gpus: list[Gpu]) -> list[Finding]:
                     {"mig_mode_current": g.mig_mode_current, "mig_mode_pending": g.mig_mode_pending},
                 )
             )
-    if not out and any(known(g.mig_mode_current) for g in gpus):
-        out.append(Finding(MIG_ENABLED.code, Status.PASS, "host", "MIG is off", "", {}))
-    return out
+    # Unknown, not off: in MIG mode CUDA would see one slice of the GPU, not the whole of it.
+    unknown = {g.index: m for g in gpus if (m := unread(g.mig_mode_current)) is not None}
+    off = [g.index for g in gpus if known(g.mig_mode_current)]
+    if not out and off:
+        text = "MIG is off" + (f" on GPU {gpu_list(off)}" if unknown else "")
+        out.append(Finding(MIG_ENABLED.code, Status.PASS, "host", text, "", {}))
+    if not unknown:
+        return out
+    why = "whether the run gets it whole is unknown"
+    return [unreadable_finding(MIG_ENABLED.code, "MIG mode", unknown, why), *out]
 
 
 def _compute_mode(gpus: list[Gpu]) -> list[Finding]:
@@ -149,9 +159,15 @@ def _compute_mode(gpus: list[Gpu]) -> list[Finding]:
                     evidence,
                 )
             )
-    if not out and any(known(g.compute_mode) for g in gpus):
-        out.append(Finding(COMPUTE_MODE.code, Status.PASS, "host", "compute mode is default", "", {}))
-    return out
+    unknown = {g.index: m for g in gpus if (m := unread(g.compute_mode, always_there=True)) is not None}
+    default = [g.index for g in gpus if known(g.compute_mode)]
+    if not out and default:
+        text = "compute mode is default" + (f" on GPU {gpu_list(default)}" if unknown else "")
+        out.append(Finding(COMPUTE_MODE.code, Status.PASS, "host", text, "", {}))
+    if not unknown:
+        return out
+    why = "whether every rank may use it is unknown"
+    return [unreadable_finding(COMPUTE_MODE.code, "compute mode", unknown, why), *out]
 
 
 @check("gpu_modes", "MIG and compute mode", codes=MODE_CODES, needs="visible")

@@ -4,8 +4,10 @@ A data-parallel step finishes when the slowest rank does, and every rank holds t
 model, so the weakest card sets the pace and the largest batch. Traits are compared across
 the visible GPUs; the majority value is the reference, and each GPU that differs gets a
 finding (subject gpu:<nvidia-smi index>). Without a majority (2 vs 2) one host finding lists
-the groups. Readings NVML could not give are left out of the comparison, and so are GPUs NVML
-cannot talk to at all (lost, no handle): GD827 names those.
+the groups. A reading NVML could not give is left out of the comparison and named in a warning
+(checks/unread.py: an error or a refused permission is unknown, not "alike"); NOT_SUPPORTED for an
+optional feature is a fact (no GSP firmware reads as "off") and stays silent otherwise. GPUs NVML
+cannot talk to at all (lost, no handle) are not among the visible GPUs: GD827 names those.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpudoctor.checks.lost_gpus import readable
+from gpudoctor.checks.unread import unread, unreadable_finding
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Missing
@@ -89,7 +91,10 @@ FIRMWARE = Code(
     "GPUs of one model run the same InfoROM and GSP firmware",
     what="Compares, among GPUs of the same model, the InfoROM image version (nvmlDeviceGetInforomImageVersion, "
     "nvidia-smi -q 'Inforom Version / Image Version') and the GSP firmware version "
-    "(nvmlDeviceGetGspFirmwareVersion; 'off' where GSP firmware is disabled), beside the VBIOS (GD303).",
+    "(nvmlDeviceGetGspFirmwareVersion; 'off' where NVML answers NOT_SUPPORTED, as it does for a GPU "
+    "without GSP firmware: nvidia-smi prints N/A), beside the VBIOS (GD303). Like every GD3 comparison, "
+    "a reading NVML could not give (an error, no permission) is named as unreadable (warn) and left out, "
+    "never taken as alike or as 'off'.",
     why="The InfoROM holds the board's configuration and its ECC, power and error records, the GSP firmware "
     "runs the GPU's management: a card that was serviced, swapped or flashed apart from its peers behaves "
     "differently under faults and load, and NVIDIA support asks for matching firmware before anything else.",
@@ -108,18 +113,28 @@ def _on_off(value: Any) -> str:
     return "on" if value else "off"
 
 
+# How pynvml words NVML_ERROR_FUNCTION_NOT_FOUND, and how the probe notes a call this nvidia-ml-py
+# lacks: both are Missing("unsupported") about the driver or library, not about the GPU.
+_NO_CALL = ("Function Not Found", "not in this nvidia-ml-py")
+
+
 def _gsp(gpu: Gpu) -> Any:
-    """The GSP firmware version, or "off" where NVML says the GPU runs none."""
+    """The GSP firmware version, or "off" where NVML says the GPU runs none: NOT_SUPPORTED is how
+    NVML answers for a GPU without GSP firmware (pre-Turing, or NVreg_EnableGpuFirmware=0; nvidia-smi
+    prints N/A: NVIDIA driver README, "GSP Firmware"). An error or a refused permission is unknown,
+    and a driver without the call says nothing about the GPU (not collected)."""
     value = gpu.gsp_firmware
-    if isinstance(value, Missing):
-        return "off" if value.reason == "unsupported" else value
+    if isinstance(value, Missing) and value.reason == "unsupported":
+        return Missing("not_collected", value.detail) if any(s in value.detail for s in _NO_CALL) else "off"
     return value
 
 
 def _pcie(gpu: Gpu) -> Any:
     gen, width = gpu.pcie_gen_max, gpu.pcie_width_max
-    if isinstance(gen, Missing) or isinstance(width, Missing):
-        return Missing("not_collected")
+    if isinstance(gen, Missing):
+        return gen
+    if isinstance(width, Missing):
+        return width
     return (gen, width)
 
 
@@ -133,6 +148,7 @@ class Trait:
     cost: str
     key: Callable[[Any], Any] = lambda v: v  # values with the same key count as equal
     per_model: bool = False  # compare only GPUs of the same model (a 4080 has its own VBIOS)
+    always_there: bool = False  # every GPU has it: NOT_SUPPORTED is a missing reading, not a fact
 
     def lead(self, value: Any) -> str:
         """'is an NVIDIA GeForce RTX 4080' / 'has power limit 350 W'."""
@@ -151,6 +167,7 @@ TRAITS = [
         Status.FAIL,
         "the smallest card caps the batch and model size of every rank",
         key=lambda mib: round(mib / 1024),
+        always_there=True,
     ),
     Trait(
         VBIOS,
@@ -160,6 +177,7 @@ TRAITS = [
         Status.WARN,
         "different firmware can clock and behave differently",
         per_model=True,
+        always_there=True,
     ),
     Trait(
         POWER,
@@ -186,6 +204,7 @@ TRAITS = [
         str,
         Status.WARN,
         "an exclusive or prohibited GPU refuses contexts the others accept",
+        always_there=True,
     ),
     Trait(
         MODES,
@@ -229,6 +248,7 @@ TRAITS = [
         Status.WARN,
         "less host bandwidth for that rank's data loading and PCIe traffic",
         per_model=True,
+        always_there=True,
     ),
 ]
 
@@ -268,11 +288,25 @@ def compare(gpus: list[Gpu], trait: Trait) -> list[Finding]:
     return out
 
 
+def _unreadable(gpus: list[Gpu]) -> list[Finding]:
+    """One warning per code for the traits NVML could not read on some GPUs (those with the same
+    GPUs and reasons share it): they were left out of the comparison, not found alike."""
+    groups: dict[tuple[str, tuple[tuple[int, str], ...]], tuple[list[str], dict[int, Missing]]] = {}
+    for trait in TRAITS:
+        where = {g.index: m for g in gpus if (m := unread(trait.get(g), always_there=trait.always_there)) is not None}
+        if where:
+            key = (trait.code.code, tuple((i, m.reason) for i, m in sorted(where.items())))
+            groups.setdefault(key, ([], where))[0].append(trait.label)
+    out = []
+    for (code, _), (labels, where) in groups.items():
+        judged = "not compared" if len(where) == len(gpus) else "left out of the comparison with the other GPUs"
+        out.append(unreadable_finding(code, ", ".join(labels), where, judged))
+    return out
+
+
 @check("identity", "GPU models and settings alike", codes=CODES, needs="visible")
 def identity(ctx: CheckContext) -> list[Finding]:
-    gpus = readable(ctx.visible.gpus)
-    if not gpus:
-        return []  # every visible GPU is lost or unreachable: GD827 says so
+    gpus = list(ctx.visible.gpus)  # GPUs NVML cannot talk to are not among them (GD827)
     if len(gpus) < 2:
         g = gpus[0]
         msg = f"one GPU visible ({g.name}): nothing to compare"
@@ -284,4 +318,4 @@ def identity(ctx: CheckContext) -> list[Finding]:
     for trait in TRAITS:
         for group in models.values() if trait.per_model else [gpus]:
             out.extend(compare(group, trait))
-    return out
+    return _unreadable(gpus) + out

@@ -13,10 +13,11 @@ from typing import Any
 
 from gpudoctor import expectations
 from gpudoctor import topology as topo
+from gpudoctor.checks.unread import unread, unreadable_finding
 from gpudoctor.expectations import PCIE_GBPS_PER_LANE
 from gpudoctor.findings import Finding, Status, gpu_subject, pair_subject
 from gpudoctor.registry import CheckContext, Code, check
-from gpudoctor.snapshot import Gpu, Snapshot
+from gpudoctor.snapshot import Gpu, Missing, Snapshot
 from gpudoctor.visibility import unreadable
 
 MATRIX = Code(
@@ -25,7 +26,9 @@ MATRIX = Code(
     "How the visible GPUs are connected",
     what="Builds the `nvidia-smi topo -m` matrix of the visible GPUs from NVML: NV# for pairs joined by "
     "# NVLinks (directly or through NVSwitch), else the PCIe path (PIX, PXB, PHB, NODE, SYS), with "
-    "each GPU's CPU and NUMA affinity.",
+    "each GPU's CPU and NUMA affinity. A pair shows `?` when it is not known: an end whose NVLink "
+    "state NVML could not read (an error, no permission) and no link seen from the other, or a PCIe "
+    "path that was not recorded; never a PCIe level passed off as the connection.",
     why="Collective bandwidth follows the slowest hop: NVLink carries hundreds of GB/s, a PCIe path "
     "through the CPU tens, a path across sockets (SYS) less again. Knowing the matrix explains most "
     "all-reduce numbers.",
@@ -39,7 +42,10 @@ FEWER_LINKS = Code(
     "number a healthy GPU of its model has: every link NVML lists, active or not (8 on A800/H800). "
     "This is the same count the expected all-reduce busbw (GD407, GD601) is built on, so a GPU "
     "down links here is one the bandwidth verdict holds to its healthy figure. PCIe cards, whose "
-    "NVLink bridges are optional, are compared with their peers instead.",
+    "NVLink bridges are optional, are compared with their peers instead. A GPU whose NVLink state NVML "
+    "could not read is named as unreadable (warn), never counted as having none; an SXM module for "
+    "which NVML reports no NVLink at all (NOT_SUPPORTED) while its peers of the same model have links "
+    "counts as 0 active links.",
     why="A GPU with links down moves its share of every collective over fewer links (or over PCIe when "
     "none is left), and the whole ring or tree waits for it. Warn below the healthy count, fail below "
     "three quarters of it. Every GPU down the same links (a switch tray or fabric fault) is caught "
@@ -55,7 +61,8 @@ NO_NVLINK_PAIRS = Code(
     what="On machines where some visible GPU pairs are joined by NVLink, lists the pairs that are not "
     "and the PCIe path between them (SYS: across the CPU sockets). Where the NVLinks that are up "
     "still join every GPU (a mesh such as the DGX-1 V100 hybrid cube mesh), rings stay on NVLink "
-    "and this passes; bridged islands, or a GPU cut off from the others, warn.",
+    "and this passes; bridged islands, or a GPU cut off from the others, warn. Pairs with a GPU whose "
+    "NVLink state is unreadable are left out and named (GD402 reports the GPU).",
     why="A ring or tree over all GPUs is as fast as its slowest hop: A100 pairs reach ~208 GB/s over "
     "NV12 but an all-reduce drops to ~20 GB/s once a GPU crosses SYS (nccl-tests#178).",
     fix="Run the job on GPUs that share NVLink (CUDA_VISIBLE_DEVICES with CUDA_DEVICE_ORDER=PCI_BUS_ID), "
@@ -66,7 +73,8 @@ PCIE_WIDTH = Code(
     "pcie-width-degraded",
     "Every GPU's PCIe link runs at full width",
     what="Compares each GPU's current PCIe link width with the maximum for GPU and slot "
-    "(nvmlDeviceGetCurrPcieLinkWidth vs nvmlDeviceGetMaxPcieLinkWidth).",
+    "(nvmlDeviceGetCurrPcieLinkWidth vs nvmlDeviceGetMaxPcieLinkWidth); a GPU whose widths NVML could "
+    "not give is named as unreadable (warn).",
     why="A link trained narrower (x8 or x4 instead of x16) halves or quarters host bandwidth: slower "
     "data loading, checkpointing and PCIe collectives for that rank, which the others then wait for.",
     fix="Reseat the card, check the riser cable and the slot's bifurcation setting in the BIOS, and look "
@@ -77,7 +85,8 @@ PCIE_GEN = Code(
     "pcie-gen-below-max",
     "Every GPU's PCIe link runs at its maximum generation",
     what="Compares each GPU's current PCIe generation with its maximum. Idle GPUs lower the generation "
-    "to save power, so at idle this is informational; a GPU that is busy below its maximum is a warning.",
+    "to save power, so at idle this is informational; a GPU that is busy below its maximum is a warning, "
+    "and one whose generation NVML could not give is named as unreadable (warn).",
     why="A link stuck at a lower generation under load moves data at half the rate per generation step "
     "(Gen4 x16 ~31 GB/s, Gen3 ~16 GB/s).",
     fix="Read it again under load (e.g. during `gpudoctor check` active checks or training). If it stays "
@@ -140,7 +149,8 @@ def topology(ctx: CheckContext) -> Any:
             summary, message=f"{summary.message}; all-reduce should reach {figure:.0f} GB/s busbw (GD407)"
         )
     out = [summary]
-    # The visible GPUs answer NVML: visibility leaves lost ones out (GD827 reports them).
+    # The visible GPUs answer NVML (visibility leaves lost ones out: GD827); a reading that still
+    # failed (error, no permission) is unknown, and each judgement below says so rather than guess.
     gpus = [snap.gpu(i) for i in indices]
     out += _fewer_links(snap, gpus)
     out += _pairs_without_nvlink(snap, indices)
@@ -148,6 +158,11 @@ def topology(ctx: CheckContext) -> Any:
     out += _p2p(snap, indices)
     out.append(expected)
     return out, details
+
+
+def _nvlinks_unread(gpus: list[Gpu]) -> dict[int, Missing]:
+    """The GPUs whose NVLink state NVML could not give (not "no NVLink": unknown)."""
+    return {g.index: m for g in gpus if (m := unread(g.nvlinks)) is not None}
 
 
 def _summary(snap: Snapshot, indices: list[int]) -> Finding:
@@ -168,19 +183,39 @@ def _summary(snap: Snapshot, indices: list[int]) -> Finding:
         text = f"all {len(pairs)} pairs {label}{how}"
     else:
         text = ", ".join(f"{n} pairs {label}" for label, n in counts.most_common())
+    unknown = _nvlinks_unread([snap.gpu(i) for i in indices])
+    if unknown:
+        evidence["nvlinks_unreadable"] = sorted(unknown)
+        text += f" (? = NVLink state of GPU {', '.join(str(i) for i in sorted(unknown))} unreadable: GD402)"
     return Finding(MATRIX.code, Status.PASS, "host", f"{len(indices)} GPUs: {text}", "", evidence)
 
 
 def _fewer_links(snap: Snapshot, gpus: list[Gpu]) -> list[Finding]:
     """Active links against the healthy count (expectations.healthy_nvlinks, the figure GD601 and
     GD407 use) on SXM modules, whose links are always wired; PCIe cards, whose bridges are
-    optional, are compared with their peers."""
+    optional, are compared with their peers. A GPU whose NVLink state could not be read is named
+    as unreadable, never counted as having none; an SXM module for which NVML reports no NVLink at
+    all while its peers of the same model have links counts as 0 active links."""
     counts = {g.index: topo.active_links(g) for g in gpus if isinstance(g.nvlinks, list)}
+    linked_models = {g.name for g in gpus if counts.get(g.index)}
+    none_reported = [
+        g
+        for g in gpus
+        if g.index not in counts
+        and topo.nvlinks_read(g)
+        and g.name in linked_models
+        and not expectations.is_pcie_card(g)
+    ]
+    counts.update({g.index: 0 for g in none_reported})
+    unknown = _nvlinks_unread(gpus)
+    out = []
+    if unknown:
+        out.append(unreadable_finding(FEWER_LINKS.code, "NVLink state", unknown, "its links are not checked"))
     if len(counts) < 2 or not any(counts.values()) and all(expectations.is_pcie_card(g) for g in gpus):
-        return []
+        return out
     tally = Counter(counts.values()).most_common()
     top = max(n for n, c in tally if c == tally[0][1])  # the usual count; ties go to the higher one
-    out = []
+    short = []
     for g in gpus:
         if g.index not in counts:
             continue
@@ -193,31 +228,47 @@ def _fewer_links(snap: Snapshot, gpus: list[Gpu]) -> list[Finding]:
         cost = (
             "its traffic falls back to PCIe" if n == 0 else f"collectives through it run at about {n}/{expected} speed"
         )
-        msg = f"GPU {g.index} has {n} of {expected} NVLinks active, its peers {top}: {cost}"
-        evidence = {"active_links": n, "expected": expected, "links": len(g.nvlinks)}  # type: ignore[arg-type]
-        out.append(Finding(FEWER_LINKS.code, status, gpu_subject(g.index), msg, FEWER_LINKS.fix, evidence))
-    if not out:
+        said = " (NVML reports no NVLink on it)" if g in none_reported else ""
+        msg = f"GPU {g.index} has {n} of {expected} NVLinks active{said}, its peers {top}: {cost}"
+        links = len(g.nvlinks) if isinstance(g.nvlinks, list) else 0
+        evidence = {"active_links": n, "expected": expected, "links": links}
+        short.append(Finding(FEWER_LINKS.code, status, gpu_subject(g.index), msg, FEWER_LINKS.fix, evidence))
+    if not short:
         msg = f"{len(counts)} GPUs with {top} active NVLinks each"
-        out.append(Finding(FEWER_LINKS.code, Status.PASS, "host", msg, "", {"active_links": counts}))
-    return out
+        short.append(Finding(FEWER_LINKS.code, Status.PASS, "host", msg, "", {"active_links": counts}))
+    return out + short
 
 
 def _pairs_without_nvlink(snap: Snapshot, indices: list[int]) -> list[Finding]:
-    pairs = list(combinations(indices, 2))
+    """Pairs without NVLink on a machine that has some. A pair with an end whose NVLink state is
+    unreadable and no link seen is unknown: left out and named, never counted as "no NVLink"."""
+    pairs = [(a, b) for a, b in combinations(indices, 2) if topo.nvlink_known(snap, a, b)]
     linked = {(a, b): topo.nvlink_count(snap, a, b) for a, b in pairs}
     if not any(linked.values()):
         return []
+    unknown = [i for i in indices if not topo.nvlinks_read(snap.gpu(i))]
+    known = [i for i in indices if i not in unknown]
+    note = ""
+    if unknown:
+        note = f"; pairs with GPU {', '.join(map(str, unknown))} not judged (NVLink state unreadable: GD402)"
     bare = [(a, b) for (a, b), n in linked.items() if n == 0]
     if not bare:
-        return [Finding(NO_NVLINK_PAIRS.code, Status.PASS, "host", f"all {len(pairs)} pairs joined by NVLink", "", {})]
+        msg = f"all {len(pairs)} pairs joined by NVLink{note}"
+        return [Finding(NO_NVLINK_PAIRS.code, Status.PASS, "host", msg, "", {"unknown": unknown} if unknown else {})]
     best = max(linked.values())
     levels = {f"{a}-{b}": topo.pcie_level(snap, a, b) for a, b in bare}
-    evidence = {"pairs_without_nvlink": levels, "nvlink_pairs": len(pairs) - len(bare), "best": f"NV{best}"}
-    if topo.has_ring(indices, lambda a, b: bool(linked[(min(a, b), max(a, b))])):
+    evidence: dict[str, Any] = {
+        "pairs_without_nvlink": levels,
+        "nvlink_pairs": len(pairs) - len(bare),
+        "best": f"NV{best}",
+    }
+    if unknown:
+        evidence["unknown"] = unknown
+    if topo.has_ring(known, lambda a, b: bool(linked[(min(a, b), max(a, b))])):
         # A mesh (DGX-1 V100's hybrid cube mesh): rings go around on NVLink; no pair needs PCIe.
         msg = (
             f"{len(bare)} of {len(pairs)} GPU pairs have no direct NVLink, but a ring through all "
-            f"{len(indices)} GPUs runs on NVLink (a mesh): NCCL's rings stay off PCIe"
+            f"{len(known)} GPUs runs on NVLink (a mesh): NCCL's rings stay off PCIe{note}"
         )
         return [Finding(NO_NVLINK_PAIRS.code, Status.PASS, "host", msg, "", evidence)]
     sys_pairs = [p for p, level in levels.items() if level == "SYS"]
@@ -225,15 +276,27 @@ def _pairs_without_nvlink(snap: Snapshot, indices: list[int]) -> list[Finding]:
     listed = ", ".join(f"{p} {lvl}" for p, lvl in levels.items())
     msg = (
         f"{len(bare)} of {len(pairs)} GPU pairs have no NVLink while others have NV{best}{where}: "
-        f"collectives over all GPUs run at PCIe speed ({listed})"
+        f"collectives over all GPUs run at PCIe speed ({listed}){note}"
     )
     return [Finding(NO_NVLINK_PAIRS.code, Status.WARN, "host", msg, NO_NVLINK_PAIRS.fix, evidence)]
+
+
+def _unread_pair(a: object, b: object) -> Missing | None:
+    first = unread(a, always_there=True)
+    return first if first is not None else unread(b, always_there=True)
 
 
 def _pcie(gpus: list[Gpu]) -> list[Finding]:
     out: list[Finding] = []
     idle_low: list[Gpu] = []
     measured = 0
+    notes: list[Finding] = []
+    width_unread = {g.index: m for g in gpus if (m := _unread_pair(g.pcie_width_current, g.pcie_width_max)) is not None}
+    gen_unread = {g.index: m for g in gpus if (m := _unread_pair(g.pcie_gen_current, g.pcie_gen_max)) is not None}
+    if width_unread:
+        notes.append(unreadable_finding(PCIE_WIDTH.code, "PCIe link width", width_unread))
+    if gen_unread:
+        notes.append(unreadable_finding(PCIE_GEN.code, "PCIe link generation", gen_unread))
     for g in gpus:
         cw, mw, cg, mg = g.pcie_width_current, g.pcie_width_max, g.pcie_gen_current, g.pcie_gen_max
         if isinstance(cw, int) and isinstance(mw, int) and cw < mw:
@@ -275,7 +338,7 @@ def _pcie(gpus: list[Gpu]) -> list[Finding]:
                 {},
             )
         )
-    return out
+    return notes + out
 
 
 def _p2p(snap: Snapshot, indices: list[int]) -> list[Finding]:
