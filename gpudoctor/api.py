@@ -109,6 +109,10 @@ def run_checks(
 
         base = load_side(baseline)
     chosen = check_level(level, quick, snapshot is not None, duration_s, mem_share)
+    if chosen >= 2:  # ranks will start: a fault spec they cannot read is a usage error now
+        from gpudoctor.workloads.faults import check_env
+
+        check_env()
     snap_obj, source = _snapshot(snapshot)
     options = check_options(
         policy,
@@ -243,7 +247,7 @@ def check_options(
 ) -> Any:
     """CheckOptions from the arguments, then the policy, then the defaults: the one place they meet."""
     from gpudoctor.policy import parse_busbw
-    from gpudoctor.registry import CheckOptions
+    from gpudoctor.registry import MAX_TIMEOUT_S, CheckOptions
 
     defaults = CheckOptions()
     if min_busbw is not None:
@@ -254,6 +258,11 @@ def check_options(
     else:
         busbw_abs, busbw_share = policy.min_busbw_gbps, policy.min_busbw_share
     fail_ratio = busbw_share if busbw_share is not None else defaults.busbw_fail_ratio
+    timeout = _first(timeout_s, policy.timeout_s, defaults.timeout_s)
+    if not 1 <= timeout <= MAX_TIMEOUT_S:  # NaN fails both
+        raise UserError(
+            f"timeout must be between 1 and {MAX_TIMEOUT_S:.0f} seconds (a day), got {timeout!r}", EXIT_USAGE, "usage"
+        )
     return CheckOptions(
         expect_gpus=expect_gpus if expect_gpus is not None else policy.expect_gpus,
         quick=quick,
@@ -262,7 +271,7 @@ def check_options(
         mem_share=_first(mem_share, defaults.mem_share),
         device=device,
         ranks=ranks,
-        timeout_s=_first(timeout_s, policy.timeout_s, defaults.timeout_s),
+        timeout_s=timeout,
         min_busbw_gbps=busbw_abs,
         # "min-busbw = '90%'": below 90% of the expectation fails; the warn band stays below it.
         busbw_fail_ratio=fail_ratio,

@@ -147,9 +147,10 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
 @click.option(
     "--timeout",
     "timeout_s",
-    type=FiniteFloat(min=1),
-    help="Deadline in seconds for all workloads together (level 3's run gets this plus its planned load).  "
-    "[default: 120]",
+    type=FiniteFloat(min=1, max=86400),  # registry.MAX_TIMEOUT_S (not imported here: start-up time)
+    metavar="SECONDS",
+    help="Deadline in seconds for all workloads together (level 3's run gets this plus its planned load), "
+    "at most 86400 (a day).  [default: 120]",
 )
 @click.option(
     "--min-busbw",

@@ -23,6 +23,7 @@ import click
 
 from gpudoctor.cli_types import FiniteFloat
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
+from gpudoctor.registry import MAX_TIMEOUT_S
 
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -82,10 +83,11 @@ def _output(timeout_s: float, verdicts: bool = True) -> Any:
         click.option(
             "--timeout",
             "timeout_s",
-            type=FiniteFloat(min=1),
+            type=FiniteFloat(min=1, max=MAX_TIMEOUT_S),
             default=timeout_s,
             show_default=True,
-            help="Deadline in seconds for the whole run.",
+            metavar="SECONDS",
+            help="Deadline in seconds for the whole run, at most 86400 (a day).",
         ),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON document."),
     ]
@@ -125,7 +127,9 @@ def _target(device: str, ranks: int | None, minimum: int, what: str) -> Target:
     """Resolve --device/--ranks with the rule `check` uses (launch.choose_device: `auto` without a
     visible GPU runs nothing); fewer than `minimum` GPUs is 'could not run' (exit 3)."""
     from gpudoctor.launch import choose_device, torchrun_env
+    from gpudoctor.workloads.faults import check_env
 
+    check_env()  # a fault spec the ranks cannot read is a usage error before any rank starts
     if ranks is not None and device != "cpu":
         raise UserError("--ranks needs --device cpu (on GPUs there is one rank per visible GPU)", EXIT_USAGE, "usage")
     under_launcher = torchrun_env(os.environ)  # torchrun/srun placed this rank on its GPU already

@@ -178,13 +178,20 @@ def load_all() -> None:
         importlib.import_module(module)
 
 
+# The longest --timeout (and policy timeout) accepted: a day. Ranks turn the deadline into OS
+# timers and torch's C++ timeouts, which overflow (OverflowError: "C int", "time_t") long before
+# 1e308; a workload start that needs more than a day is a setup that will not start at all.
+# cli.py repeats the number in its option type (start-up: it does not import this module).
+MAX_TIMEOUT_S = 86400.0
+
+
 @dataclass
 class CheckOptions:
     expect_gpus: int | None = None
     quick: bool = False  # skip checks that run workloads (level 1)
     device: str = "auto"  # "auto", "cuda" or "cpu" for workloads
     ranks: int | None = None  # CPU ranks for --device cpu
-    timeout_s: float = 120.0  # the whole of the active checks
+    timeout_s: float = 120.0  # the whole of the active checks (at most MAX_TIMEOUT_S)
     min_busbw_gbps: float | None = None
     busbw_warn_ratio: float = 0.8  # measured/expected below this: warn
     busbw_fail_ratio: float = 0.5  # below this: fail

@@ -16,13 +16,20 @@ collectives and copies too: a node that is slow itself). A node is its torchrun 
 `start` (before importing torch), `import` (while importing torch: an import that never ends),
 or `joined` (after joining, the default: the peers then wait in a collective). Used by the
 tests and by users who want to watch each failure path.
+
+The parent reads the spec before it starts any rank (`check_env`, from `gpudoctor check` at
+level 2 and above and from `gpudoctor bench`): a spec the ranks could not read is a usage error
+(one line, exit 2), not a rank that "failed in phase start" like a broken GPU would.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from gpudoctor.errors import EXIT_USAGE, UserError
 
 ENV = "GPUDOCTOR_FAULT"
 ACTIONS = ("hang", "exit", "corrupt", "wrongsum", "sdc", "garble", "slow", "slownet", "slownode")
@@ -30,8 +37,11 @@ WHEN = ("start", "import", "joined")
 EXIT_STATUS = 17
 
 
-class FaultSpecError(ValueError):
-    pass
+class FaultSpecError(UserError, ValueError):
+    """A GPUDOCTOR_FAULT the ranks cannot read: a usage error (exit 2) with a one-line message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_USAGE, "usage")
 
 
 @dataclass(frozen=True)
@@ -52,14 +62,24 @@ def parse(text: str) -> list[Fault]:
             action, _, when = rest.partition("@")
             node = int(target[4:]) if target.startswith("node") else None
             fault = Fault(None if node is not None else int(target), action, when or "joined", node)
+            if any(n is not None and n < 0 for n in (fault.rank, fault.node)):
+                raise ValueError("negative rank or node")
         except ValueError:
-            raise FaultSpecError(f"{ENV}: cannot read {item!r} (expected RANK:ACTION[@WHEN] or nodeN:ACTION)") from None
+            raise FaultSpecError(
+                f"{ENV}: cannot read {item!r} (expected RANK:ACTION[@WHEN] or nodeN:ACTION, e.g. 1:hang)"
+            ) from None
         if fault.action not in ACTIONS or fault.when not in WHEN:
             raise FaultSpecError(
                 f"{ENV}: unknown fault {item!r} (actions: {', '.join(ACTIONS)}; when: {', '.join(WHEN)})"
             )
         faults.append(fault)
     return faults
+
+
+def check_env(environ: Mapping[str, str] | None = None) -> list[Fault]:
+    """The faults GPUDOCTOR_FAULT asks for, read in the parent before any rank starts;
+    FaultSpecError (a usage error) when the spec cannot be read."""
+    return parse((os.environ if environ is None else environ).get(ENV, ""))
 
 
 class Faults:
