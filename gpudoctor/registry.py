@@ -219,6 +219,9 @@ class CheckContext:
     # The names of the checks this run will run (set by run_checks), so a shared launch starts
     # only the workloads of selected checks.
     planned: tuple[str, ...] = ()
+    # Whether a code's findings reach the report (--select/--ignore; set by run_checks), so a skip
+    # never sends the reader to a finding the selection hid.
+    shown: Callable[[str], bool] = lambda code: True
 
     @cached_property
     def visible(self) -> Visibility:
@@ -285,21 +288,36 @@ def crashed(chk: Check, exc: BaseException) -> Finding:
 
 
 def unmet_need(chk: Check, ctx: CheckContext) -> Finding | None:
-    """One `skip` finding when the check has nothing to look at (no driver, no GPU, none visible)."""
+    """One `skip` finding when the check has nothing to look at (no driver, no GPU, none visible).
+    It points at the finding that says why (GD101, GD201), or, when the selection hides that
+    finding (--ignore GD101), says what it would have said."""
     if not chk.needs:
         return None
     snap = ctx.snapshot
     code = chk.codes[0].code
     if snap.driver.nvml_status != "ok" or not snap.gpus:
+        why = _see(ctx, "nvml", "GD101")
         return Finding(
-            code, Status.SKIP, "host", "no GPUs to check: see GD101", evidence={"nvml_status": snap.driver.nvml_status}
+            code, Status.SKIP, "host", f"no GPUs to check: {why}", evidence={"nvml_status": snap.driver.nvml_status}
         )
     if chk.needs == "visible" and not ctx.visible.gpus:
         raw = snap.env.get("CUDA_VISIBLE_DEVICES")
+        why = _see(ctx, "visibility", "GD201")
         return Finding(
-            code, Status.SKIP, "host", "no visible GPUs to check: see GD201", evidence={"CUDA_VISIBLE_DEVICES": raw}
+            code, Status.SKIP, "host", f"no visible GPUs to check: {why}", evidence={"CUDA_VISIBLE_DEVICES": raw}
         )
     return None
+
+
+def _see(ctx: CheckContext, check_name: str, code: str) -> str:
+    """'see GD101', or, when --select/--ignore hides GD101, its own sentence: 'no NVIDIA driver: the
+    NVIDIA kernel module is not loaded (GD101, not shown)'."""
+    if ctx.shown(code) or check_name not in CHECKS:
+        return f"see {code}"
+    out = CHECKS[check_name].func(ctx)
+    findings = out[0] if isinstance(out, tuple) else out
+    said = [f.message for f in findings if f.code == code and f.status is not Status.PASS]
+    return f"{said[0]} ({code}, not shown)" if said else f"see {code}"
 
 
 def run_one(chk: Check, ctx: CheckContext, selection: Selection) -> CheckResult:
@@ -341,6 +359,7 @@ def run_checks(
     results = []
     chosen = selected(ctx.options, selection)
     ctx.planned = tuple(c.name for c in chosen)
+    ctx.shown = selection.wants
     for chk in chosen:
         if on_start is not None:
             on_start(chk)

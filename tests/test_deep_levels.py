@@ -10,6 +10,7 @@ import pytest
 from gpudoctor.checks.active_common import Plan
 from gpudoctor.checks.deep_common import Budget, DeepRun, budget, deadline_s, deep_tasks, not_finished, task_owners
 from gpudoctor.checks.deep_links import NOT_DONE as GD433
+from gpudoctor.checks.deep_load import NOT_DONE as GD855
 from gpudoctor.checks.deep_memory import NOT_DONE as GD867
 from gpudoctor.checks.deep_sdc import NOT_DONE as GD863
 from gpudoctor.findings import Status
@@ -184,6 +185,26 @@ def test_the_gemm_comparison_defers_to_the_load_check_when_both_run() -> None:
     alone = fake_run("error", "deep_gemm", tasks, ("deep_sdc",))
     (g,) = not_finished(GD863, "deep_gemm", "the GEMM comparison", alone, "deep_sdc")
     assert g.status is Status.FAIL
+
+
+def test_a_failed_rank_is_explained_for_the_device_it_ran_on() -> None:
+    on_gpu = fake_run("error", "deep_gemm", ("deep_gemm",), ("deep_load",))
+    (f,) = not_finished(GD855, "deep_gemm", "the sustained GEMM load", on_gpu, "deep_load")
+    assert "`CUDA_VISIBLE_DEVICES=1 gpudoctor check --level 3 --select deep_load` with GPU 1 alone" in f.hint
+    ranks = [RankOutcome(r, None, r, state="error", last_step="phase", phase="deep_gemm", error="boom") for r in (0, 1)]
+    launch = LaunchResult("cpu", "gloo", 2, ranks, 3.0, "tcpstore:port0", deadline_s=120.0)
+    on_cpu = DeepRun(
+        Plan("cpu", 2, []), ("deep_gemm",), Budget(), launch, owners=task_owners(("deep_load",), ("deep_gemm",))
+    )
+    for g in not_finished(GD855, "deep_gemm", "the sustained GEMM load", on_cpu, "deep_load"):
+        assert "alone" not in g.hint and "ran on the CPU (--device cpu)" in g.hint, g.hint
+        assert "not a GPU" in g.hint
+
+
+def test_the_gemm_comparison_alone_does_not_point_at_a_load_check_that_did_not_run() -> None:
+    alone = fake_run("error", "deep_gemm", ("deep_gemm", "deep_allreduce"), ("deep_sdc",))
+    (g,) = not_finished(GD863, "deep_gemm", "the GEMM comparison", alone, "deep_sdc")
+    assert "GD855" not in g.hint and "--select deep_sdc" in g.hint
 
 
 def test_the_python_api_takes_the_level_and_refuses_the_same_contradictions() -> None:

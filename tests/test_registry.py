@@ -134,6 +134,29 @@ def test_a_check_that_needs_gpus_skips_once_without_a_driver() -> None:
     assert run_one(plain, CheckContext(no_driver), Selection()).findings[0].status is Status.PASS
 
 
+def test_a_skip_never_points_at_a_finding_the_selection_hid(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tests.clirun import fixture, load, run_cli, with_env, write_variant
+
+    def skips(*args: str) -> set[str]:
+        r = run_cli(capsys, "check", "--json", *args)
+        return {f["message"] for f in r.findings() if f["status"] == "skip" and f["code"] in ("GD301", "GD401")}
+
+    no_driver = str(fixture("no_driver"))
+    assert skips("--snapshot", no_driver) == {"no GPUs to check: see GD101"}
+    assert skips("--snapshot", no_driver, "--ignore", "GD101") == {
+        "no GPUs to check: no NVIDIA driver: the NVIDIA kernel module is not loaded (GD101, not shown)"
+    }
+    assert skips("--snapshot", no_driver, "--select", "GD3,GD4") == {
+        "no GPUs to check: no NVIDIA driver: the NVIDIA kernel module is not loaded (GD101, not shown)"
+    }
+    hidden = write_variant(tmp_path, with_env(load("h100_sxm_8x"), CUDA_VISIBLE_DEVICES=""))
+    assert skips("--snapshot", hidden) == {"no visible GPUs to check: see GD201"}
+    assert skips("--snapshot", hidden, "--ignore", "GD201") == {
+        "no visible GPUs to check: no GPU is visible to CUDA (8 installed): CUDA_VISIBLE_DEVICES='' selects "
+        "none of them (GD204 says why) (GD201, not shown)"
+    }
+
+
 def test_listed_says_how_many_it_left_out() -> None:
     from gpudoctor.checks.targets import listed
 

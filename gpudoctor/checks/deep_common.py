@@ -321,7 +321,8 @@ def not_finished(code: Code, task: str, what: str, run: DeepRun, check_name: str
     result = run.launch
     if result.setup_error is not None:
         err = result.setup_error
-        return [Finding(code.code, Status.FAIL, "host", f"{what} did not start: {err['message']}", code.fix, dict(err))]
+        hint = "No rank started: fix what the message names (the torch install, a busy port, /dev/shm) and run again."
+        return [Finding(code.code, Status.FAIL, "host", f"{what} did not start: {err['message']}", hint, dict(err))]
     suspects = result.suspects() or result.failed_ranks()
     if not suspects:
         return [
@@ -343,16 +344,36 @@ def not_finished(code: Code, task: str, what: str, run: DeepRun, check_name: str
             )
         ]
     victims = [r for r in result.failed_ranks() if r not in suspects]
-    return [_rank_failure(code, what, r, result, victims) for r in suspects]
+    return [_rank_failure(code, what, r, run, victims, check_name) for r in suspects]
 
 
 def _describe(ranks: Sequence[RankOutcome]) -> str:
     return ", ".join(r.label for r in ranks)
 
 
+def failure_hint(run: DeepRun, r: RankOutcome, check_name: str) -> str:
+    """What to do about a rank that failed or hung, worded for the device it ran on: on a GPU, run
+    that GPU alone to see whether the failure follows it; on CPU ranks there is no GPU to blame."""
+    slow = " If the machine is merely slow, a longer --timeout lets it finish." if r.state == "hung" else ""
+    if run.plan.device != "cuda" or r.gpu is None:
+        return (
+            "Read the rank's error and log tail in the evidence. These ranks ran on the CPU (--device cpu), so "
+            "the cause is the software setup (the torch install, memory, /dev/shm, the rendezvous port, "
+            f"GPUDOCTOR_FAULT), not a GPU.{slow}"
+        )
+    uuids = run.plan.uuids or []
+    where = run.plan.gpus.index(r.gpu) if r.gpu in run.plan.gpus else -1
+    select = f"CUDA_VISIBLE_DEVICES={uuids[where]}" if 0 <= where < len(uuids) else f"CUDA_VISIBLE_DEVICES={r.gpu}"
+    return (
+        f"Read the rank's error and log tail in the evidence; run `{select} gpudoctor check --level 3 --select "
+        f"{check_name}` with GPU {r.gpu} alone to see whether the failure follows the GPU.{slow}"
+    )
+
+
 def _rank_failure(
-    code: Code, what: str, r: RankOutcome, result: LaunchResult, victims: Sequence[RankOutcome]
+    code: Code, what: str, r: RankOutcome, run: DeepRun, victims: Sequence[RankOutcome], check_name: str
 ) -> Finding:
+    result = run.launch
     evidence = {
         **r.to_json(),
         "log_tail": r.log_tail[-1500:],
@@ -365,4 +386,5 @@ def _rank_failure(
     else:
         how = f"failed in phase {r.phase}: {r.error[:300]}"
     row = {"rank": r.rank, "gpu": r.gpu}
-    return Finding(code.code, Status.FAIL, subject(row), f"{what} did not finish: {r.label} {how}", code.fix, evidence)
+    message = f"{what} did not finish: {r.label} {how}"
+    return Finding(code.code, Status.FAIL, subject(row), message, failure_hint(run, r, check_name), evidence)

@@ -116,9 +116,9 @@ NOT_DONE = Code(
     "this finding names the rank and GPU that failed or stopped answering.",
     why="A GPU that cannot sustain a plain matrix multiplication for a minute will not sustain "
     "training: a crash or hang under load is the fault itself, or points at the driver stack.",
-    fix="Read the named rank's error and log tail in the evidence; run `gpudoctor check --level 3 "
-    "--select deep_load` again with that GPU alone (CUDA_VISIBLE_DEVICES) to see whether it "
-    "follows the GPU.",
+    fix="Read the named rank's error and log tail in the evidence. On GPUs, run `gpudoctor check --level 3 "
+    "--select deep_load` again with that GPU alone (CUDA_VISIBLE_DEVICES=<its UUID>) to see whether the "
+    "failure follows the GPU; on CPU ranks (--device cpu) the cause is the software setup, not a GPU.",
 )
 CODES = [SLOW, THERMAL, POWER, HW_SLOWDOWN, XID_UNDER_LOAD, NOT_DONE]
 

@@ -73,7 +73,8 @@ NOT_DONE = Code(
     what="The GEMM and all-reduce tests run in spawned ranks under a deadline; this finding names "
     "the rank and GPU that failed or stopped answering before the digests could be compared.",
     why="A comparison that did not complete proves nothing about the GPUs it did not reach.",
-    fix="Read the named rank's error in the evidence; see the GD855 finding for the GEMM load.",
+    fix="Read the named rank's error in the evidence; when the GEMM load (deep_load) ran in the same "
+    "run, its GD855 finding names the same rank.",
 )
 CODES = [GEMM_PEERS, GEMM_SELF, ALLREDUCE_SDC, NOT_DONE]
 
