@@ -117,15 +117,21 @@ def _mig(ctx: CheckContext, gpus: list[Gpu]) -> list[Finding]:
                 )
             )
     # Unknown, not off: in MIG mode CUDA would see one slice of the GPU, not the whole of it.
-    unknown = {g.index: m for g in gpus if (m := unread(g.mig_mode_current)) is not None}
-    off = [g.index for g in gpus if known(g.mig_mode_current)]
-    if not out and off:
-        text = "MIG is off" + (f" on GPU {gpu_list(off)}" if unknown else "")
-        out.append(Finding(MIG_ENABLED.code, Status.PASS, "host", text, "", {}))
-    if not unknown:
-        return out
-    why = "whether the run gets it whole is unknown"
-    return [unreadable_finding(MIG_ENABLED.code, "MIG mode", unknown, why), *out]
+    readings = {g.index: g.mig_mode_current for g in gpus}
+    return _settle(MIG_ENABLED, out, readings, "MIG mode", "MIG is off", "whether the run gets it whole is unknown")
+
+
+def _settle(
+    code: Code, out: list[Finding], readings: dict[int, Any], label: str, ok: str, why: str, always_there: bool = False
+) -> list[Finding]:
+    """The findings of one mode: a pass (`ok`) when nothing was found on the GPUs that could be read,
+    naming them when some could not, and first a warning for those NVML could not read."""
+    unknown = {i: m for i, value in readings.items() if (m := unread(value, always_there=always_there)) is not None}
+    read = [i for i, value in readings.items() if known(value)]
+    if not out and read:
+        text = ok + (f" on GPU {gpu_list(read)}" if unknown else "")
+        out = [Finding(code.code, Status.PASS, "host", text, "", {})]
+    return [unreadable_finding(code.code, label, unknown, why), *out] if unknown else out
 
 
 def _compute_mode(gpus: list[Gpu]) -> list[Finding]:
@@ -159,15 +165,9 @@ def _compute_mode(gpus: list[Gpu]) -> list[Finding]:
                     evidence,
                 )
             )
-    unknown = {g.index: m for g in gpus if (m := unread(g.compute_mode, always_there=True)) is not None}
-    default = [g.index for g in gpus if known(g.compute_mode)]
-    if not out and default:
-        text = "compute mode is default" + (f" on GPU {gpu_list(default)}" if unknown else "")
-        out.append(Finding(COMPUTE_MODE.code, Status.PASS, "host", text, "", {}))
-    if not unknown:
-        return out
+    readings = {g.index: g.compute_mode for g in gpus}
     why = "whether every rank may use it is unknown"
-    return [unreadable_finding(COMPUTE_MODE.code, "compute mode", unknown, why), *out]
+    return _settle(COMPUTE_MODE, out, readings, "compute mode", "compute mode is default", why, always_there=True)
 
 
 @check("gpu_modes", "MIG and compute mode", codes=MODE_CODES, needs="visible")
