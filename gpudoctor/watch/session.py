@@ -103,6 +103,9 @@ class Session:
                     "command": self.job.command if self.job else None,
                 },
             )
+        notes = getattr(self.source, "notes", None)
+        while notes:  # what the source knows before any reading (no GPU...) is said even if the job ends first
+            self.queue.put(Notice(notes.pop(0)))
         if self.job is not None:
             self.job.refresh()
             threading.Thread(target=self._wait_job, name="gpudoctor-job", daemon=True).start()
