@@ -20,7 +20,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
+import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.errors import EXIT_USAGE, UserError
+from gpudoctor.user_files import shown
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -67,75 +70,183 @@ class Policy:
     collectives: tuple[str, ...] | None = None
     severity: dict[str, str] = field(default_factory=dict)  # code -> "warn" | "fail"
     watch: dict[str, float] = field(default_factory=dict)  # watch.analysis.Thresholds field -> value
+    skipped: tuple[tuple[str, str], ...] = ()  # (path, why) of files discovery did not trust
 
     def to_json(self) -> dict[str, Any] | None:
-        """What the report records: the file and the keys it set."""
-        if self.path is None:
+        """What the report records: the file and the keys it set, and the files skipped (path null: none used)."""
+        if self.path is None and not self.skipped:
             return None
         values = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name == "path" or value is None or value == () or value == {}:
+            if f.name in ("path", "skipped") or value is None or value == () or value == {}:
                 continue
             values[f.name] = list(value) if isinstance(value, tuple) else value
-        return {"path": str(self.path), "set": values}
+        out: dict[str, Any] = {"path": None if self.path is None else str(self.path), "set": values}
+        if self.skipped:
+            out["skipped"] = [{"path": path, "reason": why} for path, why in self.skipped]
+        return out
 
 
 NO_POLICY = Policy()
 
 
 # ---------------------------------------------------------------------------------------------
-# Finding the file
+# Finding the file, and whether to trust it
+#
+# A policy decides whether a machine is READY, and gpudoctor runs as root in Slurm prologs. A file
+# that someone else could have written must not decide it: discovery walks up into /scratch or a
+# /tmp job directory, where any user can plant a gpudoctor.toml. Mercurial skips an hgrc that
+# another user owns, with a warning; git refuses to read the config of a repository another user
+# owns; sshd refuses an authorized_keys that others can write (tests/reference/policy-trust.md).
+#
+# Discovery skips, with one line on stderr, a file that is not owned by the caller or root, that
+# its group or others can write, or that lies in a world-writable directory; the walk goes on as if
+# it were absent. Skipping rather than refusing: a refusal would let anyone who can write to /tmp
+# stop every gpudoctor run below it. A file named with --config is the user's choice and is used,
+# unless every user could have written it (others can write it; or it lies in a world-writable
+# directory, or its group can write it, and neither the caller nor root owns it): that is refused.
 
 
-def discover(start: Path | None = None) -> Path | None:
-    """The nearest gpudoctor.toml, or pyproject.toml with a [tool.gpudoctor] table, upwards of `start`."""
+@dataclass(frozen=True)
+class Found:
+    """What discovery chose (path and text, or None) and the files it skipped, with why."""
+
+    path: Path | None
+    text: str
+    skipped: tuple[tuple[str, str], ...] = ()
+
+
+def _owner(uid: int) -> str:
     try:
-        here = (start or Path.cwd()).resolve()
-    except OSError:  # the current directory was removed under us
+        import pwd
+
+        return f"user {pwd.getpwuid(uid).pw_name}"
+    except (KeyError, ImportError):
+        return f"uid {uid}"
+
+
+def _distrust(path: Path, st: os.stat_result, *, named: bool) -> str | None:
+    """Why this file must not be used as a policy (None: it may); `named`: given with --config."""
+    me = os.geteuid()
+    ours = st.st_uid in (me, 0)
+    world_dirs = [d for d in {path.parent, Path(os.path.realpath(path)).parent} if _world_writable(d)]
+    if st.st_mode & stat.S_IWOTH:
+        return f"every user can write it (mode {stat.S_IMODE(st.st_mode):04o}; chmod o-w)"
+    if named and ours:
         return None
-    for directory in (here, *here.parents):
-        dedicated = directory / DEDICATED
-        if dedicated.is_file():
-            return dedicated
-        pyproject = directory / PYPROJECT
-        if pyproject.is_file() and _mentions_table(pyproject):
-            return pyproject
+    if world_dirs:
+        return f"it lies in the world-writable directory {world_dirs[0]}" + (
+            f" and is owned by {_owner(st.st_uid)}" if not ours else ""
+        )
+    if st.st_mode & stat.S_IWGRP and (not ours or not named):
+        who = f"owned by {_owner(st.st_uid)}, " if not ours else ""
+        return f"{who}its group can write it (mode {stat.S_IMODE(st.st_mode):04o}; chmod g-w)"
+    if not ours and not named:
+        return f"it is owned by {_owner(st.st_uid)}, not by you or root"
     return None
 
 
-_TABLE_RE = re.compile(r"^\s*\[\s*tool\s*\.\s*gpudoctor\s*[\].]|^\s*tool\s*\.\s*gpudoctor\s*\.", re.MULTILINE)
-
-
-def _mentions_table(path: Path) -> bool:
-    """Cheap test before parsing: a pyproject.toml that never names tool.gpudoctor is not a policy."""
+def _world_writable(directory: Path) -> bool:
     try:
-        return _TABLE_RE.search(path.read_text(encoding="utf-8", errors="replace")) is not None
+        return bool(os.stat(directory).st_mode & stat.S_IWOTH)
     except OSError:
         return False
 
 
-def load(config: str | Path | None = None, *, use_config: bool = True, start: Path | None = None) -> Policy:
-    """The policy in force: `config` if given, else the discovered file, else NO_POLICY."""
-    if not use_config:
-        return NO_POLICY
-    path = Path(config) if config is not None else discover(start)
-    if path is None:
-        return NO_POLICY
-    return parse_file(path)
-
-
-def parse_file(path: Path) -> Policy:
+def _read(path: Path, *, named: bool) -> tuple[str | None, str]:
+    """(why it is not trusted, or None; its text). The checks are made on the file that is read."""
     from gpudoctor.user_files import UserFileError, read_text
 
     try:
-        text = read_text(path)
+        return None, read_text(path, trust=lambda st: _distrust(path, st, named=named))
     except UserFileError as exc:
+        if exc.untrusted:
+            return str(exc), ""
         raise PolicyError(f"policy file {path}: {exc}") from None
-    return parse_text(text, path)
 
 
-def parse_text(text: str, path: Path) -> Policy:
+def _has_table(text: str, path: Path) -> bool:
+    """A pyproject.toml is a policy when parsing it finds [tool.gpudoctor] (in any TOML spelling).
+
+    Fast path: a file that never writes "gpudoctor" and has no escape (a quoted key may spell it
+    with \\u escapes) cannot hold the table. A file that does but does not parse is taken, so that
+    its syntax error is reported rather than the policy silently skipped."""
+    if "gpudoctor" not in text and "\\" not in text:
+        return False
+    try:
+        data = tomllib.loads(text.removeprefix(BOM))
+    except tomllib.TOMLDecodeError:
+        return "gpudoctor" in text
+    tool = data.get("tool")
+    return isinstance(tool, dict) and "gpudoctor" in tool
+
+
+def find(start: Path | None = None) -> Found:
+    """The nearest trusted gpudoctor.toml, or pyproject.toml with a [tool.gpudoctor] table, upwards of `start`."""
+    try:
+        here = (start or Path.cwd()).resolve()
+    except OSError:  # the current directory was removed under us
+        return Found(None, "")
+    skipped: list[tuple[str, str]] = []
+    for directory in (here, *here.parents):
+        for name in (DEDICATED, PYPROJECT):
+            path = directory / name
+            if not path.is_file():
+                continue
+            why, text = _read(path, named=False)
+            if why is not None:
+                skipped.append((str(path), why))
+                continue
+            if name == DEDICATED or _has_table(text, path):
+                return Found(path, text, tuple(skipped))
+    return Found(None, "", tuple(skipped))
+
+
+def discover(start: Path | None = None) -> Path | None:
+    """The policy file discovery would use (see find())."""
+    return find(start).path
+
+
+def load(
+    config: str | Path | None = None,
+    *,
+    use_config: bool = True,
+    start: Path | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> Policy:
+    """The policy in force: `config` if given, else the discovered file, else NO_POLICY.
+
+    Each file discovery skipped is one line through `warn` (default: stderr) and is listed in the
+    policy's `skipped`, which the report carries."""
+    if not use_config:
+        return NO_POLICY
+    if config is not None:
+        path = Path(config)
+        why, text = _read(path, named=True)
+        if why is not None:
+            raise PolicyError(f"policy file {path}: refused: {why}")
+        return parse_text(text, path, named=True)
+    found = find(start)
+    say = warn or _stderr
+    for path_text, why in found.skipped:
+        say(f"gpudoctor: warning: policy file {path_text} ignored: {why}")
+    policy = parse_text(found.text, found.path) if found.path is not None else NO_POLICY
+    return dataclasses.replace(policy, skipped=found.skipped) if found.skipped else policy
+
+
+def _stderr(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except (OSError, ValueError):
+        pass  # no stderr left to say it on
+
+
+BOM = "\ufeff"  # a UTF-8 byte-order mark, as Windows editors write it: TOML has none, tomllib refuses it
+
+
+def parse_text(text: str, path: Path, *, named: bool = False) -> Policy:
+    text = text.removeprefix(BOM)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -146,6 +257,10 @@ def parse_text(text: str, path: Path) -> Policy:
         raise PolicyError(f"{where}: not valid TOML: {re.sub(r' ?[(]at line .*', '', message)}") from None
     prefix: tuple[str, ...] = ()
     if path.name == PYPROJECT:
+        tool = data.get("tool")
+        if named and not (isinstance(tool, dict) and "gpudoctor" in tool):
+            # Named on purpose, it must hold a policy: a misspelt table would silently gate nothing.
+            raise PolicyError(f"{path}: has no [tool.gpudoctor] table (a pyproject.toml policy lives there)")
         table: Any = data
         for part in TABLE:
             table = table.get(part, {}) if isinstance(table, dict) else {}
@@ -160,48 +275,56 @@ def parse_text(text: str, path: Path) -> Policy:
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A number a float holds: not a bool, NaN or infinity, nor an integer of 400 digits."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def parse_share(value: Any, what: str = "a share") -> float:
-    """'10%' or 0.1 -> 0.1. A bare number of 1 or more is refused: 10 could mean 10% or 1000%."""
-    if isinstance(value, str):
-        text = value.strip()
-        if not text.endswith("%"):
-            raise ValueError(f"{what} is a fraction (0.1) or a percentage ('10%'), got {value!r}")
+    """'10%', 0.1 or '0.1' -> 0.1. A bare number of 1 or more is refused: 10 could mean 10% or 1000%."""
+    usage = f"{what} is a fraction (0.1) or a percentage ('10%'), got {shown(value)}"
+    percent = isinstance(value, str) and value.strip().endswith("%")
+    if isinstance(value, str):  # "10%", or "0.05" as the command line gives a fraction
         try:
-            number = float(text[:-1]) / 100
+            number = float(value.strip().removesuffix("%")) / (100 if percent else 1)
         except ValueError:
-            raise ValueError(f"{what} is a fraction (0.1) or a percentage ('10%'), got {value!r}") from None
+            raise ValueError(usage) from None
     elif _finite(value):
         number = float(value)
-        if number >= 1:
-            raise ValueError(f"{what} {value!r} is ambiguous: write a fraction (0.1) or a percentage ('10%')")
     else:
-        raise ValueError(f"{what} is a fraction (0.1) or a percentage ('10%'), got {value!r}")
-    if not (0 < number < 1) or not math.isfinite(number):
-        raise ValueError(f"{what} must be above 0% and below 100%, got {value!r}")
+        raise ValueError(usage)
+    if not math.isfinite(number):
+        raise ValueError(usage)
+    if not percent and number >= 1:
+        raise ValueError(f"{what} {shown(value)} is ambiguous: write a fraction (0.1) or a percentage ('10%')")
+    if not 0 < number < 1:
+        raise ValueError(f"{what} must be above 0% and below 100%, got {shown(value)}")
     return number
 
 
 def parse_busbw(value: Any) -> tuple[float | None, float | None]:
     """min-busbw: a number of GB/s, or 'NN%' of the expected busbw -> (absolute, share)."""
+    usage = f"expected GB/s (a number) or a share of the expectation ('80%'), got {shown(value)}"
     if isinstance(value, str) and value.strip().endswith("%"):
         text = value.strip()[:-1]
         try:
             share = float(text) / 100
         except ValueError:
-            raise ValueError(f"expected GB/s (a number) or a share of the expectation ('80%'), got {value!r}") from None
+            raise ValueError(usage) from None
         if not (0 < share <= 1) or not math.isfinite(share):
-            raise ValueError(f"a share of the expected busbw must be above 0% and at most 100%, got {value!r}")
+            raise ValueError(f"a share of the expected busbw must be above 0% and at most 100%, got {shown(value)}")
         return None, share
     if isinstance(value, str):
         try:
             value = float(value)
         except ValueError:
-            raise ValueError(f"expected GB/s (a number) or a share of the expectation ('80%'), got {value!r}") from None
+            raise ValueError(usage) from None
     if not _finite(value) or value < 0:
-        raise ValueError(f"expected GB/s (a finite number, at least 0) or a share ('80%'), got {value!r}")
+        raise ValueError(f"expected GB/s (a finite number, at least 0) or a share ('80%'), got {shown(value)}")
     return float(value), None
 
 
@@ -209,11 +332,11 @@ def _number(minimum: float, *, integer: bool = False, above: bool = False) -> Ca
     def read(value: Any) -> float:
         kind = "an integer" if integer else "a number"
         if integer and (not isinstance(value, int) or isinstance(value, bool)):
-            raise ValueError(f"expected {kind}, got {value!r}")
+            raise ValueError(f"expected {kind}, got {shown(value)}")
         if not _finite(value):
-            raise ValueError(f"expected a finite number, got {value!r}")
+            raise ValueError(f"expected a finite number, got {shown(value)}")
         if value < minimum or (above and value == minimum):
-            raise ValueError(f"expected {kind} {'above' if above else 'at least'} {minimum:g}, got {value!r}")
+            raise ValueError(f"expected {kind} {'above' if above else 'at least'} {minimum:g}, got {shown(value)}")
         return int(value) if integer else float(value)
 
     return read
@@ -222,7 +345,7 @@ def _number(minimum: float, *, integer: bool = False, above: bool = False) -> Ca
 def _choice(*choices: str) -> Callable[[Any], str]:
     def read(value: Any) -> str:
         if value not in choices:
-            raise ValueError(f"expected one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+            raise ValueError(f"expected one of {', '.join(repr(c) for c in choices)}, got {shown(value)}")
         return value
 
     return read
@@ -230,13 +353,13 @@ def _choice(*choices: str) -> Callable[[Any], str]:
 
 def _text(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected a non-empty string, got {value!r}")
+        raise ValueError(f"expected a non-empty string, got {shown(value)}")
     return value.strip()
 
 
 def _flag(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {value!r}")
+        raise ValueError(f"expected true or false, got {shown(value)}")
     return value
 
 
@@ -244,7 +367,7 @@ def _strings(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        raise ValueError(f"expected a list of strings, got {value!r}")
+        raise ValueError(f"expected a list of strings, got {shown(value)}")
     return tuple(v.strip() for v in value)
 
 
@@ -322,7 +445,7 @@ class _Reader:
 
     def table(self, key: str, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
-            raise self.fail((key,), f"expected a table ([{'.'.join((*self.prefix, key))}]), got {value!r}")
+            raise self.fail((key,), f"expected a table ([{'.'.join((*self.prefix, key))}]), got {shown(value)}")
         return value
 
     def severity(self, value: Any) -> dict[str, str]:
@@ -342,7 +465,7 @@ class _Reader:
             read = _number(0, integer=integer, above=not integer)
             value_read = self.read(("watch", key), number, read)
             if name.endswith("_share") and value_read > 1:
-                raise self.fail(("watch", key), f"a share is at most 1, got {number!r}")
+                raise self.fail(("watch", key), f"a share is at most 1, got {shown(number)}")
             out[name] = value_read
         return out
 

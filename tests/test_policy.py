@@ -18,6 +18,7 @@ MIXED = str(fixture("rtx4090_2x_rtx4080_1x"))
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+    path.chmod(0o644)  # a group-writable file is not trusted (test_policy_trust.py), whatever the umask
     return path
 
 
@@ -257,3 +258,92 @@ def test_every_key_is_documented() -> None:
     for key in pol.KEYS:
         assert re.search(rf"`{re.escape(key)}`", doc), key
     assert json.dumps(sorted(pol.KEYS))  # keys are plain strings
+
+
+# --- values a parser accepts and a float does not hold; spellings TOML allows ----------------
+
+
+@pytest.mark.parametrize("key", ["expect-gpus", "ram-per-gpu", "min-shm", "timeout", "tolerance", "min-busbw"])
+def test_a_400_digit_integer_is_exit_2_naming_key_file_and_line(
+    project: Path, capsys: pytest.CaptureFixture[str], key: str
+) -> None:
+    path = write(project / "gpudoctor.toml", f"# a policy\n{key} = {10**400}\n").resolve()
+    r = run_cli(capsys, "check", "--snapshot", H100)
+    assert r.exit_code == 2 and r.err.count("\n") == 1, r.err
+    assert r.err.startswith(f"gpudoctor: {path}:2: {key}: ")
+    assert len(r.err) < 300 and "(401 characters)" in r.err  # the number is not printed whole
+
+
+def test_a_400_digit_integer_in_the_watch_table_too(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(project / "gpudoctor.toml", f"[watch]\nstraggler-gap = {10**400}\n").resolve()
+    r = run_cli(capsys, "check", "--snapshot", H100)
+    assert r.exit_code == 2 and r.err.startswith(f"gpudoctor: {path}:2: watch.straggler-gap: expected a finite")
+
+
+def test_a_utf8_byte_order_mark_is_read_like_any_editor_writes_it(project: Path) -> None:
+    path = project / "gpudoctor.toml"
+    path.write_bytes(b"\xef\xbb\xbfexpect-gpus = 8\n")
+    assert pol.load().expect_gpus == 8
+    path.write_bytes(b"\xef\xbb\xbfexpect-gpus = 8\nbogus = 1\n")
+    with pytest.raises(pol.PolicyError, match=r"gpudoctor.toml:2: bogus: unknown key"):
+        pol.load()  # lines are still counted from the first
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[tool."gpudoctor"]\nexpect-gpus = 8\n',
+        "tool = {gpudoctor = {expect-gpus = 8}}\n",
+        "[tool]\ngpudoctor.expect-gpus = 8\n",
+        '[tool."gpu\\u0064octor"]\nexpect-gpus = 8\n',
+    ],
+    ids=["quoted", "inline", "dotted", "escaped"],
+)
+def test_a_tool_table_in_any_toml_spelling_is_found(project: Path, text: str) -> None:
+    write(project / "pyproject.toml", text + '[project]\nname = "x"\n')  # top-level keys come first
+    assert pol.discover() == (project / "pyproject.toml").resolve()
+    assert pol.load().expect_gpus == 8
+
+
+def test_a_multiline_string_naming_the_table_is_not_a_policy(project: Path) -> None:
+    write(project / "gpudoctor.toml", "expect-gpus = 8\n")
+    inner = project / "src" / "pyproject.toml"
+    write(inner, '[project]\nname = "x"\ndescription = """\nHow to write\n[tool.gpudoctor]\n"""\n')
+    assert pol.discover() == (project / "gpudoctor.toml").resolve()  # not the inner file's "table"
+    assert pol.load().expect_gpus == 8
+
+
+def test_a_broken_pyproject_that_names_gpudoctor_is_reported_one_that_does_not_is_passed_over(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(project / "gpudoctor.toml", "expect-gpus = 8\n")
+    broken = write(project / "src" / "pyproject.toml", "[project\nname = 'x'\n")
+    assert pol.discover() == (project / "gpudoctor.toml").resolve()
+    write(broken, "[tool.gpudoctor\nexpect-gpus = 8\n")
+    r = run_cli(capsys, "check", "--snapshot", H100)
+    assert r.exit_code == 2 and f"{broken.resolve()}:1: not valid TOML" in r.err
+
+
+def test_config_naming_a_pyproject_without_the_table_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path / "pyproject.toml", "[tool.gpu-doctor]\nexpect-gpus = 8\n")  # misspelt
+    r = run_cli(capsys, "check", "--snapshot", H100, "--config", str(path))
+    assert (
+        r.exit_code == 2
+        and r.err == f"gpudoctor: {path}: has no [tool.gpudoctor] table (a pyproject.toml policy lives there)\n"
+    )
+
+
+def test_tolerance_takes_a_fraction_on_the_command_line_as_in_the_file(capsys: pytest.CaptureFixture[str]) -> None:
+    r = run_cli(capsys, "diff", H100, H100, "--json", "--no-config", "--tolerance", "0.05")
+    assert r.exit_code == 0
+    ten = run_cli(capsys, "diff", H100, H100, "--no-config", "--tolerance", "10")
+    assert ten.exit_code == 2 and "ambiguous" in ten.err
+
+
+def test_expect_model_must_name_something(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    r = run_cli(capsys, "check", "--snapshot", H100, "--expect-model", " ")
+    assert r.exit_code == 2 and "--expect-model" in r.err and "needs a model name" in r.err
+    write(project / "gpudoctor.toml", 'expect-model = ""\n')
+    assert run_cli(capsys, "check", "--snapshot", H100).exit_code == 2

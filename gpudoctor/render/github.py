@@ -46,6 +46,12 @@ def _annotation(kind: str, title: str, message: str) -> str:
     return f"::{kind} title={escape_property(title)}::{escape_data(message)}"
 
 
+def _skipped_policies(report: Report) -> list[str]:
+    """Policy files discovery did not trust (policy.py): a planted file is worth a line in the summary."""
+    skipped = (report.policy or {}).get("skipped") or []
+    return [f"> ⚠️ policy file {md(s['path'])} ignored: {md(s['reason'])}" for s in skipped] + ([""] if skipped else [])
+
+
 def annotations(report: Report) -> list[str]:
     """One workflow command per fail/error (`::error`) and warn (`::warning`) finding, capped per kind."""
     out = []
@@ -89,8 +95,9 @@ def summary_markdown(report: Report) -> str:
         "",
         f"{md(report.source)} on {md(report.hostname or 'unknown host')}: {counts}; exit {report.exit_code} "
         f"(--fail-on {report.fail_on.value}), gpudoctor {md(report.gpudoctor_version)}"
-        + (f", policy {md(report.policy['path'])}" if report.policy else ""),
+        + (f", policy {md(report.policy['path'])}" if (report.policy or {}).get("path") else ""),
         "",
+        *_skipped_policies(report),
         "| | check | result |",
         "|---|---|---|",
     ]

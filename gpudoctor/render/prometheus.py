@@ -76,7 +76,7 @@ def report_metrics(report: Report, now: float | None = None) -> str:
         version=report.gpudoctor_version,
         command=report.command,
         fail_on=report.fail_on.value,
-        policy=(report.policy or {}).get("path", ""),
+        policy=(report.policy or {}).get("path") or "",
     )
     m.add("run_duration_seconds", "Time the checks took, summed.", round(sum(c.duration_s for c in report.checks), 6))
     counts = report.counts()
