@@ -13,6 +13,7 @@ Reports of every schema version up to this gpudoctor's are read; a report withou
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from gpudoctor.errors import EXIT_USAGE, UserError
 from gpudoctor.facts import facts_from_snapshot, measurements_from_checks
 from gpudoctor.findings import REPORT_SCHEMA_VERSION, CheckResult, Finding, Status, gpu_subject
 from gpudoctor.registry import Code, register_codes
+from gpudoctor.user_files import shown
 
 DEFAULT_TOLERANCE = 0.10
 # Report schema versions this gpudoctor reads (CHANGELOG.md).
@@ -33,11 +35,14 @@ GPUS = Code(
     what="Pairs the GPUs of the baseline (a saved `check --json` report or a snapshot) with this run's by "
     "PCI bus id (by index when the bus ids differ, as between two kinds of board) and compares their "
     "count, product name, memory size and UUID. The UUIDs are compared only on the same machine (same "
-    "hostname, or UUIDs in common): between two nodes every UUID differs.",
+    "hostname, or UUIDs in common): between two nodes every UUID differs. A GPU NVML could not talk to "
+    "(lost: fallen off the bus, or no handle; GD827) has no name or UUID to compare: it is reported as "
+    "lost, not as a replaced board, and its links count as down (GD013).",
     why="A GPU that fell off the bus, a board swapped for another model or a node that is not the one the "
     "baseline describes changes what every later measurement means; a fleet gate should say so first.",
-    fix="A missing GPU: `nvidia-smi -q`, the kernel log (XID 79 'fallen off the bus'), reseat or RMA it. "
-    "A replaced board (same model, new UUID): expected after maintenance; refresh the baseline "
+    fix="A missing or lost GPU: `nvidia-smi -q`, the kernel log (XID 79 'fallen off the bus', GD827), "
+    "power-cycle the node, reseat or RMA it; do not refresh the baseline for it. A replaced board (same "
+    "model, new UUID): expected after maintenance; refresh the baseline "
     "(`gpudoctor check --json > base.json`) once the node is verified.",
 )
 SOFTWARE = Code(
@@ -68,14 +73,16 @@ BUSBW = Code(
     "GD014",
     "baseline-busbw-regressed",
     "All-reduce busbw holds the baseline at every message size",
-    what="Compares the all-reduce sweep's busbw at each message size measured on both sides, when both "
-    "ran the same number of ranks with the same backend; a size whose busbw fell by more than the "
-    "tolerance (`--tolerance`, default 10%) fails.",
+    what="Compares the all-reduce sweep's busbw with the baseline's, when both ran the same number of ranks "
+    "with the same backend, where it is bandwidth-bound: the largest sizes measured on both sides (the "
+    "last four doublings, the plateau GD601 judges). When the best busbw there fell by more than the "
+    "tolerance (`--tolerance`, default 10%), it fails. Every size's change is in the evidence; slower "
+    "small, latency-bound sizes are named but not judged.",
     why="A regression against the machine's own earlier figure is the most sensitive sign of a link, "
     "driver or configuration problem: it catches a 20% loss the absolute model still passes.",
     fix="Read the facts comparison (GD011-GD013) and the topology and NCCL environment findings first; "
-    "then `gpudoctor bench allreduce` for the whole curve. Re-run once: a single noisy size on a busy "
-    "machine is not a regression.",
+    "then `gpudoctor bench allreduce` for the whole curve. Re-run once on an idle machine to rule out "
+    "another job sharing the links.",
 )
 DDP_STEP = Code(
     "GD015",
@@ -147,31 +154,57 @@ def side_from_json(data: Any, label: str) -> Side:
     raise _refuse(label, "not a gpudoctor report (`check --json`) or snapshot (`gpudoctor snapshot`)")
 
 
+def _version_words(version: int) -> str:
+    """A schema_version as a refusal quotes it: a 400-digit number is not printed whole."""
+    digits = str(abs(version))
+    return str(version) if len(digits) <= 12 else f"{str(version)[:7]}... ({len(digits)} digits)"
+
+
 def _report_side(data: dict[str, Any], label: str) -> Side:
     version = data.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool):
         raise _refuse(label, "a report without a schema_version")
     if version not in READABLE_REPORT_VERSIONS:
         newest = READABLE_REPORT_VERSIONS[-1]
+        quoted = _version_words(version)
         if version > newest:
             raise _refuse(
                 label,
-                f"report schema_version {version} is newer than this gpudoctor reads ({newest}): upgrade gpudoctor",
+                f"report schema_version {quoted} is newer than this gpudoctor reads ({newest}): upgrade gpudoctor",
             )
-        raise _refuse(label, f"report schema_version {version} is not one gpudoctor ever wrote")
+        raise _refuse(label, f"report schema_version {quoted} is not one gpudoctor ever wrote")
     if "checks" not in data and isinstance(data.get("error"), dict):
-        raise _refuse(label, f"the error document of a run that did not finish ({data['error'].get('message', '')})")
-    if data.get("command") != "check" or not isinstance(data.get("checks"), list):
-        raise _refuse(
-            label, f"a `gpudoctor {data.get('command')}` document; only `check` reports and snapshots compare"
-        )
+        why = data["error"].get("message", "")
+        why = why if isinstance(why, str) and len(why) <= 200 else shown(why, 200)
+        raise _refuse(label, f"the error document of a run that did not finish ({why})")
+    command = data.get("command")
+    if command != "check" or not isinstance(data.get("checks"), list):
+        what = f"`gpudoctor {command}`" if isinstance(command, str) and len(command) <= 20 else shown(command)
+        raise _refuse(label, f"a {what} document; only `check` reports and snapshots compare")
     facts = data.get("facts")
-    if facts is not None and not (isinstance(facts, dict) and isinstance(facts.get("gpus"), list)):
-        raise _refuse(label, "its `facts` are not an object with a list of GPUs")
-    measurements = data.get("measurements")
-    if not isinstance(measurements, dict):  # a schema 1 report from gpudoctor 0.1.0: recover them
+    _check_shape(label, "facts", facts)
+    if "measurements" in data:
+        measurements = data["measurements"]
+        _check_shape(label, "measurements", measurements)
+    else:  # a schema 1 report from gpudoctor 0.1.0: recover them from its checks
         measurements = measurements_from_checks(data["checks"])
+        _check_shape(label, "measurements", measurements, "the measurements in its checks")
     return Side(label, "report", facts, measurements, str(data.get("gpudoctor_version", "")))
+
+
+def _check_shape(label: str, block: str, value: Any, words: str = "") -> None:
+    """Refuse a report block that is not the schema's shape: the comparison reads only well-formed ones.
+
+    A report is a file users keep and may edit or generate; its `facts` and `measurements` are
+    held to the shipped report schema (json_shape.py) before anything is compared, so a wrong
+    type is one line (exit 2) before a run, never a crash after it."""
+    from gpudoctor.json_shape import problem
+    from gpudoctor.render.json import report_schema
+
+    schema = report_schema()
+    found = problem(value, schema["properties"][block], schema, block)
+    if found:
+        raise _refuse(label, f"{words or f'its `{block}`'} are not what gpudoctor writes ({found})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,6 +261,11 @@ HINT_FEWER_LINKS = (
     "riser, check the BIOS link settings, compare `lspci -vv` LnkSta."
 )
 HINT_MORE_LINKS = "The baseline was recorded with fewer or narrower links: refresh it from a healthy run."
+HINT_LOST = (
+    "The baseline's GPU stopped answering; this is not a board swap: do not refresh the baseline. See GD827 "
+    "(`gpudoctor explain GD827`): XID 79 in the kernel log, power-cycle the node, then reseat or RMA the GPU."
+)
+HINT_BASELINE_LOST = "The baseline was recorded with this GPU lost: refresh it from a healthy run."
 
 
 @dataclass(frozen=True)
@@ -263,6 +301,28 @@ def _grouped(changes: list[tuple[_Change, int]]) -> list[Finding]:
     return out
 
 
+def answers(g: dict[str, Any]) -> bool:
+    """NVML could talk to this GPU when the side was recorded: not lost, and it gave a handle.
+
+    A report written before `lost` was recorded shows such a GPU only by its empty name and UUID."""
+    return not (g.get("lost") or g.get("unreachable") or (not g.get("name") and not g.get("uuid")))
+
+
+def _lost_words(g: dict[str, Any]) -> str:
+    if g.get("unreachable") and not g.get("lost"):
+        return f"NVML gives no handle for it ({g['unreachable']})"
+    return "NVML answers GPU_IS_LOST (fallen off the bus)"
+
+
+def _lost(b: dict[str, Any] | None, c: dict[str, Any], counts: dict[str, int]) -> Finding:
+    was = f", {b.get('name')} in the baseline" if b is not None and answers(b) else ""
+    again = " as it was in the baseline" if b is not None and not answers(b) else ""
+    bus = f" ({c.get('pci_bus_id')}{was})" if c.get("pci_bus_id") else f" ({was.removeprefix(', ')})" if was else ""
+    message = f"GPU {c['index']}{bus} is lost{again}: {_lost_words(c)}"
+    evidence = {"field": "lost", "baseline": b, "current": c, **counts}
+    return _finding(GPUS, Status.FAIL, gpu_subject(c["index"]), message, evidence, HINT_LOST)
+
+
 def compare_gpus(base: dict[str, Any], cur: dict[str, Any]) -> list[Finding]:
     gb, gc = base.get("gpus", []), cur.get("gpus", [])
     pairs, gone, new = pair_gpus(gb, gc)
@@ -272,8 +332,20 @@ def compare_gpus(base: dict[str, Any], cur: dict[str, Any]) -> list[Finding]:
         message = f"{_gpu_name(g)} of the baseline is gone: {len(gc)} GPU(s) now, {len(gb)} in the baseline"
         out.append(_finding(GPUS, Status.FAIL, gpu_subject(g["index"]), message, {"baseline": g, **counts}, HINT_GONE))
     for g in new:
+        if not answers(g):  # a lost GPU whose bus id is unknown pairs with nothing: still lost, not new
+            out.append(_lost(None, g, counts))
+            continue
         message = f"{_gpu_name(g)} is new: {len(gc)} GPU(s) now, {len(gb)} in the baseline"
         out.append(_finding(GPUS, Status.WARN, gpu_subject(g["index"]), message, {"current": g, **counts}, HINT_NEW))
+    # A GPU that stopped answering is the baseline's board, lost: its empty name and UUID are no swap.
+    for b, c in pairs:
+        if not answers(c):
+            out.append(_lost(b, c, counts))
+        elif not answers(b):
+            message = f"GPU {c['index']} answers now; it was lost when the baseline was recorded"
+            evidence = {"field": "lost", "baseline": b, "current": c}
+            out.append(_finding(GPUS, Status.WARN, gpu_subject(c["index"]), message, evidence, HINT_BASELINE_LOST))
+    pairs = [(b, c) for b, c in pairs if answers(b) and answers(c)]
     same = _same_machine(base, cur)
     changes = []
     for b, c in pairs:
@@ -355,10 +427,32 @@ LINK_FIELDS = (
 )
 
 
+def _links_words(g: dict[str, Any]) -> str:
+    parts = []
+    if g.get("nvlinks_active"):
+        parts.append(f"{g['nvlinks_active']} active NVLinks")
+    if g.get("pcie_width_max"):
+        gen = f"Gen{g['pcie_gen_max']} " if g.get("pcie_gen_max") else ""
+        parts.append(f"PCIe {gen}x{g['pcie_width_max']}")
+    return " and ".join(parts)
+
+
 def compare_links(base: dict[str, Any], cur: dict[str, Any]) -> list[Finding]:
     changes = []
+    out = []
     pairs, _, _ = pair_gpus(base.get("gpus", []), cur.get("gpus", []))
+    compared = 0
     for b, c in pairs:
+        if not answers(c) and answers(b) and _links_words(b):
+            # A lost GPU's links carry nothing: they count as down, whatever NVML could not read.
+            was = {key: b[key] for key, _, _ in LINK_FIELDS if b.get(key)}
+            message = f"GPU {c['index']}'s links are down, the GPU is lost: {_links_words(b)} in the baseline, none now"
+            evidence = {"field": "links", "baseline": was, "current": dict.fromkeys(was, 0), "gpus": [c["index"]]}
+            out.append(_finding(LINKS, Status.FAIL, gpu_subject(c["index"]), message, evidence, HINT_LOST))
+            continue
+        if not (answers(b) and answers(c)):
+            continue
+        compared += 1
         for key, words, lower in LINK_FIELDS:
             vb, vc = b.get(key), c.get(key)
             if vb is None or vc is None or vb == vc:
@@ -366,10 +460,10 @@ def compare_links(base: dict[str, Any], cur: dict[str, Any]) -> list[Finding]:
             fewer = vc < vb
             status, hint = (lower, HINT_FEWER_LINKS) if fewer else (Status.WARN, HINT_MORE_LINKS)
             changes.append((_Change(LINKS, status, key, words, vb, vc, hint), c["index"]))
-    out = _grouped(changes)
+    out += _grouped(changes)
     if not out:
         out.append(
-            _finding(LINKS, Status.PASS, "host", f"NVLink and PCIe links of {len(pairs)} GPU(s) as in the baseline", {})
+            _finding(LINKS, Status.PASS, "host", f"NVLink and PCIe links of {compared} GPU(s) as in the baseline", {})
         )
     return out
 
@@ -389,7 +483,24 @@ def _comparable(base: dict[str, Any], cur: dict[str, Any], what: str) -> str:
     return ""
 
 
+def _change(now: float, before: float) -> float | None:
+    """now / before - 1, or None when `before` is not above 0 or the ratio is no finite number."""
+    if before <= 0:
+        return None
+    change = now / before - 1
+    return change if math.isfinite(change) else None
+
+
 def compare_busbw(base: dict[str, Any], cur: dict[str, Any], tolerance: float) -> Finding:
+    """Judged where the sweep is bandwidth-bound, as GD601 judges it: the best busbw of the plateau.
+
+    Small messages are latency-bound: their busbw is a few percent of the link's and swings with
+    scheduling noise (a busy host, another job's launch), so one slow small size says nothing about
+    the links. allreduce.plateau() picks the largest sizes (the last four doublings), and the best
+    busbw among them on each side is compared: a link that went down lowers every size of the
+    plateau; one slow repetition of one size does not decide. Every size stays in the evidence."""
+    from gpudoctor.checks.allreduce import plateau
+
     why = _comparable(base, cur, "busbw")
     if why:
         return _finding(
@@ -398,8 +509,8 @@ def compare_busbw(base: dict[str, Any], cur: dict[str, Any], tolerance: float) -
     b = {s["bytes"]: s["busbw_gbps"] for s in base.get("sizes", [])}
     rows = []
     for s in cur.get("sizes", []):
-        if s["bytes"] in b and b[s["bytes"]] > 0:
-            change = s["busbw_gbps"] / b[s["bytes"]] - 1
+        change = _change(s["busbw_gbps"], b[s["bytes"]]) if s["bytes"] in b else None
+        if change is not None:
             rows.append(
                 {
                     "bytes": s["bytes"],
@@ -413,20 +524,34 @@ def compare_busbw(base: dict[str, Any], cur: dict[str, Any], tolerance: float) -
         return _finding(
             BUSBW, Status.SKIP, "host", "busbw not compared: no message size measured on both sides", evidence
         )
+    _, judged = plateau([{"bytes": r["bytes"], "busbw_gbps": r["measured_gbps"]} for r in rows])
+    for r in rows:
+        r["bandwidth_bound"] = r["bytes"] in judged
     evidence["sizes"] = rows
-    fell = sorted((r for r in rows if r["change"] < -tolerance), key=lambda r: r["change"])
-    if fell:
-        worst = ", ".join(
+    tail = [r for r in rows if r["bandwidth_bound"]]
+    best_b, best_c = max(r["baseline_gbps"] for r in tail), max(r["measured_gbps"] for r in tail)
+    change = _change(best_c, best_b)
+    evidence |= {"bandwidth_bound_bytes": judged, "baseline_best_gbps": best_b, "best_gbps": best_c}
+    if change is not None:
+        evidence["change"] = round(change, 4)
+    span = _size(min(judged)) if len(judged) == 1 else f"{_size(min(judged))} to {_size(max(judged))}"
+    values = f"best {best_c:.2f} GB/s, baseline {best_b:.2f} GB/s"
+    if change is not None and change < -tolerance:
+        fell = sorted((r for r in tail if r["change"] < -tolerance), key=lambda r: r["change"])
+        each = ", ".join(
             f"{_size(r['bytes'])} {r['baseline_gbps']:.2f} -> {r['measured_gbps']:.2f} GB/s ({_pct(r['change'])})"
             for r in fell[:3]
         )
         more = f" (+{len(fell) - 3} more)" if len(fell) > 3 else ""
-        message = f"busbw fell more than {tolerance:.0%} at {len(fell)} of {len(rows)} size(s): {worst}{more}"
+        message = (
+            f"busbw fell more than {tolerance:.0%} where it is bandwidth-bound ({span}): {values} ({_pct(change)}); "
+            f"{each}{more}"
+        )
         return _finding(BUSBW, Status.FAIL, "host", message, evidence)
-    best_b, best_c = max(r["baseline_gbps"] for r in rows), max(r["measured_gbps"] for r in rows)
+    slower = [r for r in rows if not r["bandwidth_bound"] and r["change"] < -tolerance]
+    note = f"; {len(slower)} latency-bound size(s) slower, not judged" if slower else ""
     message = (
-        f"busbw within {tolerance:.0%} of the baseline (or better) at {len(rows)} size(s): "
-        f"best {best_c:.2f} GB/s, baseline {best_b:.2f}"
+        f"busbw within {tolerance:.0%} of the baseline (or better) where it is bandwidth-bound ({span}): {values}{note}"
     )
     return _finding(BUSBW, Status.PASS, "host", message, evidence)
 
@@ -436,7 +561,7 @@ def compare_ddp(base: dict[str, Any], cur: dict[str, Any], tolerance: float) -> 
     evidence = {"tolerance": tolerance, "baseline_step_s": base["step_s"], "step_s": cur["step_s"]}
     if why:
         return _finding(DDP_STEP, Status.SKIP, "host", why, evidence)
-    change = cur["step_s"] / base["step_s"] - 1 if base["step_s"] > 0 else 0.0
+    change = _change(cur["step_s"], base["step_s"]) or 0.0
     evidence["change"] = round(change, 4)
     values = f"{base['step_s'] * 1000:.1f} ms in the baseline, {cur['step_s'] * 1000:.1f} ms now ({_pct(change)})"
     if change > tolerance:
@@ -448,10 +573,10 @@ def compare_ddp(base: dict[str, Any], cur: dict[str, Any], tolerance: float) -> 
 
 def compare_p2p(base: dict[str, Any], cur: dict[str, Any], tolerance: float) -> list[Finding]:
     out = []
-    common = [p for p in cur if p in base and base[p]["p2p_gbps"] > 0]
+    common = [p for p in cur if p in base and _change(cur[p]["p2p_gbps"], base[p]["p2p_gbps"]) is not None]
     for pair in common:
         b, c = base[pair]["p2p_gbps"], cur[pair]["p2p_gbps"]
-        change = c / b - 1
+        change = _change(c, b) or 0.0
         if change < -tolerance:
             out.append(
                 _finding(

@@ -1,10 +1,11 @@
 """What a report records so that two runs can be compared: machine facts and measurements.
 
-`facts` (from the snapshot): the GPUs NVML sees with their identity, firmware and links, and the
-driver. `measurements` (from the active checks): the all-reduce sweep with its expectation, the
-DDP step time, the P2P copy bandwidth per pair. Both are plain JSON, written into every `check`
-report (report.schema.json, `facts` and `measurements`), read back by `--baseline` and `diff`
-(compare.py) and by the Prometheus renderer.
+`facts` (from the snapshot): the GPUs NVML sees with their identity, firmware and links, whether
+NVML could still talk to each (`lost`, `unreachable`: a GPU that fell off the bus has no name, no
+UUID and no links to compare), and the driver. `measurements` (from the active checks): the
+all-reduce sweep with its expectation, the DDP step time, the P2P copy bandwidth per pair. Both
+are plain JSON, written into every `check` report (report.schema.json, `facts` and
+`measurements`), read back by `--baseline` and `diff` (compare.py) and by the Prometheus renderer.
 
 A report written before these blocks existed (gpudoctor 0.1.0) has no `facts`; its measurements
 are recovered from the check details it does hold (`measurements_from_checks`).
@@ -39,6 +40,8 @@ def gpu_facts(gpu: Gpu) -> dict[str, Any]:
         "pcie_gen_max": _value(gpu.pcie_gen_max),
         "pcie_width_max": _value(gpu.pcie_width_max),
         "pcie_width_current": _value(gpu.pcie_width_current),
+        "lost": gpu.lost,  # NVML answered GPU_IS_LOST (GD827)
+        "unreachable": _value(gpu.unreachable),  # why NVML gave no handle (None: it gave one)
     }
 
 
@@ -57,27 +60,42 @@ def facts_from_snapshot(snapshot: Snapshot) -> dict[str, Any]:
 # Measurements, from a report's checks (JSON), so old reports read the same way as new ones
 
 
+# A saved report is read back from a file a user may have edited: these helpers skip what is not
+# the shape gpudoctor writes (compare.py then holds the result to the report schema).
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _check(checks: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
-    return next((c for c in checks if c.get("name") == name), None)
+    return next((c for c in _dicts(checks) if c.get("name") == name), None)
 
 
 def _findings(checks: list[dict[str, Any]], code: str) -> list[dict[str, Any]]:
-    return [f for c in checks for f in c.get("findings", []) if f.get("code") == code]
+    return [f for c in _dicts(checks) for f in _dicts(c.get("findings")) if f.get("code") == code]
 
 
 def _number(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except OverflowError:  # an integer no float holds
+        return None
 
 
 def allreduce_measurement(checks: list[dict[str, Any]]) -> dict[str, Any] | None:
     check = _check(checks, "allreduce")
-    sweep = (check or {}).get("details", {}).get("sweep")
-    if not isinstance(sweep, dict) or not sweep.get("rows"):
-        return None
+    sweep = _dict(_dict((check or {}).get("details")).get("sweep"))
     sizes = [
         {"bytes": int(r["bytes"]), "busbw_gbps": float(r["busbw_gbps"]), "algbw_gbps": float(r["algbw_gbps"])}
-        for r in sweep["rows"]
-        if _number(r.get("bytes")) is not None and _number(r.get("busbw_gbps")) is not None
+        for r in _dicts(sweep.get("rows"))
+        if all(_number(r.get(k)) is not None for k in ("bytes", "busbw_gbps", "algbw_gbps"))
     ]
     if not sizes:
         return None
@@ -90,7 +108,7 @@ def allreduce_measurement(checks: list[dict[str, Any]]) -> dict[str, Any] | None
         "best_busbw_gbps": max(s["busbw_gbps"] for s in sizes),
     }
     verdict = next((f for f in _findings(checks, "GD601") if f.get("status") != "skip"), None)
-    evidence = (verdict or {}).get("evidence", {})
+    evidence = _dict((verdict or {}).get("evidence"))
     if _number(evidence.get("expected_busbw_gbps")) is not None:
         out["expected_busbw_gbps"] = float(evidence["expected_busbw_gbps"])
     if isinstance(evidence.get("nodes"), int):
@@ -109,17 +127,17 @@ def ddp_measurement(checks: list[dict[str, Any]], run: LaunchResult | None = Non
             if _number(step) is not None:
                 per_rank[r.rank] = float(step)
     else:  # a report without `measurements`: the rank table it printed ("step ms" column)
-        details = (_check(checks, "ddp") or {}).get("details", {})
-        backend = (details.get("launch") or {}).get("backend")
-        for table in details.get("tables", []):
-            columns = table.get("columns", [])
-            if "rank" not in columns or "step ms" not in columns:
+        details = _dict((_check(checks, "ddp") or {}).get("details"))
+        backend = _dict(details.get("launch")).get("backend")
+        for table in _dicts(details.get("tables")):
+            columns = table.get("columns")
+            if not isinstance(columns, list) or "rank" not in columns or "step ms" not in columns:
                 continue
             at_rank, at_step = columns.index("rank"), columns.index("step ms")
-            for row in table.get("rows", []):
+            for row in table.get("rows") or []:
                 try:
                     per_rank[int(row[at_rank])] = float(row[at_step]) / 1000
-                except (ValueError, TypeError, IndexError):
+                except (ValueError, TypeError, IndexError, KeyError, OverflowError):
                     continue
     if not per_rank:
         return None
@@ -134,7 +152,7 @@ def ddp_measurement(checks: list[dict[str, Any]], run: LaunchResult | None = Non
 def p2p_measurement(checks: list[dict[str, Any]]) -> dict[str, Any] | None:
     out = {}
     for f in _findings(checks, "GD421"):
-        evidence = f.get("evidence", {})
+        evidence = _dict(f.get("evidence"))
         subject = str(f.get("subject", ""))
         if subject.startswith("pair:") and _number(evidence.get("p2p_gbps")) is not None:
             out[subject.removeprefix("pair:")] = {

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from gpudoctor import compare
+from gpudoctor.errors import UserError
 from tests.clirun import FIXTURES, fixture, load, run_cli, with_gpu, write_variant
 
 REPORTS = FIXTURES / "reports"
@@ -211,7 +212,9 @@ def test_busbw_and_step_time_regressions_from_a_recorded_report(
     assert r.exit_code == 1
     busbw = r.one("GD014")
     assert busbw["status"] == "fail"
-    assert "at 2 of 4 size(s)" in busbw["message"] and "1 MiB 0.52 -> 0.26 GB/s (-50%)" in busbw["message"]
+    # Judged where the sweep is bandwidth-bound (the plateau: 1 and 4 MiB here), each size named.
+    assert "where it is bandwidth-bound (1 MiB to 4 MiB): best 1.09 GB/s, baseline 1.28 GB/s (-15%)" in busbw["message"]
+    assert "1 MiB 0.52 -> 0.26 GB/s (-50%)" in busbw["message"]
     rows = {row["bytes"]: row for row in busbw["evidence"]["sizes"]}
     assert rows[4 << 20]["baseline_gbps"] == pytest.approx(1.277545)
     assert rows[4 << 20]["measured_gbps"] == pytest.approx(1.277545 * 0.85)
@@ -363,3 +366,271 @@ def test_reports_of_gpudoctor_0_1_still_validate_against_the_schema(path: Path) 
     from gpudoctor.render.json import report_schema
 
     jsonschema.validate(json.loads(path.read_text()), report_schema())  # schema 1 grew, it did not break
+
+
+# --- a GPU that fell off the bus is lost, not swapped ------------------------------------------
+
+FALLEN = str(FIXTURES / "faults" / "gpu_fallen_off_bus.json")  # GPU 3: no handle, GPU_IS_LOST
+MIDWAY = str(FIXTURES / "faults" / "gpu_lost_midway.json")  # GPU 5: lost after its identity was read
+
+
+def test_facts_record_which_gpus_nvml_could_not_talk_to(capsys: pytest.CaptureFixture[str]) -> None:
+    gpus = run_cli(capsys, "check", "--snapshot", FALLEN, "--json", "--no-config").doc["facts"]["gpus"]
+    assert [g["lost"] for g in gpus] == [i == 3 for i in range(8)]
+    assert gpus[3]["unreachable"] == "nvmlDeviceGetHandleByIndex(3): GPU is lost" and gpus[2]["unreachable"] is None
+
+
+@pytest.mark.parametrize(("after", "gpu"), [(FALLEN, 3), (MIDWAY, 5)], ids=["no handle", "lost midway"])
+def test_a_gpu_that_fell_off_the_bus_is_reported_lost_with_its_links_down(
+    capsys: pytest.CaptureFixture[str], after: str, gpu: int
+) -> None:
+    r = diff_json(capsys, H100, after)
+    assert r.exit_code == 1
+    (lost,) = r.findings("GD011")
+    assert lost["status"] == "fail" and lost["subject"] == f"gpu:{gpu}"
+    assert "is lost: NVML answers GPU_IS_LOST (fallen off the bus)" in lost["message"]
+    assert "NVIDIA H100 80GB HBM3 in the baseline" in lost["message"]
+    assert "GD827" in lost["hint"] and "do not refresh the baseline" in lost["hint"]
+    assert "replaced" not in json.dumps(r.doc) and "model:" not in json.dumps(r.doc)  # no board swap
+    (links,) = r.findings("GD013")
+    assert links["status"] == "fail" and links["subject"] == f"gpu:{gpu}"
+    assert "18 active NVLinks and PCIe Gen5 x16 in the baseline, none now" in links["message"]
+    assert links["evidence"]["current"]["nvlinks_active"] == 0 and links["evidence"]["baseline"]["nvlinks_active"] == 18
+
+
+def test_check_with_a_baseline_on_the_machine_with_the_lost_gpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r = run_cli(capsys, "check", "--snapshot", FALLEN, "--json", "--baseline", H100, "--select", "GD01,GD827")
+    assert r.one("GD827")["status"] == "fail"
+    assert r.one("GD011")["status"] == "fail" and "is lost" in r.one("GD011")["message"]
+
+
+def test_a_report_written_before_lost_was_recorded_still_shows_the_gpu_as_lost(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = run_cli(capsys, "check", "--snapshot", FALLEN, "--json", "--no-config").doc
+    for g in doc["facts"]["gpus"]:
+        del g["lost"], g["unreachable"]  # as gpudoctor wrote facts before this change
+    r = diff_json(capsys, H100, save(tmp_path, "old.json", doc))
+    (lost,) = r.findings("GD011")
+    assert lost["status"] == "fail" and "is lost" in lost["message"]
+
+
+def test_a_baseline_recorded_with_a_lost_gpu_asks_for_a_new_one(capsys: pytest.CaptureFixture[str]) -> None:
+    r = diff_json(capsys, FALLEN, H100)
+    (back,) = r.findings("GD011")
+    assert back["status"] == "warn" and "answers now; it was lost when the baseline was recorded" in back["message"]
+    assert r.one("GD013")["status"] == "pass"
+
+
+# --- busbw is judged where it is bandwidth-bound ---------------------------------------------
+
+
+def test_one_noisy_latency_bound_size_is_not_a_regression(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = json.loads(V1_CPU.read_text())
+    noisy = save(tmp_path, "noisy.json", regressed(base, {65536: 0.4}))  # 64 KiB: -60%
+    r = diff_json(capsys, str(V1_CPU), noisy)
+    busbw = r.one("GD014")
+    assert busbw["status"] == "pass" and r.exit_code == 0
+    assert "1 latency-bound size(s) slower, not judged" in busbw["message"]
+    rows = {row["bytes"]: row for row in busbw["evidence"]["sizes"]}
+    assert rows[65536]["change"] == pytest.approx(-0.6) and rows[65536]["bandwidth_bound"] is False
+    assert busbw["evidence"]["bandwidth_bound_bytes"] == [1 << 20, 4 << 20]
+
+
+def test_one_slow_repetition_on_the_plateau_is_not_a_regression(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = json.loads(V1_CPU.read_text())
+    r = diff_json(capsys, str(V1_CPU), save(tmp_path, "one.json", regressed(base, {1 << 20: 0.5})))
+    assert r.one("GD014")["status"] == "pass"  # 4 MiB, the plateau's best, holds
+
+
+def test_a_regression_of_the_whole_curve_is_caught(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = json.loads(V1_CPU.read_text())
+    everywhere = {size: 0.7 for size in (65536, 262144, 1 << 20, 4 << 20)}
+    r = diff_json(capsys, str(V1_CPU), save(tmp_path, "slow.json", regressed(base, everywhere)))
+    busbw = r.one("GD014")
+    assert busbw["status"] == "fail" and r.exit_code == 1
+    assert busbw["evidence"]["change"] == pytest.approx(-0.3, abs=1e-3)
+    assert "(-30%)" in busbw["message"] and "1 MiB to 4 MiB" in busbw["message"]
+
+
+# --- a malformed baseline is refused before any run; the comparison never crashes ------------
+
+
+def _report_with_measurements(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    doc = run_cli(capsys, "check", "--snapshot", H100, "--json", "--no-config").doc
+    doc["measurements"] = compare.load_side(V1_CPU).measurements
+    doc["measurements"]["p2p"] = {"0-1": {"p2p_gbps": 100.0, "staged_gbps": None, "path": "NV18"}}
+    return doc
+
+
+MUTATED_PATHS = [
+    ("measurements", "allreduce", "sizes", 0, "busbw_gbps"),
+    ("measurements", "allreduce", "sizes", 0, "bytes"),
+    ("measurements", "allreduce", "sizes", 0, "algbw_gbps"),
+    ("measurements", "allreduce", "sizes", 0),
+    ("measurements", "allreduce", "sizes"),
+    ("measurements", "allreduce", "ranks"),
+    ("measurements", "allreduce"),
+    ("measurements", "ddp", "step_s"),
+    ("measurements", "ddp"),
+    ("measurements", "p2p", "0-1", "p2p_gbps"),
+    ("measurements", "p2p", "0-1"),
+    ("measurements", "p2p"),
+    ("measurements",),
+    ("facts", "gpus", 0),
+    ("facts", "gpus", 0, "index"),
+    ("facts", "gpus", 0, "pci_bus_id"),
+    ("facts", "gpus", 0, "nvlinks_active"),
+    ("facts", "gpus", 0, "name"),
+    ("facts", "gpus", 0, "uuid"),
+    ("facts", "gpus", 0, "memory_total_mib"),
+    ("facts", "gpus", 0, "pcie_width_current"),
+    ("facts", "gpus", 0, "lost"),
+    ("facts", "hostname"),
+    ("facts", "driver_version"),
+    ("facts", "gpus"),
+    ("facts",),
+    ("schema_version",),
+    ("command",),
+    ("checks",),
+]
+DELETE = object()
+VALUES = [None, "x", -1, 0, 1e308, -1e308, 5e-324, 10**400, [], {}, True, "NaN", DELETE]
+
+
+def mutated(doc: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(doc)
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    if value is DELETE:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return out
+
+
+def test_every_malformed_baseline_is_refused_or_compared_never_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The review's 216 crashes: each mutation on either side is a one-line refusal (UserError) or
+    a report that renders and validates against the schema."""
+    import jsonschema
+
+    from gpudoctor.render.json import report_schema
+
+    good = save(tmp_path, "good.json", _report_with_measurements(capsys))
+    outcomes = {"refused": 0, "compared": 0}
+    for path in MUTATED_PATHS:
+        for value in VALUES:
+            bad = save(tmp_path, "bad.json", mutated(json.loads(Path(good).read_text()), path, value))
+            for a, b in ((good, bad), (bad, good)):
+                try:
+                    report = compare_api(a, b)
+                except UserError as exc:
+                    assert "\n" not in str(exc) and len(str(exc)) < 400, str(exc)
+                    outcomes["refused"] += 1
+                    continue
+                doc = json.loads(json.dumps(report.to_json(), allow_nan=False))
+                jsonschema.validate(doc, report_schema())
+                outcomes["compared"] += 1
+    assert outcomes["refused"] > 150 and outcomes["compared"] > 100, outcomes
+
+
+def compare_api(a: str, b: str) -> Any:
+    import gpudoctor
+
+    return gpudoctor.diff_report(a, b, use_config=False, fail_on="fail")
+
+
+def test_the_shape_check_agrees_with_jsonschema(capsys: pytest.CaptureFixture[str]) -> None:
+    """json_shape.problem() against the real jsonschema, on the report blocks it guards. Two
+    deliberate differences: an integer must be a JSON integer (jsonschema takes 3.0), and a
+    number must fit a double (jsonschema takes a 400-digit integer)."""
+    import jsonschema
+
+    from gpudoctor.json_shape import problem
+    from gpudoctor.render.json import report_schema
+
+    schema = report_schema()
+    checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool)
+    )
+    strict = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=checker)
+    doc = _report_with_measurements(capsys)
+    for path in [p for p in MUTATED_PATHS if p[0] in ("facts", "measurements") and len(p) > 1]:
+        for value in [*VALUES, 3.0, 1e400]:
+            block = mutated(doc, path, value)[path[0]]
+            sub = {**schema["properties"][path[0]], "$defs": schema["$defs"]}
+            too_big = (
+                value is not DELETE and value is not True and isinstance(value, int | float) and abs(value) > 1e308
+            )
+            expected = strict(sub).is_valid(block) and not too_big
+            found = problem(block, schema["properties"][path[0]], schema, path[0])
+            assert (found is None) == expected, (path, value, found)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (lambda d: d["measurements"]["ddp"].__setitem__("step_s", "fast"), "measurements.ddp.step_s: expected number"),
+        (lambda d: d["facts"]["gpus"].__setitem__(0, 7), "facts.gpus[0]: expected object, got 7"),
+        (lambda d: d.__setitem__("schema_version", 10**400), "schema_version 1000000... (401 digits) is newer"),
+    ],
+    ids=["step time", "gpu entry", "version"],
+)
+def test_check_with_a_malformed_baseline_refuses_before_starting_any_rank(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: Any, words: str
+) -> None:
+    doc = _report_with_measurements(capsys)
+    change(doc)
+    bad = save(tmp_path, "bad.json", doc)
+    r = run_cli(capsys, "check", "--device", "cpu", "--ranks", "2", "--select", "allreduce,GD01", "--baseline", bad)
+    assert r.exit_code == 2 and r.out == "" and "starting" not in r.err  # no rank was spawned
+    assert r.err.count("\n") == 1 and f"cannot compare with {bad}: " in r.err and words in r.err, r.err
+
+
+def _paths(node: Any, here: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key and index path under `node`: where a mutation can land."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
+    out = []
+    for key, child in items:
+        out.append((*here, key))
+        out.extend(_paths(child, (*here, key)))
+    return out
+
+
+def test_any_json_anywhere_in_a_baseline_is_refused_or_compared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same promise as above, for values hypothesis draws, at any path of facts and measurements."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    good_doc = _report_with_measurements(capsys)
+    good = save(tmp_path, "good.json", good_doc)
+    paths = [p for p in _paths(good_doc) if p[0] in ("facts", "measurements", "schema_version")]
+    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
+    values = st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+        max_leaves=6,
+    )
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(path=st.sampled_from(paths), value=values, baseline_side=st.booleans())
+    def check(path: tuple[Any, ...], value: Any, baseline_side: bool) -> None:
+        bad = save(tmp_path, "bad.json", mutated(good_doc, path, value))
+        a, b = (bad, good) if baseline_side else (good, bad)
+        try:
+            report = compare_api(a, b)
+        except UserError as exc:
+            assert "\n" not in str(exc)
+            return
+        json.dumps(report.to_json(), allow_nan=False)
+
+    check()
