@@ -15,6 +15,7 @@ code) raise `gpudoctor.UserError` with a one-line message.
 from __future__ import annotations
 
 import dataclasses
+import re
 import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,20 +33,84 @@ __all__ = ["PreflightError", "preflight", "run_checks"]
 
 
 class PreflightError(RuntimeError):
-    """The machine is not ready: `failures` are the findings at or above `fail_on`, `report` the whole run."""
+    """The machine is not ready: `failures` are the findings at or above `fail_on`, `report` the whole run.
+
+    Its text lists every failure with its hint, with gpudoctor's command-line options written as the
+    keywords a Python caller passes (`--expect-gpus 16` reads `expect_gpus=16`). It pickles (a
+    multiprocessing worker or a launcher can send it back whole)."""
 
     def __init__(self, report: Report) -> None:
         self.report = report
         self.failures: list[Finding] = [f for f in report.findings if f.status.rank >= report.fail_on.rank]
         lines = [f"gpudoctor preflight: {len(self.failures)} finding(s) at or above {report.fail_on.value}:"]
         for f in self.failures:
-            lines.append(f"  {f.status.value.upper()} {f.code} {f.subject}: {f.message}")
+            lines.append(f"  {f.status.value.upper()} {f.code} {f.subject}: {as_keywords(f.message)}")
             if f.hint:
-                lines.append(f"    hint: {f.hint}")
+                lines.append(f"    hint: {as_keywords(f.hint)}")
         super().__init__("\n".join(lines))
+
+    def __reduce__(self) -> tuple[Any, tuple[Report]]:
+        return (PreflightError, (self.report,))
 
 
 PreflightError.__module__ = "gpudoctor"  # tracebacks name it as users import it: gpudoctor.PreflightError
+
+# gpudoctor's options that run_checks takes as keywords: in a Python caller's error, "--timeout"
+# is `timeout_s=`. Options of other tools (docker's --gpus, torchrun's --nproc) are left alone.
+KEYWORDS = {
+    "--expect-gpus": "expect_gpus",
+    "--expect-model": "expect_model",
+    "--min-busbw": "min_busbw",
+    "--ram-per-gpu": "ram_per_gpu_gb",
+    "--timeout": "timeout_s",
+    "--allow-mig": "allow_mig",
+    "--device": "device",
+    "--ranks": "ranks",
+    "--level": "level",
+    "--quick": "quick",
+    "--duration": "duration_s",
+    "--mem-share": "mem_share",
+    "--select": "select",
+    "--ignore": "ignore",
+    "--fail-on": "fail_on",
+    "--collectives": "collectives",
+    "--tolerance": "tolerance",
+    "--baseline": "baseline",
+    "--config": "config",
+    "--snapshot": "snapshot",
+}
+_SWITCHES = {"--allow-mig", "--quick"}
+_LISTS = {"--select", "--ignore", "--collectives"}
+_OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z-]*)(?:[ =]([^\s;:)`'\"]+))?")
+_COMMAND = re.compile(r"(`gpudoctor [^`]*`)")
+
+
+def as_keywords(text: str) -> str:
+    """`--expect-gpus 16` -> `expect_gpus=16`, `--allow-mig` -> `allow_mig=True`, for gpudoctor's own options.
+
+    A quoted command line (`gpudoctor check --level 3`) stays as it is: it is still what to run."""
+    parts = _COMMAND.split(text)
+    return "".join(part if n % 2 else _OPTION.sub(_keyword, part) for n, part in enumerate(parts))
+
+
+def _keyword(match: re.Match[str]) -> str:
+    option, value = match.group(1), match.group(2) or ""
+    name = KEYWORDS.get(option)
+    if name is None:
+        return match.group(0)
+    trailing = value[len(value.rstrip(".,")) :]
+    value = value.rstrip(".,")
+    if option in _SWITCHES:
+        return f"{name}=True" + (f" {value}" if value else "") + trailing
+    if not value or value.startswith("-"):
+        return f"{name}=" + (f" {value}" if value else "") + trailing
+
+    def shown(item: str) -> str:  # a number, or a placeholder such as N, stays bare
+        return item if re.fullmatch(r"[0-9.]+|[A-Z]+", item) else repr(item)
+
+    if option in _LISTS:
+        return f"{name}=[{', '.join(shown(v) for v in value.split(',') if v)}]{trailing}"
+    return f"{name}={shown(value)}{trailing}"
 
 
 def run_checks(
@@ -86,9 +151,36 @@ def run_checks(
     `tolerance` (default 10%, "10%" or 0.1) for its measured regressions.
     Every other argument left as None takes the policy's value, then gpudoctor's default.
     """
+    from gpudoctor import api_args as arg
     from gpudoctor import policy as pol
     from gpudoctor.registry import CheckContext, Selection, SelectionError, load_all
     from gpudoctor.registry import run_checks as run_registered
+    from gpudoctor.snapshot import Snapshot
+
+    # Every argument checked before any work, with the command line's bounds (cli.py).
+    if not isinstance(snapshot, Snapshot):
+        arg.path("snapshot", snapshot)
+    arg.flag("quick", quick, optional=False)
+    arg.integer("level", level, 1, 3)
+    duration_s = arg.real("duration_s", duration_s, 1, 86400)
+    mem_share = arg.real("mem_share", mem_share, 0.01, 0.95)
+    expect_gpus = arg.integer("expect_gpus", expect_gpus, 1)
+    arg.text("expect_model", expect_model)
+    select, ignore = arg.names("select", select) or (), arg.names("ignore", ignore) or ()
+    arg.text("fail_on", fail_on, ("warn", "fail"))
+    arg.text("device", device, ("auto", "cuda", "cpu"))
+    ranks = arg.integer("ranks", ranks, 1, 64)
+    timeout_s = arg.real("timeout_s", timeout_s, 1)
+    if min_busbw is not None and not isinstance(min_busbw, str):
+        arg.real("min_busbw", min_busbw, 0)
+    arg.flag("allow_mig", allow_mig)
+    collectives = arg.names("collectives", collectives)
+    ram_per_gpu_gb = arg.real("ram_per_gpu_gb", ram_per_gpu_gb, 0)
+    arg.path("baseline", baseline)
+    _check_tolerance(tolerance)
+    arg.path("config", config)
+    arg.flag("use_config", use_config, optional=False)
+    arg.callable_or_none("progress", progress)
 
     policy = pol.load(config, use_config=use_config)
     load_all()
@@ -148,8 +240,22 @@ def run_checks(
         names = ", ".join(c.name for c in above)
         why = f" ({names} run at --level {max(c.level for c in above)}; this run is level {chosen})" if above else ""
         raise UserError(f"no check ran: --select/--ignore left nothing to run{why}", EXIT_USAGE, "usage")
+    nothing_checked(report.checks, "checked")
     report.checks = apply_severity(report.checks, policy)
     return report
+
+
+def nothing_checked(results: list[CheckResult], verb: str) -> None:
+    """Every check that ran skipped: the gate checked nothing, which is a usage error, not READY.
+
+    The rule of "no check ran" (--select left nothing) extended to checks that ran and could judge
+    nothing on this machine (`--level 3 --select deep_links --device cpu`, a diff of two reports
+    that hold neither facts nor measurements): exit 2, naming each check and why it skipped."""
+    if not results or any(f.status is not Status.SKIP for r in results for f in r.findings):
+        return
+    reasons = [f"{r.name}: {r.findings[0].message}" if r.findings else r.name for r in results]
+    shown = "; ".join(reasons[:3]) + (f"; +{len(reasons) - 3} more" if len(reasons) > 3 else "")
+    raise UserError(f"nothing was {verb}: every selected check skipped ({shown})", EXIT_USAGE, "usage")
 
 
 def preflight(
@@ -181,6 +287,21 @@ def _fail_on(value: str) -> Status:
     if value not in ("warn", "fail"):
         raise UserError(f"fail_on must be 'warn' or 'fail', got {value!r}", EXIT_USAGE, "usage")
     return Status(value)
+
+
+def _check_tolerance(value: Any) -> None:
+    """tolerance: '10%', '0.1' or 0.1 (a share, policy.parse_share); refused before any work."""
+    from gpudoctor.api_args import ArgumentError, ArgumentTypeError
+    from gpudoctor.policy import parse_share
+
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ArgumentTypeError(f"tolerance must be a share such as '10%' or 0.1, got {value!r}")
+    try:
+        parse_share(value, "tolerance")
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
 
 
 def _tolerance(value: float | str | None, policy: Policy) -> float:
@@ -338,11 +459,19 @@ def diff_report(
     use_config: bool = True,
 ) -> Report:
     """`gpudoctor diff A B`: B compared with A (saved reports or snapshots), as a report."""
+    from gpudoctor import api_args as arg
     from gpudoctor import policy as pol
     from gpudoctor.compare import compare, load_side
     from gpudoctor.registry import Selection, SelectionError, load_all
     from gpudoctor.snapshot import now_iso
 
+    arg.path("before", before, required=True)
+    arg.path("after", after, required=True)
+    _check_tolerance(tolerance)
+    arg.text("fail_on", fail_on, ("warn", "fail"))
+    ignore = arg.names("ignore", ignore) or ()
+    arg.path("config", config)
+    arg.flag("use_config", use_config, optional=False)
     policy = pol.load(config, use_config=use_config)
     load_all()
     selection = Selection((), (*policy.ignore, *ignore))
@@ -370,5 +499,6 @@ def diff_report(
         measurements=cur.measurements,
         policy=policy.to_json(),
     )
+    nothing_checked(report.checks, "compared")
     report.checks = apply_severity(report.checks, policy)
     return report

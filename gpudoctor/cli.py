@@ -134,7 +134,12 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     "--ignore", multiple=True, type=CODE_LIST, metavar="CODES", help="Leave out these codes, prefixes or check names."
 )
 @click.option("--expect-gpus", type=click.IntRange(min=1), help="Fail when fewer GPUs are visible.")
-@click.option("--expect-model", metavar="NAME", help="Fail when a visible GPU's name does not contain NAME (GD010).")
+@click.option(
+    "--expect-model",
+    type=NonEmpty("a model name"),
+    metavar="NAME",
+    help="Fail when a visible GPU's name does not contain NAME (GD010).",
+)
 @click.option("--fail-on", type=click.Choice(["warn", "fail"]), help="What makes the exit code 1.  [default: fail]")
 @click.option(
     "--device",
@@ -225,7 +230,8 @@ def check(
         raise UserError("--config and --no-config contradict each other", EXIT_USAGE, "usage")
     _quiet_and_verbose(quiet, verbose)
     other_rank = _quiet_rank(os.environ)
-    outputs = Outputs(junit_path, prometheus_path, github) if not other_rank else Outputs(github=False)
+    inputs = {"the --snapshot file": snapshot_path, "the --baseline file": baseline, "the --config file": config_path}
+    outputs = Outputs(junit_path, prometheus_path, github, inputs=inputs) if not other_rank else Outputs(github=False)
     outputs.precheck()
     report = run_checks(
         snapshot=snapshot_path,
@@ -329,7 +335,9 @@ def diff(
     if config_path and no_config:
         raise UserError("--config and --no-config contradict each other", EXIT_USAGE, "usage")
     _quiet_and_verbose(quiet, verbose)
-    outputs = Outputs(junit_path, None, github)
+    outputs = Outputs(
+        junit_path, None, github, inputs={"report A": before, "report B": after, "the --config file": config_path}
+    )
     outputs.precheck()
     report = diff_report(
         before,

@@ -257,3 +257,63 @@ def test_json_document_of_a_failed_side_output_still_validates(
     r = run_cli(capsys, "check", "--snapshot", H100, "--json", "--github")
     assert json.loads(r.out)["summary"]["pass"] > 0 and r.doc  # .doc validates against the schema
     assert os.path.exists(tmp_path / "absent") is False
+
+
+# --- output paths: one file each, never an input, never "-" ----------------------------------
+
+
+@pytest.mark.parametrize("option", ["--junit", "--prometheus"])
+def test_dash_is_refused_rather_than_written_as_a_file_named_dash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str
+) -> None:
+    r = run_cli(capsys, "check", "--snapshot", H100, "--no-config", option, "-")
+    assert r.exit_code == 2 and r.out == "" and r.err.count("\n") == 1
+    assert f"{option} -: gpudoctor writes this to a file, not to standard output" in r.err
+    assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("second", ["same.out", "./same.out", "{tmp}/same.out", "hard.out"])
+def test_two_outputs_naming_the_same_file_are_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], second: str
+) -> None:
+    (tmp_path / "same.out").write_text("keep")
+    os.link(tmp_path / "same.out", tmp_path / "hard.out")  # the same inode under another name
+    other = second.format(tmp=tmp_path)
+    r = run_cli(capsys, "check", "--snapshot", H100, "--no-config", "--junit", "same.out", "--prometheus", other)
+    assert r.exit_code == 2 and r.out == ""
+    assert f"--junit and --prometheus name the same file ({other}): each output needs a file of its own" in r.err
+    assert (tmp_path / "same.out").read_text() == "keep"
+
+
+def test_an_output_never_overwrites_an_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = tmp_path / "base.json"
+    base.write_text(run_cli(capsys, "check", "--snapshot", H100, "--json", "--no-config").out)
+    kept = base.read_text()
+    r = run_cli(capsys, "check", "--snapshot", H100, "--no-config", "--baseline", str(base), "--junit", str(base))
+    assert r.exit_code == 2 and f"--junit {base} is the --baseline file" in r.err and base.read_text() == kept
+    d = run_cli(capsys, "diff", H100, str(base), "--no-config", "--junit", "base.json")
+    assert d.exit_code == 2 and "is report B" in d.err and base.read_text() == kept
+    assert run_cli(capsys, "diff", str(base), str(base), "--no-config").exit_code == 0  # inputs may coincide
+
+
+def test_a_directory_that_takes_no_new_files_is_said_in_words_before_the_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    r = run_cli(capsys, "check", "--snapshot", H100, "--no-config", "--prometheus", "/proc/version")
+    assert r.exit_code == 3 and r.out == "" and r.err.count("\n") == 1
+    assert "the directory /proc does not take new files" in r.err and "No such file or directory" not in r.err
+    assert run_cli(capsys, "check", "--snapshot", H100, "--no-config", "--junit", "/dev/null").exit_code == 0
+
+
+def test_the_prometheus_policy_label_is_empty_when_every_policy_file_was_skipped() -> None:
+    report = Report("check", "x", "", "0.1.0", "h", [], policy={"path": None, "set": {}, "skipped": []})
+    (info,) = samples(report_metrics(report))["gpudoctor_info"]
+    assert info[0]["policy"] == ""
+
+
+def test_the_github_summary_names_a_policy_file_that_was_ignored() -> None:
+    skipped = [{"path": "/tmp/gpudoctor.toml", "reason": "every user can write it (mode 0666; chmod o-w)"}]
+    report = Report("check", "live", "", "0.1.0", "h", [], policy={"path": None, "set": {}, "skipped": skipped})
+    text = github.summary_markdown(report)
+    assert "policy file /tmp/gpudoctor.toml ignored: every user can write it" in text
+    assert ", policy None" not in text

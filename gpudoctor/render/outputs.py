@@ -7,13 +7,15 @@ report itself is still printed, so nothing the run found is lost.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from gpudoctor.errors import EXIT_UNAVAILABLE, UserError
+from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
 from gpudoctor.findings import Report
 from gpudoctor.safe_io import check_target
 
@@ -24,6 +26,8 @@ class Outputs:
     prometheus: str | None = None
     github: bool | None = None  # --github / --no-github; None: GITHUB_ACTIONS decides
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    # What the run reads, never overwritten by an output: "the --baseline file" -> path.
+    inputs: Mapping[str, str | None] = field(default_factory=dict)
 
     def files(self) -> list[tuple[str, str, Callable[[Report, str], None]]]:
         out = []
@@ -39,16 +43,49 @@ class Outputs:
 
     def precheck(self) -> None:
         """Refuse, before any work, a target gpudoctor would not write (a link, a directory, no directory)."""
+        self._distinct()
         for what, path, _ in self.files():
             try:
-                check_target(path)
+                st = check_target(path)
                 parent = Path(path).parent
                 if not parent.is_dir():
                     raise FileNotFoundError(2, f"no directory {str(parent)!r}")
+                if st is None or stat.S_ISREG(st.st_mode):
+                    _can_create_in(parent)  # a file is replaced through a new one beside it
             except OSError as exc:
                 raise UserError(
                     f"cannot write {what} {path}: {exc.strerror}", EXIT_UNAVAILABLE, "unavailable"
                 ) from None
+
+    def _distinct(self) -> None:
+        """Each output its own file, and never one of the run's inputs: one would silently replace the other."""
+        options = {"JUnit file": "--junit", "Prometheus file": "--prometheus"}
+        named = [(options[what], path) for what, path, _ in self.files()]
+        for option, path in named:
+            if path == "-":
+                raise UserError(
+                    f"{option} -: gpudoctor writes this to a file, not to standard output (which carries the "
+                    "report); name a file",
+                    EXIT_USAGE,
+                    "usage",
+                )
+        inputs = {_identity(path): option for option, path in self.inputs.items() if path}
+        seen: dict[tuple[object, ...], str] = {}
+        for option, path in named:
+            key = _identity(path)
+            if key in inputs:
+                raise UserError(
+                    f"{option} {path} is {inputs[key]}: writing it would replace that input; name another file",
+                    EXIT_USAGE,
+                    "usage",
+                )
+            if key in seen:
+                raise UserError(
+                    f"{seen[key]} and {option} name the same file ({path}): each output needs a file of its own",
+                    EXIT_USAGE,
+                    "usage",
+                )
+            seen[key] = option
 
     def write(self, report: Report, err: IO[str]) -> list[str]:
         """Write every output; the one-line problems of those that failed."""
@@ -57,7 +94,7 @@ class Outputs:
             try:
                 writer(report, path)
             except OSError as exc:
-                problems.append(f"cannot write {what} {path}: {exc.strerror or exc}")
+                problems.append(f"cannot write {what} {path}: {_reason(exc, Path(path).parent)}")
         from gpudoctor.render import github
 
         if github.enabled(self.github, self.environ):
@@ -65,3 +102,31 @@ class Outputs:
             if problem:
                 problems.append(problem)
         return problems
+
+
+def _identity(path: str) -> tuple[object, ...]:
+    """The same file, however it is named: its inode when it exists (hard links too), else its resolved path."""
+    try:
+        st = os.stat(path)
+        return ("inode", st.st_dev, st.st_ino)
+    except OSError:
+        return ("path", os.path.realpath(path))
+
+
+def _reason(exc: OSError, directory: Path) -> str:
+    """An OSError in words; "No such file or directory" for a directory that exists says what it means."""
+    if exc.errno == errno.ENOENT and directory.is_dir():
+        return f"the directory {directory} does not take new files (a virtual filesystem such as /proc or /sys?)"
+    return exc.strerror or str(exc)
+
+
+def _can_create_in(directory: Path) -> None:
+    """Create and remove a file there, as writing will: /proc, a read-only mount or a full disk fail now."""
+    import tempfile
+
+    try:
+        fd, name = tempfile.mkstemp(prefix=".gpudoctor-", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise OSError(exc.errno, _reason(exc, directory)) from None
+    os.close(fd)
+    os.unlink(name)
