@@ -104,7 +104,59 @@ def test_prolog_drains_a_node_whose_check_hangs(tmp_path: Path, scontrol: Path) 
     assert call[-1].startswith("reason=gpudoctor: check hung for 1 s")
 
 
+def fake_gpudoctor(tmp_path: Path, report: dict[str, Any], status: int) -> Path:
+    """A gpudoctor that prints `report` and exits `status`, as a release with a crashing check would."""
+    fake = tmp_path / "fakebin" / "fake-gpudoctor"
+    fake.write_text(f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(report)}\nEOF\nexit {status}\n")
+    fake.chmod(0o755)
+    return fake
+
+
+def finding(code: str, status: str) -> dict[str, Any]:
+    return {"code": code, "status": status, "subject": "host", "message": "m", "hint": "", "evidence": {}}
+
+
+def test_prolog_does_not_drain_when_only_gpudoctors_own_checks_crashed(tmp_path: Path, scontrol: Path) -> None:
+    crashed = {"exit_code": 1, "checks": [{"findings": [finding("GD401", "error"), finding("GD105", "pass")]}]}
+    out = prolog(tmp_path, "", GPUDOCTOR=str(fake_gpudoctor(tmp_path, crashed, 1)))
+    assert out.returncode == 0 and calls(scontrol) == []
+    assert "a gpudoctor check crashed (GD401), node left in service" in out.stderr
+
+
+def test_prolog_drains_a_failure_even_beside_a_crashed_check(tmp_path: Path, scontrol: Path) -> None:
+    both = {"exit_code": 1, "checks": [{"findings": [finding("GD401", "error"), finding("GD202", "fail")]}]}
+    out = prolog(tmp_path, "", GPUDOCTOR=str(fake_gpudoctor(tmp_path, both, 1)))
+    assert out.returncode == 1
+    (call,) = calls(scontrol)
+    assert call[-1].startswith("reason=gpudoctor: GD202 (job 4242")
+
+
+def test_prolog_names_its_policy_and_never_uses_one_found_around_it(tmp_path: Path, scontrol: Path) -> None:
+    # A policy left in the prolog's working directory would hide the mixed GPUs; it is not read.
+    planted = tmp_path / "gpudoctor.toml"
+    planted.write_text('ignore = ["GD3"]\n')
+    planted.chmod(0o644)
+    out = prolog(tmp_path, f"--snapshot {MIXED}")
+    assert out.returncode == 1 and len(calls(scontrol)) == 1
+    assert json.loads((tmp_path / "log" / "prolog-gpu07.json").read_text())["policy"] is None
+    site = tmp_path / "etc" / "gpudoctor.toml"
+    site.parent.mkdir()
+    site.write_text('ignore = ["GD301", "GD302"]\n')
+    site.chmod(0o644)
+    out = prolog(tmp_path, f"--snapshot {MIXED}", GPUDOCTOR_CONFIG=str(site))
+    assert out.returncode == 0, out.stderr
+    assert json.loads((tmp_path / "log" / "prolog-gpu07.json").read_text())["policy"]["path"] == str(site)
+
+
 # --- GitHub Actions and GitLab: the jobs' scripts, run as the runner would -------------------
+
+
+def repository_policy(tmp_path: Path) -> Path:
+    """The checkout's pyproject.toml with its [tool.gpudoctor] table, which the jobs name with --config."""
+    path = tmp_path / "pyproject.toml"
+    path.write_text('[project]\nname = "train"\n\n[tool.gpudoctor]\nfail-on = "fail"\n')
+    path.chmod(0o644)
+    return path
 
 
 def run_script(script: str, tmp_path: Path, **extra: str) -> subprocess.CompletedProcess[str]:
@@ -126,8 +178,10 @@ def test_github_workflow_step_writes_summary_annotations_and_artifacts(tmp_path:
     summary = tmp_path / "summary.md"
     summary.write_text("")
     (tmp_path / "fakebin").mkdir()
+    policy = repository_policy(tmp_path)
     out = run_script(check["run"], tmp_path, GITHUB_ACTIONS="true", GITHUB_STEP_SUMMARY=str(summary))
     report = json.loads((tmp_path / "gpudoctor-report.json").read_text())
+    assert "--config pyproject.toml" in check["run"] and report["policy"]["path"] == policy.name
     assert out.returncode == report["exit_code"]  # the step fails exactly when the node is not ready
     verdict = "NOT READY" if report["exit_code"] else "READY"
     assert summary.read_text().startswith(f"## {'❌' if report['exit_code'] else '✅'} gpudoctor check: {verdict}")
@@ -143,8 +197,10 @@ def test_github_workflow_step_writes_summary_annotations_and_artifacts(tmp_path:
 def test_gitlab_job_script_fills_the_junit_report_it_declares(tmp_path: Path) -> None:
     job = yaml.safe_load((RECIPES / "gitlab-ci.yml").read_text())["gpudoctor"]
     (tmp_path / "fakebin").mkdir()
+    policy = repository_policy(tmp_path)
     out = run_script("\n".join(job["script"]), tmp_path)
     report = json.loads((tmp_path / "gpudoctor-report.json").read_text())
+    assert report["policy"]["path"] == policy.name  # named with --config, not discovered
     assert out.returncode == report["exit_code"]
     assert job["artifacts"]["when"] == "always"
     xml = junitparser.JUnitXml.fromfile(str(tmp_path / job["artifacts"]["reports"]["junit"]))
@@ -164,6 +220,7 @@ def test_kubernetes_init_container_checks_the_gpus_training_gets(capsys: pytest.
     assert gpus == train["resources"]["limits"]["nvidia.com/gpu"]
     argv: list[str] = init["command"]
     assert argv[:2] == ["gpudoctor", "check"] and argv[argv.index("--expect-gpus") + 1] == str(gpus)
+    assert "--no-config" in argv  # no policy file found in the image decides
     assert run_cli(capsys, *argv[1:], "--snapshot", H100).exit_code == 0
     failing = run_cli(capsys, *argv[1:], "--snapshot", MIXED)
     assert failing.exit_code == 1 and "GD202" in failing.out  # 3 GPUs where 8 were asked for
