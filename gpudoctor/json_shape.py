@@ -8,6 +8,10 @@ keywords that schema uses for those blocks (type, required, properties, addition
 items, minimum, oneOf, $ref) and refuses any other, so a schema edit cannot slip past it. The
 tests hold it to jsonschema's verdicts.
 
+A reader is lenient where the schema is closed: `"additionalProperties": false` is not enforced,
+because a newer gpudoctor may add a field without bumping `schema_version` (CHANGELOG.md), and an
+older one must still compare what it knows of that report. Keys it knows are held to their shape.
+
 One rule beyond JSON Schema: a number must fit a double. JSON allows 1e400 or a 400-digit
 integer; Python reads them (as inf, or as an int no float holds), and arithmetic on them then
 fails or yields inf and NaN.
@@ -92,8 +96,6 @@ def problem(value: Any, schema: dict[str, Any], root: dict[str, Any], where: str
             inner = f"{where}.{key}" if where else str(key)
             if key in properties:
                 found = problem(item, properties[key], root, inner)
-            elif extra is False:
-                found = f"{at}: unexpected key '{key}'"
             elif isinstance(extra, dict):
                 found = problem(item, extra, root, inner)
             else:

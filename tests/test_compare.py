@@ -548,15 +548,18 @@ def compare_api(a: str, b: str) -> Any:
 
 
 def test_the_shape_check_agrees_with_jsonschema(capsys: pytest.CaptureFixture[str]) -> None:
-    """json_shape.problem() against the real jsonschema, on the report blocks it guards. Two
-    deliberate differences: an integer must be a JSON integer (jsonschema takes 3.0), and a
-    number must fit a double (jsonschema takes a 400-digit integer)."""
+    """json_shape.problem() against the real jsonschema, on the report blocks it guards. Three
+    deliberate differences: an integer must be a JSON integer (jsonschema takes 3.0), a number
+    must fit a double (jsonschema takes a 400-digit integer), and keys the schema does not know
+    are taken (a newer gpudoctor adds fields within one schema version)."""
     import jsonschema
 
     from gpudoctor.json_shape import problem
     from gpudoctor.render.json import report_schema
 
     schema = report_schema()
+    closed = json.dumps(schema).replace('"additionalProperties": false', '"additionalProperties": true')
+    schema = json.loads(closed)  # a reader takes the fields a newer gpudoctor adds (json_shape.py)
     checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool)
     )
@@ -634,3 +637,14 @@ def test_any_json_anywhere_in_a_baseline_is_refused_or_compared(
         json.dumps(report.to_json(), allow_nan=False)
 
     check()
+
+
+def test_a_report_from_a_newer_gpudoctor_with_more_measurements_is_still_compared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = _report_with_measurements(capsys)
+    doc["measurements"]["alltoall"] = {"backend": "nccl", "sizes": []}  # a field added within schema 1
+    doc["facts"]["gpus"][0]["c2c_links"] = 4
+    newer = save(tmp_path, "newer.json", doc)
+    r = diff_json(capsys, newer, newer)
+    assert r.exit_code == 0 and r.one("GD014")["status"] == "pass"
