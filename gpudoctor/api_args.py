@@ -59,7 +59,7 @@ def real(name: str, value: Any, low: float, high: float | None = None) -> float 
     if value is None:
         return None
     span = f"from {low:g} to {high:g}" if high is not None else f"of at least {low:g}"
-    if isinstance(value, bool) or not isinstance(value, int | float) and not hasattr(value, "__float__"):
+    if isinstance(value, bool) or not (isinstance(value, int | float) or hasattr(value, "__float__")):
         raise ArgumentTypeError(f"{name} must be a number {span}, got {_got(value)}")
     try:
         number = float(value)
