@@ -253,7 +253,7 @@ def nothing_checked(results: list[CheckResult], verb: str) -> None:
     that hold neither facts nor measurements): exit 2, naming each check and why it skipped."""
     if not results or any(f.status is not Status.SKIP for r in results for f in r.findings):
         return
-    reasons = [f"{r.name}: {r.findings[0].message}" if r.findings else r.name for r in results]
+    reasons = [f"{r.name}: {r.findings[0].message}" if r.findings else f"{r.name}: nothing to judge" for r in results]
     shown = "; ".join(reasons[:3]) + (f"; +{len(reasons) - 3} more" if len(reasons) > 3 else "")
     raise UserError(f"nothing was {verb}: every selected check skipped ({shown})", EXIT_USAGE, "usage")
 
