@@ -6,11 +6,13 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import jsonschema
 import psutil
 import pytest
 
+from gpudoctor.checks.active_common import Plan
 from gpudoctor.checks.ddp import ddp_sanity, failure_findings
 from gpudoctor.findings import Status
 from gpudoctor.launch import KILL_SEQUENCE_S, LaunchResult, RankOutcome
@@ -99,7 +101,7 @@ def test_a_rank_still_importing_at_the_deadline_is_named_as_importing_not_as_not
         RankOutcome(1, 1, None, state="hung", last_step="imported", phase="join"),
     ]
     result = LaunchResult("cpu", "gloo", 2, ranks, 6.5, "tcpstore:port0", timed_out="import", deadline_s=6)
-    (f,) = failure_findings(result)
+    (f,) = failure_findings(result, Plan("cpu", 2, []))
     assert (f.code, f.subject) == ("GD711", "rank:0")
     assert f.message == "rank 0 did not finish importing torch within the 6 s deadline (last phase: import)"
     assert f.evidence["others_stopped"] == [1] and f.evidence["timed_out"] == "import"
@@ -111,6 +113,22 @@ def test_an_exiting_rank_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     failed = [f for f in findings if f.code == "GD710"]
     assert [f.subject for f in failed] == ["rank:0"]
     assert "exited with status 17" in failed[0].message
+    # CPU ranks: no GPU to run alone; the hint points at the software setup instead.
+    assert "alone" not in failed[0].hint and "ran on the CPU (--device cpu)" in failed[0].hint
+
+
+def test_a_failed_gpu_rank_is_sent_to_run_its_gpu_alone_by_uuid() -> None:
+    ranks = [
+        RankOutcome(0, 0, 4, state="done", last_step="done", phase="done"),
+        RankOutcome(1, 1, 6, state="error", last_step="joined", phase="ddp", error="RuntimeError: CUDA error"),
+    ]
+    result = LaunchResult("cuda", "nccl", 2, ranks, 3.0, "tcpstore:port0")
+    on_gpus = Plan("cuda", 2, [4, 6], uuids=["GPU-aaaa", "GPU-bbbb"])
+    (f,) = failure_findings(result, on_gpus)
+    assert (f.code, f.subject) == ("GD710", "rank:1")
+    assert "`CUDA_VISIBLE_DEVICES=GPU-bbbb gpudoctor check --select ddp` with GPU 6 alone" in f.hint
+    (cpu,) = failure_findings(replace(result, device="cpu"), Plan("cpu", 2, []))
+    assert "CUDA_VISIBLE_DEVICES" not in cpu.hint and "not a GPU" in cpu.hint
 
 
 def test_a_busy_master_port_gives_its_finding(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -160,6 +160,26 @@ def describe(ranks: list[RankOutcome]) -> str:
     return ", ".join(r.label for r in ranks)
 
 
+def failure_hint(p: Plan, r: RankOutcome, rerun: str) -> str:
+    """What to do about a rank that failed or hung, worded for the device it ran on: on a GPU, run
+    `rerun` (a gpudoctor command line) with that GPU alone to see whether the failure follows it; on
+    CPU ranks there is no GPU to blame. Shared by the active (GD710) and the deep checks."""
+    slow = " If the machine is merely slow, a longer --timeout lets it finish." if r.state == "hung" else ""
+    if p.device != "cuda" or r.gpu is None:
+        return (
+            "Read the rank's error and log tail in the evidence. These ranks ran on the CPU (--device cpu), so "
+            "the cause is the software setup (the torch install, memory, /dev/shm, the rendezvous port, "
+            f"GPUDOCTOR_FAULT), not a GPU.{slow}"
+        )
+    uuids = p.uuids or []
+    where = p.gpus.index(r.gpu) if r.gpu in p.gpus else -1
+    select = f"CUDA_VISIBLE_DEVICES={uuids[where]}" if 0 <= where < len(uuids) else f"CUDA_VISIBLE_DEVICES={r.gpu}"
+    return (
+        f"Read the rank's error and log tail in the evidence; run `{select} {rerun}` with GPU {r.gpu} alone to "
+        f"see whether the failure follows the GPU.{slow}"
+    )
+
+
 def not_run_message(result: LaunchResult, what: str) -> str:
     """Why a task of the shared launch gave no result: "<what> did not start/complete: ..."."""
     if result.setup_error is not None:

@@ -5,7 +5,7 @@ Active: runs in the same ranks and process group as the all-reduce sweep (active
 
 from __future__ import annotations
 
-from gpudoctor.checks.active_common import describe, plan, rank_table, shared_launch, skip_finding
+from gpudoctor.checks.active_common import Plan, describe, failure_hint, plan, rank_table, shared_launch, skip_finding
 from gpudoctor.findings import Finding, Status
 from gpudoctor.launch import LaunchResult, RankOutcome
 from gpudoctor.registry import CheckContext, Code, check
@@ -85,8 +85,10 @@ RANK_FAILED = Code(
     "and the phase it was in.",
     why="One failing rank blocks all others in the next collective; the first failure is the one "
     "to fix, the others' errors are its consequences.",
-    fix="Read the rank's error and log tail in the evidence; run that GPU alone "
-    "(`CUDA_VISIBLE_DEVICES=<gpu> gpudoctor check`) to see whether the GPU or the setup is at fault.",
+    fix="Read the rank's error and log tail in the evidence. On GPU ranks, run that GPU alone "
+    "(`CUDA_VISIBLE_DEVICES=<its UUID> gpudoctor check --select ddp`) to see whether the failure follows the "
+    "GPU; on CPU ranks (--device cpu) the cause is the software setup (the torch install, memory, /dev/shm, "
+    "the rendezvous port), not a GPU.",
 )
 RANK_TIMEOUT = Code(
     "GD711",
@@ -168,6 +170,8 @@ CODES = [
     OOM,
 ]
 
+# The command a failed rank's hint suggests re-running with its GPU alone.
+RERUN = "gpudoctor check --select ddp"
 # known_errors kind -> the code that explains it
 KIND_CODE = {"port_in_use": PORT_IN_USE, "fabric_manager": FABRIC, "shm": SHM, "devices_busy": BUSY, "oom": OOM}
 
@@ -176,8 +180,9 @@ def rank_subject(r: RankOutcome) -> str:
     return f"rank:{r.rank}"
 
 
-def failure_findings(result: LaunchResult) -> list[Finding]:
-    """The findings that explain why ranks did not finish: the cause first, named by rank and GPU."""
+def failure_findings(result: LaunchResult, p: Plan) -> list[Finding]:
+    """The findings that explain why ranks did not finish: the cause first, named by rank and GPU.
+    `p` says where the ranks ran, so a hint never sends a CPU rank's failure to a GPU."""
     if result.setup_error is not None:
         err = result.setup_error
         code = KIND_CODE.get(err["kind"], RANK_FAILED)
@@ -209,7 +214,7 @@ def failure_findings(result: LaunchResult) -> list[Finding]:
                     Status.FAIL,
                     rank_subject(r),
                     f"{r.label} {what} within the {result.deadline_s:g} s deadline (last phase: {r.phase})",
-                    RANK_TIMEOUT.fix,
+                    RANK_TIMEOUT.fix if p.device == "cuda" else failure_hint(p, r, RERUN),
                     evidence,
                 )
             )
@@ -220,7 +225,7 @@ def failure_findings(result: LaunchResult) -> list[Finding]:
                     Status.FAIL,
                     rank_subject(r),
                     f"{r.label} failed: {r.error}",
-                    RANK_FAILED.fix,
+                    failure_hint(p, r, RERUN),
                     evidence,
                 )
             )
@@ -240,7 +245,7 @@ def ddp_sanity(ctx: CheckContext) -> tuple[list[Finding], dict]:
         if result.ranks
         else {}
     )
-    findings = failure_findings(result)
+    findings = failure_findings(result, p)
     joined = [r for r in result.ranks if r.join_s is not None]
     if result.ranks:
         status = Status.PASS if len(joined) == len(result.ranks) else Status.FAIL

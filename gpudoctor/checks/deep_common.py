@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor import clock_reasons
-from gpudoctor.checks.active_common import Plan, plan, skip_finding, world_size
+from gpudoctor.checks.active_common import Plan, failure_hint, plan, skip_finding, world_size
 from gpudoctor.checks.link_probes import p2p_pairs
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.launch import LaunchResult, RankOutcome, Task, launch
@@ -351,25 +351,6 @@ def _describe(ranks: Sequence[RankOutcome]) -> str:
     return ", ".join(r.label for r in ranks)
 
 
-def failure_hint(run: DeepRun, r: RankOutcome, check_name: str) -> str:
-    """What to do about a rank that failed or hung, worded for the device it ran on: on a GPU, run
-    that GPU alone to see whether the failure follows it; on CPU ranks there is no GPU to blame."""
-    slow = " If the machine is merely slow, a longer --timeout lets it finish." if r.state == "hung" else ""
-    if run.plan.device != "cuda" or r.gpu is None:
-        return (
-            "Read the rank's error and log tail in the evidence. These ranks ran on the CPU (--device cpu), so "
-            "the cause is the software setup (the torch install, memory, /dev/shm, the rendezvous port, "
-            f"GPUDOCTOR_FAULT), not a GPU.{slow}"
-        )
-    uuids = run.plan.uuids or []
-    where = run.plan.gpus.index(r.gpu) if r.gpu in run.plan.gpus else -1
-    select = f"CUDA_VISIBLE_DEVICES={uuids[where]}" if 0 <= where < len(uuids) else f"CUDA_VISIBLE_DEVICES={r.gpu}"
-    return (
-        f"Read the rank's error and log tail in the evidence; run `{select} gpudoctor check --level 3 --select "
-        f"{check_name}` with GPU {r.gpu} alone to see whether the failure follows the GPU.{slow}"
-    )
-
-
 def _rank_failure(
     code: Code, what: str, r: RankOutcome, run: DeepRun, victims: Sequence[RankOutcome], check_name: str
 ) -> Finding:
@@ -387,4 +368,5 @@ def _rank_failure(
         how = f"failed in phase {r.phase}: {r.error[:300]}"
     row = {"rank": r.rank, "gpu": r.gpu}
     message = f"{what} did not finish: {r.label} {how}"
-    return Finding(code.code, Status.FAIL, subject(row), message, failure_hint(run, r, check_name), evidence)
+    hint = failure_hint(run.plan, r, f"gpudoctor check --level 3 --select {check_name}")
+    return Finding(code.code, Status.FAIL, subject(row), message, hint, evidence)
