@@ -352,7 +352,8 @@ def test_an_older_driver_without_the_newer_calls_records_unsupported(tmp_path: P
 def test_gsp_firmware_off_is_unsupported_not_an_empty_version(tmp_path: Path) -> None:
     source = dataclasses.replace(h100_nvswitch_8x(), gpus=[health_gpu(h100_nvswitch_8x().gpu(0), gsp_firmware="N/A")])
     gpu = probe(dataclasses.replace(source, pairs=[]), tmp_path)[0].gpu(0)
-    assert isinstance(gpu.gsp_firmware, Missing)
+    # nvml.h: NOT_SUPPORTED "if GSP firmware is not enabled"; nvidia-smi prints N/A. A fact, not unknown.
+    assert isinstance(gpu.gsp_firmware, Missing) and gpu.gsp_firmware.reason == "unsupported"
 
 
 def test_a_gpu_without_a_handle_is_named_by_the_kernel_drivers_bus_id(tmp_path: Path) -> None:

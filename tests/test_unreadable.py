@@ -158,3 +158,70 @@ def test_the_healthy_box_says_nothing_is_unreadable(capsys, tmp_path: Path) -> N
     path = write_variant(tmp_path, load("h100_sxm_8x"))
     r = run_cli(capsys, "check", "--snapshot", path, "--json")
     assert not [f for f in r.findings() if "unreadable" in f["message"]]
+
+
+# ------------------------------------------------------------------------------ health counters
+
+HEALTH_CHECKS = ("memory_errors", "clocks", "recovery_action", "link_errors")
+# (code, what its warning names) for each health check.
+HEALTH_WARNINGS = {
+    "GD801": "volatile ECC errors",
+    "GD815": "clock event reasons",
+    "GD828": "GPU recovery action",
+    "GD831": "PCIe replay counter",
+}
+NO_ECC = (
+    "ecc_uncorrected_volatile",
+    "ecc_uncorrected_aggregate",
+    "retired_pages_pending",
+    "remapped_rows",
+    "sram_ecc",
+    "remap_histogram",
+)
+
+
+@pytest.mark.parametrize("reason", UNKNOWN_REASONS)
+def test_health_checks_never_pass_on_counters_they_could_not_read(reason: str) -> None:
+    found = findings(every_unread(reason), *HEALTH_CHECKS)
+    assert not [f for f in found if f.status is Status.PASS], [f.message for f in found if f.status is Status.PASS]
+    for code, what in HEALTH_WARNINGS.items():
+        (warning,) = of(found, code)
+        assert warning.status is Status.WARN and what in warning.message
+        assert "unreadable on GPU 0, 1, 2, 3, 4, 5, 6, 7" in warning.message and warning.hint
+
+
+@pytest.mark.parametrize("reason", UNKNOWN_REASONS)
+def test_a_health_pass_names_only_the_gpus_that_were_read(reason: str) -> None:
+    found = findings(one_unread(reason), *HEALTH_CHECKS)
+    for code in ("GD801", "GD815", "GD828"):
+        warn, ok = of(found, code)
+        assert (warn.status, warn.subject) == (Status.WARN, "gpu:3") and "unreadable on GPU 3" in warn.message
+        assert ok.status is Status.PASS and "GPU 0, 1, 2, 4, 5, 6, 7" in ok.message and "3" not in ok.evidence["gpus"]
+    if reason == "no_permission":
+        assert "/dev/nvidia" in of(found, "GD801")[0].hint, "the hint fits the reason"
+
+
+def test_a_card_without_ecc_is_not_supported_not_unreadable() -> None:
+    s = load("h100_sxm_8x")
+    s = dataclasses.replace(
+        s, gpus=[dataclasses.replace(g, **dict.fromkeys(NO_ECC, Missing("unsupported"))) for g in s.gpus]
+    )
+    (gd801,) = of(findings(s, "memory_errors"), "GD801")
+    assert gd801.status is Status.SKIP and "not supported on GPU 0, 1, 2, 3, 4, 5, 6, 7" in gd801.message
+    assert "unreadable" not in gd801.message
+
+
+@pytest.mark.parametrize("reason", UNKNOWN_REASONS)
+def test_a_gpu_that_answers_nothing_fails_the_run(capsys, tmp_path: Path, reason: str) -> None:  # type: ignore[no-untyped-def]
+    # Eleven 'unreadable' warnings used to leave such a machine READY: nothing about GPU 3 was checked.
+    r = run_cli(capsys, "check", "--snapshot", write_variant(tmp_path, one_unread(reason)), "--json")
+    assert r.exit_code == 1 and r.doc["summary"]["fail"] >= 1
+    (lost,) = [f for f in r.findings("GD827") if f["status"] == "fail"]
+    assert lost["subject"] == "gpu:3" and "answers no NVML query" in lost["message"]
+
+
+def test_an_xid_on_an_address_nvml_could_not_give_may_be_that_gpu() -> None:
+    # GPU 2 logged XID 79; had NVML not given GPU 2's PCI address, the XID still blocks the run.
+    s = with_gpu(load("faults/xid_hardware"), 2, pci_bus_id="")
+    (gd810,) = of(findings(s, "xid"), "GD810")
+    assert gd810.status is Status.FAIL and "maybe GPU 2, whose PCI address NVML could not give" in gd810.message

@@ -5,11 +5,13 @@ own, registered from here."""
 from __future__ import annotations
 
 from collections import defaultdict
+from operator import attrgetter
 from typing import Any
 
 from gpudoctor import clock_reasons, xid
 from gpudoctor.checks.lost_gpus import readable
 from gpudoctor.checks.targets import gpu_list, target_gpus
+from gpudoctor.checks.unread import Reading, coverage, not_supported_finding, unreadable_findings
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, known
@@ -325,15 +327,34 @@ def _gpu_memory_errors(gpu: Gpu) -> list[Finding]:
     return out
 
 
+# What memory_errors reads on each GPU. NOT_SUPPORTED is a fact for every one of them: GeForce and
+# workstation cards without ECC report no ECC counters, page retirement is for Volta and older
+# datacentre GPUs, row remapping for Ampere and later ones, the SRAM split and the bank histogram
+# need newer drivers (tests/reference/nvidia_smi_q_h100.md: a 535 driver on A100).
+MEMORY_READINGS = (
+    Reading(ECC_VOLATILE.code, "volatile ECC errors", attrgetter("ecc_uncorrected_volatile")),
+    Reading(ECC_AGGREGATE.code, "lifetime ECC errors", attrgetter("ecc_uncorrected_aggregate")),
+    Reading(RETIRED_PENDING.code, "retired pages", attrgetter("retired_pages_pending")),
+    Reading(REMAP_PENDING.code, "row remapping", attrgetter("remapped_rows")),
+    Reading(SRAM_THRESHOLD.code, "SRAM errors", attrgetter("sram_ecc")),
+    Reading(REMAP_EXHAUSTED.code, "remap bank histogram", attrgetter("remap_histogram")),
+)
+
+
 @check("memory_errors", "GPU memory errors (ECC, retired pages, row remapping)", codes=CODES, needs="visible")
 def memory_errors(ctx: CheckContext) -> list[Finding]:
     gpus = readable(target_gpus(ctx))
+    unknown = unreadable_findings(gpus, MEMORY_READINGS)
     findings = [f for g in gpus for f in _gpu_memory_errors(g)]
     if findings:
-        return findings
-    read = [g.index for g in gpus if known(g.ecc_uncorrected_volatile) or known(g.remapped_rows)]
-    if not read:
-        return []
+        return unknown + findings
+    cov = coverage(gpus, MEMORY_READINGS)
+    if not cov.judged:
+        if not cov.not_supported:
+            return unknown
+        what = "memory error counters (ECC, retired pages, row remapping)"
+        why = "GPUs without ECC memory, such as GeForce cards, have none"
+        return [*unknown, not_supported_finding(ECC_VOLATILE.code, what, cov.not_supported, why)]
     sram = [g.index for g in gpus if known(g.sram_ecc)]
     banks = [g.index for g in gpus if known(g.remap_histogram)]
     also = "".join(
@@ -342,16 +363,15 @@ def memory_errors(ctx: CheckContext) -> list[Finding]:
             f"; every DRAM bank has spare rows on GPU {gpu_list(banks)}" if banks else "",
         )
     )
-    return [
-        Finding(
-            ECC_VOLATILE.code,
-            Status.PASS,
-            "host",
-            f"no memory errors on GPU {gpu_list(read)}{also}",
-            "",
-            {"gpus": read, "sram_checked": sram, "remap_banks_checked": banks},
-        )
-    ]
+    evidence = {
+        "gpus": cov.read,
+        "partly_read": cov.partly,
+        "not_supported": cov.not_supported,
+        "sram_checked": sram,
+        "remap_banks_checked": banks,
+    }
+    message = cov.passed("no memory errors") + also + cov.not_supported_note()
+    return [*unknown, Finding(ECC_VOLATILE.code, Status.PASS, "host", message, "", evidence)]
 
 
 _SINCE_BOOT = "the kernel log covers the time since boot: an event before the last GPU reset may already be cleared"
@@ -381,6 +401,11 @@ def recovery_hint(action: str, gpu: int) -> str:
     return RECOVERY_HINTS.get(action, "look the action up in nvml.h (nvmlDeviceGpuRecoveryAction_t)").format(gpu=gpu)
 
 
+# NOT_SUPPORTED is a fact: a driver before R570 has no recovery action (nvidia-smi -q prints the older
+# reset-status pair instead: tests/reference/nvidia_smi_q_h100.md).
+RECOVERY_READING = Reading(RECOVERY_ACTION.code, "GPU recovery action", attrgetter("recovery_action"))
+
+
 @check("recovery_action", "The driver asks for no recovery action", codes=[RECOVERY_ACTION], needs="gpus")
 def recovery_action(ctx: CheckContext) -> list[Finding]:
     used = {g.index for g in target_gpus(ctx)}
@@ -404,12 +429,15 @@ def recovery_action(ctx: CheckContext) -> list[Finding]:
                 {"recovery_action": action, "expected": "none"},
             )
         )
-    none = [g.index for g in gpus if g.recovery_action == "none"]
-    if not out and none:
-        out.append(
-            Finding(RECOVERY_ACTION.code, Status.PASS, "host", f"no recovery action pending on GPU {gpu_list(none)}")
-        )
-    return out
+    unknown = unreadable_findings(gpus, [RECOVERY_READING])
+    cov = coverage(gpus, [RECOVERY_READING])
+    if not out and cov.read:
+        message = cov.passed("no recovery action pending") + cov.not_supported_note()
+        out.append(Finding(RECOVERY_ACTION.code, Status.PASS, "host", message, "", {"gpus": cov.read}))
+    elif not out and cov.not_supported:
+        why = "drivers before R570 do not report it"
+        out.append(not_supported_finding(RECOVERY_ACTION.code, "GPU recovery action", cov.not_supported, why))
+    return unknown + out
 
 
 def _code_for(kind: str) -> Code:
@@ -488,6 +516,8 @@ def xid_errors(ctx: CheckContext) -> list[Finding]:
         ]
     by_bus = {normalize_bus_id(g.pci_bus_id): g for g in ctx.snapshot.gpus if g.pci_bus_id}
     targets = {g.index for g in target_gpus(ctx)}
+    # A GPU the run uses whose PCI address NVML could not give may be the one an unmatched XID names.
+    unplaced = sorted(g.index for g in target_gpus(ctx) if not g.pci_bus_id)
     # (subject, kind) -> events, so each GPU gets one finding per kind of XID.
     grouped: dict[tuple[str, str], list[Any]] = defaultdict(list)
     gpu_of: dict[str, Gpu | None] = {}
@@ -506,10 +536,15 @@ def xid_errors(ctx: CheckContext) -> list[Finding]:
         else:
             status, hint = _KIND_STATUS[kind], _xid_hint(kind, xids, gpu)
             kinds = ", ".join(describe(x) for x in xids)
-        used = gpu is not None and gpu.index in targets
+        used = gpu.index in targets if gpu is not None else bool(unplaced)
         if not used and status is Status.FAIL:
             status = Status.WARN  # a sick GPU the run does not use: worth knowing, not blocking
-        where = f"GPU {gpu.index} ({gpu.pci_bus_id})" if gpu else f"PCI {evs[0].pci_bus_id} (not a GPU NVML lists)"
+        if gpu is not None:
+            where = f"GPU {gpu.index} ({gpu.pci_bus_id})"
+        elif unplaced:
+            where = f"PCI {evs[0].pci_bus_id} (maybe GPU {gpu_list(unplaced)}, whose PCI address NVML could not give)"
+        else:
+            where = f"PCI {evs[0].pci_bus_id} (not a GPU NVML lists)"
         note = "" if used or gpu is None else " (a GPU this run does not use)"
         if hint:
             hint = f"{hint} Note: {_SINCE_BOOT}."
@@ -567,17 +602,23 @@ def _throttle_finding(gpu: Gpu) -> Finding | None:
     )
 
 
+# Clock event reasons: nvml.h documents them for every fully supported GPU. NOT_SUPPORTED from both
+# the new and the old call name (probe/gpus.py tries both) is read as this GPU/driver not reporting
+# them: a skip, not a warning.
+CLOCK_READING = Reading(THROTTLED.code, "clock event reasons", attrgetter("clock_event_reasons"))
+
+
 @check("clocks", "GPU clocks not throttled", codes=[THROTTLED], needs="visible")
 def clocks(ctx: CheckContext) -> list[Finding]:
     gpus = target_gpus(ctx)
+    unknown = unreadable_findings(gpus, [CLOCK_READING])
     findings = [f for f in (_throttle_finding(g) for g in gpus) if f is not None]
     if findings:
-        return findings
-    readable = [g.index for g in gpus if known(g.clock_event_reasons)]
-    if not readable:
-        return []
-    return [
-        Finding(
-            THROTTLED.code, Status.PASS, "host", f"no throttling on GPU {gpu_list(readable)}", "", {"gpus": readable}
-        )
-    ]
+        return unknown + findings
+    cov = coverage(gpus, [CLOCK_READING])
+    if cov.read:
+        message = cov.passed("no throttling") + cov.not_supported_note()
+        return [*unknown, Finding(THROTTLED.code, Status.PASS, "host", message, "", {"gpus": cov.read})]
+    if cov.not_supported:
+        return [*unknown, not_supported_finding(THROTTLED.code, "clock event reasons", cov.not_supported)]
+    return unknown

@@ -28,9 +28,10 @@ from typing import Any
 
 from gpudoctor.checks.lost_gpus import readable
 from gpudoctor.checks.targets import gpu_list, listed, target_gpus
+from gpudoctor.checks.unread import Reading, coverage, not_supported_finding, unread, unreadable_findings
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.registry import CheckContext, Code, check
-from gpudoctor.snapshot import Gpu, NvLink, NvLinkErrors, known
+from gpudoctor.snapshot import NOT_COLLECTED, Gpu, Missing, NvLink, NvLinkErrors, known
 
 NVLINK_ERRORS = Code(
     "GD831",
@@ -99,14 +100,13 @@ def _link_verdict(link: NvLink, window: float | None) -> tuple[Status, str, dict
     return None
 
 
-def _nvlink_finding(gpu: Gpu) -> tuple[Finding | None, int]:
-    """The GPU's finding (None when clean) and how many links it could judge."""
+def _nvlink_finding(gpu: Gpu) -> Finding | None:
+    """The GPU's finding; None when its links are clean (or could not be read: the warning says so)."""
     links = [link for link in gpu.nvlinks if link.active] if isinstance(gpu.nvlinks, list) else []
     window = gpu.error_window_s if known(gpu.error_window_s) else None
     verdicts = [v for v in (_link_verdict(link, window) for link in links) if v is not None]
-    judged = sum(1 for link in links if known(link.errors))
     if not verdicts:
-        return None, judged
+        return None
     status = Status.FAIL if any(v[0] is Status.FAIL for v in verdicts) else Status.WARN
     shown = listed([v[1] for v in verdicts], limit=3, sep="; ")
     hint = (
@@ -115,7 +115,7 @@ def _nvlink_finding(gpu: Gpu) -> tuple[Finding | None, int]:
     )
     evidence = {"links": [v[2] for v in verdicts], "window_s": window}
     message = f"NVLink errors on GPU {gpu.index}: {shown}"
-    return Finding(NVLINK_ERRORS.code, status, gpu_subject(gpu.index), message, hint, evidence), judged
+    return Finding(NVLINK_ERRORS.code, status, gpu_subject(gpu.index), message, hint, evidence)
 
 
 def pcie_allowance(gen: int, width: int, window_s: float) -> int:
@@ -128,10 +128,9 @@ def _pcie_finding(gpu: Gpu) -> Finding | None:
     first, later, window = gpu.pcie_replays, gpu.pcie_replays_later, gpu.error_window_s
     if not (known(first) and known(later) and known(window)) or later <= first:
         return None
-    gen = gpu.pcie_gen_current if known(gpu.pcie_gen_current) else gpu.pcie_gen_max
-    width = gpu.pcie_width_current if known(gpu.pcie_width_current) else gpu.pcie_width_max
+    gen, width = _pcie_gen_width(gpu)
     if not (known(gen) and known(width)):
-        return None
+        return None  # PCIE_READINGS names the link as unreadable
     rise = later - first
     allowed = pcie_allowance(gen, width, window)
     if rise <= allowed:
@@ -151,24 +150,82 @@ def _pcie_finding(gpu: Gpu) -> Finding | None:
     return Finding(PCIE_REPLAYS.code, Status.WARN, gpu_subject(gpu.index), message, hint, evidence)
 
 
+def _nvlink_counters(gpu: Gpu) -> Any:
+    """The GPU's NVLink error counters as one reading: its active links when every counter was read
+    (both times), else the first failure, naming the links it hit. A GPU without NVLink has nothing
+    to read ([]); NOT_SUPPORTED counters on NVLinks are a fact (Blackwell and later)."""
+    links = gpu.nvlinks
+    if not isinstance(links, list):
+        return [] if links.reason == "unsupported" else links  # NOT_SUPPORTED: no NVLink at all
+    active = [link for link in links if link.active]
+    failed: dict[int, Missing] = {}
+    for link in active:
+        for reading in (link.errors, link.errors_later):
+            counters = [getattr(reading, c) for c in COUNTERS] if isinstance(reading, NvLinkErrors) else [reading]
+            first = next((m for c in counters if (m := unread(c)) is not None), None)
+            if first is not None:
+                failed.setdefault(link.link, first)
+    if failed:
+        reason = next(iter(failed.values()))
+        where = ", ".join(str(n) for n, m in failed.items() if m.reason == reason.reason)
+        return Missing(reason.reason, f"link {where}: {reason.detail}".rstrip(": "))
+    firsts = [link.errors for link in active]
+    if firsts and all(isinstance(m, Missing) for m in firsts):
+        return firsts[0]  # NOT_SUPPORTED (a fact) or never collected (an old recording)
+    return active
+
+
+def _pcie_counter(gpu: Gpu) -> Any:
+    """The PCIe replay counter as one reading: both readings, or the first that failed."""
+    first, later = gpu.pcie_replays, gpu.pcie_replays_later
+    missing = [v for v in (first, later) if isinstance(v, Missing)]
+    return next((m for m in missing if unread(m) is not None), missing[0] if missing else later)
+
+
+def _pcie_link_if_rose(gpu: Gpu) -> Any:
+    """The link generation and width, needed only to judge a counter that rose: DCGM's allowance
+    depends on them. Every GPU has a PCIe link, so NOT_SUPPORTED here is a missing reading too."""
+    first, later = gpu.pcie_replays, gpu.pcie_replays_later
+    if not (known(first) and known(later)) or later <= first:
+        return NOT_COLLECTED  # not needed: neither a value nor a failure
+    gen, width = _pcie_gen_width(gpu)
+    return gen if not known(gen) else width
+
+
+def _pcie_gen_width(gpu: Gpu) -> tuple[Any, Any]:
+    gen = gpu.pcie_gen_current if known(gpu.pcie_gen_current) else gpu.pcie_gen_max
+    width = gpu.pcie_width_current if known(gpu.pcie_width_current) else gpu.pcie_width_max
+    return gen, width
+
+
+NVLINK_READINGS = (Reading(NVLINK_ERRORS.code, "NVLink error counters", _nvlink_counters),)
+PCIE_READINGS = (
+    Reading(PCIE_REPLAYS.code, "PCIe replay counter", _pcie_counter),
+    Reading(PCIE_REPLAYS.code, "PCIe link (to judge its replays)", _pcie_link_if_rose, True),
+)
+
+
 @check("link_errors", "NVLink and PCIe link errors", codes=CODES, needs="visible")
 def link_errors(ctx: CheckContext) -> list[Finding]:
     gpus = readable(target_gpus(ctx))
-    out: list[Finding] = []
-    judged_links = 0
-    for gpu in gpus:
-        finding, judged = _nvlink_finding(gpu)
-        judged_links += judged
-        if finding:
-            out.append(finding)
-    if judged_links and not any(f.code == NVLINK_ERRORS.code for f in out):
-        counted = [g.index for g in gpus if isinstance(g.nvlinks, list) and any(known(x.errors) for x in g.nvlinks)]
-        msg = f"no NVLink errors on {judged_links} active link(s) of GPU {gpu_list(counted)}"
-        out.append(Finding(NVLINK_ERRORS.code, Status.PASS, "host", msg, "", {"links": judged_links}))
+    out = unreadable_findings(gpus, NVLINK_READINGS + PCIE_READINGS)
+    nvlink = [f for f in (_nvlink_finding(g) for g in gpus) if f is not None]
+    out.extend(nvlink)
+    cov = coverage(gpus, NVLINK_READINGS)
+    counted = [g for g in gpus if g.index in cov.read and _nvlink_counters(g)]
+    if counted and not nvlink:
+        links = sum(len(_nvlink_counters(g)) for g in counted)
+        msg = f"no NVLink errors on {links} active link(s) of GPU {gpu_list([g.index for g in counted])}"
+        out.append(Finding(NVLINK_ERRORS.code, Status.PASS, "host", msg, "", {"links": links}))
+    elif cov.not_supported and not nvlink:
+        why = "NVML documents the per-link counters as unsupported from Blackwell on"
+        out.append(not_supported_finding(NVLINK_ERRORS.code, "NVLink error counters", cov.not_supported, why))
     pcie = [f for f in (_pcie_finding(g) for g in gpus) if f]
     out.extend(pcie)
-    read_twice = [g.index for g in gpus if known(g.pcie_replays) and known(g.pcie_replays_later)]
-    if read_twice and not pcie:
-        msg = f"PCIe replay counters steady on GPU {gpu_list(read_twice)}"
-        out.append(Finding(PCIE_REPLAYS.code, Status.PASS, "host", msg, "", {"gpus": read_twice}))
+    steady = coverage(gpus, PCIE_READINGS)
+    if steady.read and not pcie:
+        msg = f"PCIe replay counters steady on GPU {gpu_list(steady.read)}" + steady.not_supported_note()
+        out.append(Finding(PCIE_REPLAYS.code, Status.PASS, "host", msg, "", {"gpus": steady.read}))
+    elif steady.not_supported and not pcie:
+        out.append(not_supported_finding(PCIE_REPLAYS.code, "PCIe replay counter", steady.not_supported))
     return out

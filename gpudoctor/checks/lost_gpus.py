@@ -6,13 +6,21 @@ and compares only the GPUs that answer, and this is the one place that reports i
 the run would use the GPU had it answered (CUDA_VISIBLE_DEVICES selects it, or is unset) and warns
 otherwise, and cites XID 79 ("GPU has fallen off the bus") where the kernel log has one for the
 same PCI address.
+
+A GPU that gives a handle but no reading at all (every NVML query after it answers an error, no
+permission or not supported: `unread.silent`) does not answer the driver either: nothing about it
+can be checked, so GD827 fails it too (warns for a GPU the run does not use) instead of leaving the
+run READY on a pile of "unreadable" warnings. Such a GPU stays in the run's view (CUDA may still
+enumerate it), so the per-field warnings of the other checks say what each could not read.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from gpudoctor.checks.targets import gpu_list
+from gpudoctor.checks.unread import REASON_TEXT, reason_hint, silent
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Gpu, Snapshot, known
@@ -24,7 +32,8 @@ GPU_LOST = Code(
     "gpu-lost",
     "Every GPU answers the driver",
     what="Looks for GPUs NVML reports as lost (GPU_IS_LOST: fallen off the bus, before or during the "
-    "probe) or gives no handle for at all, and names each by index, PCI address and UUID as far as "
+    "probe) or gives no handle for at all, and GPUs that give a handle but answer no query after it "
+    "(every reading an error or refused), and names each by index, PCI address and UUID as far as "
     "they are known, with the XID 79 events the kernel logged for the same address.",
     why="A GPU that fell off the bus cannot run anything: CUDA fails on it (and often on every GPU of the "
     "node until a reboot), NCCL hangs, and the rank that owns it dies. Its facts are unreadable, so "
@@ -81,13 +90,42 @@ def _finding(snapshot: Snapshot, gpu: Gpu, used: bool) -> Finding:
     return Finding(GPU_LOST.code, Status.FAIL if used else Status.WARN, gpu_subject(gpu.index), message, hint, evidence)
 
 
+def _silent_findings(quiet: list[tuple[Gpu, Counter[str]]], visible: set[int]) -> list[Finding]:
+    """One finding per group of silent GPUs that failed for the same reasons and are (not) used."""
+    groups: dict[tuple[tuple[str, ...], bool], list[tuple[Gpu, Counter[str]]]] = {}
+    for gpu, reasons in quiet:
+        groups.setdefault((tuple(sorted(reasons)), gpu.index in visible), []).append((gpu, reasons))
+    out = []
+    for (reasons, used), members in groups.items():
+        indices = [g.index for g, _ in members]
+        who = _where(members[0][0]) if len(members) == 1 else f"GPU {gpu_list(indices)}"
+        why = ", ".join(REASON_TEXT.get(r, r) for r in reasons)
+        note = "" if used else f" ({'a GPU' if len(members) == 1 else 'GPUs'} this run does not use)"
+        verb = "answers" if len(members) == 1 else "answer"
+        message = f"{who} {verb} no NVML query: every reading failed ({why}){note}"
+        evidence = {
+            "gpus": indices,
+            "pci_bus_ids": [g.pci_bus_id or None for g, _ in members],
+            "uuids": [g.uuid or None for g, _ in members],
+            "failed_readings": {str(g.index): dict(r) for g, r in members},
+            "used_by_run": used,
+        }
+        subject = gpu_subject(indices[0]) if len(indices) == 1 else "host"
+        hint = reason_hint(set(reasons), indices[0], len(indices) > 1)
+        out.append(Finding(GPU_LOST.code, Status.FAIL if used else Status.WARN, subject, message, hint, evidence))
+    return out
+
+
 @check("lost_gpus", "Every GPU answers the driver", codes=CODES, needs="gpus")
 def lost_gpus(ctx: CheckContext) -> list[Finding]:
     snapshot = ctx.snapshot
     used = set(ctx.visible.lost_wanted)  # CUDA never sees them: would the run have used them?
-    bad = [g for g in snapshot.gpus if unreadable(g)]
+    bad = [_finding(snapshot, g, g.index in used) for g in snapshot.gpus if unreadable(g)]
+    visible = set(ctx.visible.nvml_indices)
+    quiet = [(g, r) for g in snapshot.gpus if not unreadable(g) and (r := silent(g)) is not None]
+    bad += _silent_findings(quiet, visible)
     if bad:
-        return [_finding(snapshot, g, g.index in used) for g in bad]
+        return bad
     indices = [g.index for g in snapshot.gpus]
     message = f"all {len(indices)} GPU(s) answer NVML (GPU {gpu_list(indices)})"
     return [Finding(GPU_LOST.code, Status.PASS, "host", message, "", {"gpus": indices})]

@@ -12,16 +12,24 @@ different things (gpudoctor/probe/nvml.py maps NVML's return codes to them):
   unknown.
 
 A check that cannot read what it judges says so with `unreadable_finding` (a warning naming the
-field, the GPUs and why), and never passes on a guess. Not a check module (not in CHECK_MODULES).
+field, the GPUs and why), and never passes on a guess. A check that reads several fields per GPU
+lists them as `Reading`s: `unreadable_findings` gives its warnings, `coverage` the GPUs its pass
+may name, and `not_supported_finding` the skip for GPUs that report none of them (a GeForce card
+has no ECC counters: a fact, not a failure). `silent` tells a GPU that answered no reading at all
+(GD827). Not a check module (not in CHECK_MODULES).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.checks.targets import gpu_list
 from gpudoctor.findings import Finding, Status, gpu_subject
-from gpudoctor.snapshot import Missing
+from gpudoctor.snapshot import Gpu, Missing, known
 
 # How each reason reads in a message.
 REASON_TEXT = {
@@ -42,7 +50,8 @@ def unread(value: Any, *, always_there: bool = False) -> Missing | None:
     return value
 
 
-def _hint(reasons: set[str], first: int, many: bool) -> str:
+def reason_hint(reasons: set[str], first: int, many: bool) -> str:
+    """What to do about readings that failed for `reasons` on GPU `first` (and others when `many`)."""
     if "no_permission" in reasons:
         return (
             "Run gpudoctor with access to /dev/nvidia* (as root, or in a container with the devices passed "
@@ -78,4 +87,96 @@ def unreadable_finding(code: str, what: str, where: dict[int, Missing], judged: 
         "unreadable": {str(i): f"{m.reason}: {m.detail}" if m.detail else m.reason for i, m in sorted(where.items())},
     }
     message = f"{what} unreadable on {parts}: {judged}"
-    return Finding(code, Status.WARN, subject, message, _hint(set(by_reason), indices[0], len(indices) > 1), evidence)
+    hint = reason_hint(set(by_reason), indices[0], len(indices) > 1)
+    return Finding(code, Status.WARN, subject, message, hint, evidence)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One thing a check reads on every GPU: the code that judges it, its name in a message, and
+    how to get it from a Gpu (a value, or the Missing that says why there is none)."""
+
+    code: str
+    label: str
+    get: Callable[[Gpu], Any]
+    always_there: bool = False
+
+    def unread(self, gpu: Gpu) -> Missing | None:
+        return unread(self.get(gpu), always_there=self.always_there)
+
+
+def unreadable_findings(gpus: Sequence[Gpu], readings: Sequence[Reading], judged: str = "not checked") -> list[Finding]:
+    """The warnings for the readings that failed: readings that failed on the same GPUs for the same
+    reasons share one (a GPU that answers none of them is one warning, not six), under the code of
+    the first of them."""
+    groups: dict[tuple[tuple[int, str], ...], tuple[str, list[str], dict[int, Missing]]] = {}
+    for reading in readings:
+        where = {g.index: m for g in gpus if (m := reading.unread(g)) is not None}
+        if where:
+            key = tuple((i, m.reason) for i, m in sorted(where.items()))
+            groups.setdefault(key, (reading.code, [], where))[1].append(reading.label)
+    return [unreadable_finding(code, ", ".join(labels), where, judged) for code, labels, where in groups.values()]
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Which GPUs a check could judge, by what their readings gave (NVML indices)."""
+
+    read: list[int]  # every reading a value, or a fact (NOT_SUPPORTED for an optional feature)
+    partly: list[int]  # some readings a value, others failed
+    unread: list[int]  # no value, and some readings failed
+    not_supported: list[int]  # no value, none failed: NVML reports none of them for the GPU
+
+    def passed(self, verdict: str) -> str:
+        """`verdict` on the GPUs that were read, never on a guess: 'no X on GPU 0, 1, and none in what
+        could be read on GPU 3'."""
+        parts = [f"{verdict} on GPU {gpu_list(self.read)}"] if self.read else []
+        if self.partly:
+            parts.append(f"{'and none' if self.read else verdict} in what could be read on GPU {gpu_list(self.partly)}")
+        return ", ".join(parts)
+
+    @property
+    def judged(self) -> list[int]:
+        return sorted(self.read + self.partly)
+
+    def not_supported_note(self) -> str:
+        return f"; not supported on GPU {gpu_list(self.not_supported)}" if self.not_supported else ""
+
+
+def coverage(gpus: Sequence[Gpu], readings: Sequence[Reading]) -> Coverage:
+    out: dict[str, list[int]] = {"read": [], "partly": [], "unread": [], "not_supported": []}
+    for g in gpus:
+        values = [r.get(g) for r in readings]
+        has_value = any(known(v) for v in values)
+        failed = any(r.unread(g) is not None for r in readings)
+        if has_value:
+            out["partly" if failed else "read"].append(g.index)
+        elif failed:
+            out["unread"].append(g.index)
+        elif any(isinstance(v, Missing) and v.reason == "unsupported" for v in values):
+            out["not_supported"].append(g.index)
+    return Coverage(**out)
+
+
+def not_supported_finding(code: str, what: str, indices: list[int], why: str = "") -> Finding:
+    """The skip for GPUs whose NVML reports none of what a check reads (NOT_SUPPORTED: the GPU or its
+    driver has no such thing). Not a warning: nothing failed; but not a pass either."""
+    subject = gpu_subject(indices[0]) if len(indices) == 1 else "host"
+    message = f"{what}: not supported on GPU {gpu_list(indices)}, not checked" + (f" ({why})" if why else "")
+    return Finding(code, Status.SKIP, subject, message, "", {"not_supported": indices})
+
+
+# The fields of a Gpu that name it rather than read it, and the probe's own clock: what is left are
+# the answers NVML gave (or did not give) about the GPU.
+_NOT_ANSWERS = frozenset({"index", "uuid", "name", "pci_bus_id", "lost", "unreachable", "error_window_s"})
+
+
+def silent(gpu: Gpu) -> Counter[str] | None:
+    """For a GPU that gave NVML's handle but not one reading (every query failed), how many readings
+    failed for each reason; None for a GPU that answered anything, or was never asked (an old
+    recording). A lost or unreachable GPU is GD827's other case and is not looked at here."""
+    values = [getattr(gpu, f.name) for f in dataclasses.fields(gpu) if f.name not in _NOT_ANSWERS]
+    if any(known(v) for v in values):
+        return None
+    reasons = Counter(v.reason for v in values if v.reason != "not_collected")
+    return reasons or None

@@ -77,11 +77,16 @@ def _histogram(value: Any) -> RemapHistogram:
     return RemapHistogram(**{k: int(getattr(value, k)) for k in ("max", "high", "partial", "low", "none")})
 
 
-def _firmware(value: Any) -> str:
+# nvml.h: nvmlDeviceGetGspFirmwareVersion answers NVML_ERROR_NOT_SUPPORTED "if GSP firmware is not
+# enabled for GPU" (the probe records that as `unsupported`), and nvidia-smi prints "N/A" for it. A
+# library that answers with that text, or with nothing, says the same: GSP firmware off, a fact
+# (tests/reference/unreadable_readings.md), not an unknown.
+GSP_OFF = Missing("unsupported", "GSP firmware off: NVML gave no version")
+
+
+def _firmware(value: Any) -> str | Missing:
     version = text(value).strip()
-    if version in ("", "N/A"):
-        raise ValueError("no version")  # GSP firmware off: nvidia-smi prints N/A
-    return version
+    return GSP_OFF if version in ("", "N/A") else version
 
 
 def _pair_field(value: Any, i: int, convert: Any, what: str) -> Any:
