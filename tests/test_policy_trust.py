@@ -68,6 +68,7 @@ def test_a_file_planted_in_a_world_writable_directory_does_not_make_a_machine_re
     assert r.doc["policy"]["skipped"] == [{"path": str(planted), "reason": line.split(" ignored: ", 1)[1]}]
     text = run_cli(capsys, "check", "--snapshot", NO_DRIVER)
     assert text.exit_code == 1 and "NOT READY" in text.out
+    assert f"(no policy: {planted} ignored)" in text.out.splitlines()[0] and "None" not in text.out.splitlines()[0]
 
 
 def test_even_the_callers_own_file_in_a_world_writable_directory_is_skipped(

@@ -298,8 +298,10 @@ def render_report(report: Report, console: Any, verbose: int | bool = 0, *, opti
         console.print(summary_line(report))
         return
     head = f"gpudoctor {report.gpudoctor_version} {report.command} on {report.source}"
-    if report.policy:
+    if report.policy and report.policy.get("path"):
         head += f" (policy {report.policy['path']})"
+    elif report.policy and report.policy.get("skipped"):  # an untrusted file was passed over: say which
+        head += f" (no policy: {', '.join(s['path'] for s in report.policy['skipped'])} ignored)"
     console.print(Line(head, style="bold"))
     level = options.verbose
     for result in report.checks:
