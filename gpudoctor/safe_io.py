@@ -13,7 +13,11 @@ prepared. The rules, for every output:
 - A FIFO or a character device (`/dev/null`, a pipe made with mkfifo) is written in place, as
   `>` would, opened with O_NOFOLLOW and without O_CREAT.
 - Permissions are those of a file the shell would create (0666 less the umask), or the mode of
-  the file being replaced.
+  the file being replaced when the caller owns it, less setuid/setgid/sticky: a file another user
+  planted (`chmod 6777`) must not make root's report world-writable or set-id.
+- A FIFO another user owns in a directory every user can write (/tmp, /scratch) is refused: what
+  gpudoctor writes would stream to whoever planted it (the kernel's fs.protected_fifos rule, which
+  an open without O_CREAT does not get).
 
 `write_text` is for documents written whole; `open_stream` for files written line by line
 (`watch --record`): the stream is a new file from its first byte, renamed into place at once,
@@ -60,7 +64,32 @@ def check_target(path: str | Path) -> os.stat_result | None:
         raise OSError(errno.ELOOP, "is a symbolic link (gpudoctor does not write through links; name its target)")
     if stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(errno.EISDIR, "is a directory")
+    _refuse_planted_fifo(Path(path), st)
     return st
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _refuse_planted_fifo(path: Path, st: os.stat_result) -> None:
+    if not stat.S_ISFIFO(st.st_mode) or st.st_uid == os.geteuid():
+        return
+    try:
+        parent = os.stat(path.parent if str(path.parent) else ".")
+    except OSError:
+        return
+    if parent.st_mode & stat.S_IWOTH:
+        raise PermissionError(
+            errno.EPERM,
+            f"is a FIFO owned by user {_user(st.st_uid)} in a directory every user can write "
+            "(gpudoctor does not stream its output to another user's pipe)",
+        )
 
 
 def _in_place(st: os.stat_result | None) -> bool:
@@ -87,9 +116,15 @@ def _open_in_place(path: Path) -> IO[str]:
     os.set_blocking(fd, True)  # the writes themselves wait for a slow reader, as `>` would
     # Between lstat and open the FIFO may have been swapped for a (hard link to a) regular file:
     # what was opened is checked again, so nobody's file is written in place.
-    if not _in_place(os.fstat(fd)):
+    opened = os.fstat(fd)
+    if not _in_place(opened):
         os.close(fd)
         raise OSError(errno.EAGAIN, "was replaced while being opened; not written")
+    try:
+        _refuse_planted_fifo(path, opened)  # a FIFO swapped in between lstat and open
+    except OSError:
+        os.close(fd)
+        raise
     return os.fdopen(fd, "w", encoding="utf-8")
 
 
@@ -98,7 +133,8 @@ def _new_beside(path: Path, st: os.stat_result | None) -> tuple[IO[str], Path]:
     import tempfile  # lazy: reading a snapshot (the start-up path) never writes
 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    mode = stat.S_IMODE(st.st_mode) if st is not None and stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
+    keep = st is not None and stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
+    mode = stat.S_IMODE(st.st_mode) & 0o777 if keep else 0o666 & ~_umask()
     try:
         os.fchmod(fd, mode)
     except OSError:

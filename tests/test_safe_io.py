@@ -163,3 +163,49 @@ def test_a_fifo_nobody_reads_is_refused_not_waited_on(tmp_path: Path, monkeypatc
         safe_io.open_stream(fifo)
     r = _gpudoctor("check", "--snapshot", FIXTURE, "--junit", str(fifo))
     assert r.returncode == 3 and "nothing reads" in r.stderr
+
+
+NOBODY = 65534
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+
+
+@as_root
+def test_a_file_another_user_planted_does_not_lend_its_mode_to_ours(tmp_path: Path) -> None:
+    # Another user's `chmod 6777` file at the path: root's report must not come out set-id and world-writable.
+    old = os.umask(0o022)
+    try:
+        planted = tmp_path / "report.xml"
+        planted.write_text("planted")
+        os.chown(planted, NOBODY, NOBODY)
+        os.chmod(planted, 0o6777)
+        safe_io.write_text(planted, "<testsuites/>")
+        st = os.stat(planted)
+        assert (stat.S_IMODE(st.st_mode), st.st_uid) == (0o644, os.geteuid())
+        mine = tmp_path / "mine"
+        mine.write_text("x")
+        os.chmod(mine, 0o4755)
+        safe_io.write_text(mine, "y")
+        assert stat.S_IMODE(os.stat(mine).st_mode) == 0o755, "our own file keeps its mode, never set-id"
+    finally:
+        os.umask(old)
+
+
+@as_root
+def test_a_fifo_another_user_planted_in_a_shared_directory_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "scratch"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    fifo = shared / "report.xml"
+    os.mkfifo(fifo, 0o622)
+    os.chown(fifo, NOBODY, NOBODY)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()  # the planter listening: nothing may reach it
+    with pytest.raises(PermissionError, match="FIFO owned by user nobody in a directory every user can write"):
+        safe_io.write_text(fifo, "secret report")
+    with pytest.raises(PermissionError):
+        safe_io.open_stream(fifo)
+    os.chmod(shared, 0o755)  # the same FIFO in a directory only its owner writes: the user's own choice
+    safe_io.write_text(fifo, "report")
+    reader.join(timeout=10)
+    assert got == ["report"]
