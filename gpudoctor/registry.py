@@ -267,6 +267,9 @@ class Selection:
             return False
         return not any(self._matches(t, code) for t in self.ignore)
 
+    def ignores(self, code: str) -> bool:
+        return any(self._matches(t, code) for t in self.ignore)
+
     def wants_check(self, chk: Check) -> bool:
         return any(self.wants(c) for c in chk.code_ids)
 
@@ -320,6 +323,17 @@ def _see(ctx: CheckContext, check_name: str, code: str) -> str:
     return f"{said[0]} ({code}, not shown)" if said else f"see {code}"
 
 
+def shown_findings(findings: list[Finding], selection: Selection) -> list[Finding]:
+    """The findings the selection wants; and, when none of them judged anything, the check's
+    failures that say why (`--select GD601` on a hung all-reduce: GD603 'did not complete' is kept,
+    not a skip that would read as 'nothing was checked'). --ignore still hides a code it names."""
+    shown = [f for f in findings if selection.wants(f.code)]
+    if any(f.status is not Status.SKIP for f in shown):
+        return shown
+    why = [f for f in findings if f.status in (Status.FAIL, Status.ERROR) and f not in shown]
+    return [f for f in why if not selection.ignores(f.code)] + shown
+
+
 def run_one(chk: Check, ctx: CheckContext, selection: Selection) -> CheckResult:
     start = time.perf_counter()
     details: dict[str, Any] = {}
@@ -330,7 +344,7 @@ def run_one(chk: Check, ctx: CheckContext, selection: Selection) -> CheckResult:
             findings, details = out
         else:
             findings = out
-        findings = [f for f in findings if selection.wants(f.code)]
+        findings = shown_findings(findings, selection)
     except Exception as exc:  # noqa: BLE001  (a crashing check is a result, not an abort)
         findings = [crashed(chk, exc)]
     return CheckResult(chk.name, chk.title, list(findings), time.perf_counter() - start, details)

@@ -164,3 +164,21 @@ def test_listed_says_how_many_it_left_out() -> None:
     assert listed(["a", "b"]) == "a, b"
     assert listed([str(i) for i in range(6)]) == "0, 1, 2, 3, +2 more"
     assert listed(["p", "q", "r"], limit=2, sep="; ") == "p; q; +1 more"
+
+
+def test_a_selected_code_that_could_not_be_judged_keeps_the_failure_that_says_why() -> None:
+    # `--select GD601` on a hung all-reduce: GD603 (did not complete) is what a CI gate must see,
+    # not a lone skip that turns the run into "nothing was checked" (exit 2).
+    from gpudoctor.findings import Finding, Status
+    from gpudoctor.registry import Selection, load_all, shown_findings
+
+    load_all()
+    hung = [
+        Finding("GD603", Status.FAIL, "host", "all-reduce sweep did not complete: rank 0 failed"),
+        Finding("GD601", Status.SKIP, "host", "busbw not measured"),
+        Finding("GD604", Status.WARN, "host", "something else"),
+    ]
+    assert [f.code for f in shown_findings(hung, Selection(select=("GD601",)))] == ["GD603", "GD601"]
+    assert [f.code for f in shown_findings(hung, Selection(select=("GD601",), ignore=("GD603",)))] == ["GD601"]
+    measured = [Finding("GD601", Status.PASS, "host", "ok"), Finding("GD603", Status.FAIL, "host", "x")]
+    assert [f.code for f in shown_findings(measured, Selection(select=("GD601",)))] == ["GD601"]
