@@ -451,12 +451,15 @@ def render_text(summary: Summary) -> str:
     if not summary.spans:
         if summary.idle:
             lines.append("verdicts: none, and nothing to judge: the GPUs were idle (no work ran on them)")
-        elif summary.gpus or summary.ranks:
-            lines.append("verdicts: none (the GPUs stayed balanced)" if summary.gpus else "verdicts: none")
+        elif summary.duration_s < summary.warmup_s:  # nothing was judged: no claim of balance
+            lines.append(
+                f"verdicts: none yet: balance is judged after a {summary.warmup_s:.0f} s warm-up "
+                f"and this run lasted {summary.duration_s:.0f} s"
+            )
+        elif summary.gpus:
+            lines.append("verdicts: none (the GPUs stayed balanced)")
         else:
             lines.append("verdicts: none")
-        if summary.duration_s < summary.warmup_s:
-            lines.append(f"  (balance verdicts wait for a {summary.warmup_s:.0f} s warm-up; this run was shorter)")
     else:
         lines.append("verdicts:")
         start = summary.start or 0.0
