@@ -340,3 +340,12 @@ def test_replay_skips_a_hole_in_the_recording_and_says_so(tmp_path: Path) -> Non
     assert took < 15  # an hour-long hole at 10x would have been a 6-minute wait
     assert r.stdout.count("util% [") == 10
     assert "replay skipped a 1:00:01 gap in the recording at t+00:05 (no samples; waits are capped at 2 s)" in r.stderr
+
+
+def test_a_time_past_year_9999_is_a_damaged_line_not_a_crash(tmp_path: Path) -> None:
+    huge = json.dumps(_line(11)).replace(str(_line(11)["t"]), "1e300", 1)
+    path = _edited(tmp_path, {11: huge})
+    for args in (("watch", "--replay", str(path), "--no-tui", "--speed", "1000"), ("report", str(path))):
+        r = gpudoctor(*args)
+        assert r.returncode == 0 and "internal error" not in r.stderr, r.stderr
+        assert "line 11 of" in r.stdout + r.stderr and "t is not a time" in r.stdout + r.stderr

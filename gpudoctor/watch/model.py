@@ -79,6 +79,11 @@ CPU_RANGE = (0, 100)  # host CPU busy, % of all cores
 INTEGERS = {"util", "mem_util", "mem_used", "mem_total", "temp", "sm_clock", "pcie_rx", "pcie_tx", "throttle"}
 
 
+# The last second Python's time and datetime can show (9999-12-31 23:59:59 UTC): a sample stamped
+# later is damaged (a replay would crash formatting it).
+LAST_TIME = 253402300799
+
+
 def _number(value: Any, what: str) -> float | int | None:
     """None, or a finite int/float (never a bool); anything else is a damaged value (ValueError)."""
     if value is None:
@@ -371,7 +376,7 @@ class Sample:
         if not isinstance(data, dict):
             raise ValueError("a sample is not an object")
         t = _number(data.get("t"), "t")
-        if t is None or t < 0:
+        if t is None or t < 0 or t > LAST_TIME:
             raise ValueError(f"t is not a time: {data.get('t')!r}")
         raw_gpus = data.get("gpus")
         if not isinstance(raw_gpus, list):
