@@ -239,14 +239,25 @@ class _Mark:
                 pass
 
 
+def _check_wait(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"gpudoctor.step(input_wait=...) takes seconds as a number, got {type(value).__name__}")
+    if not 0 <= value < float("inf"):  # also refuses NaN
+        raise ValueError(f"gpudoctor.step(input_wait=...) takes a finite number of seconds >= 0, got {value!r}")
+
+
 def step(input_wait: float | None = None) -> _Mark | _NoOp:
     """Mark the end of a training step (call it once per step), or use it as `with gpudoctor.step():`
     around the step's body, which also measures the input wait between steps.
 
     As a plain call, the step time is the time since the previous call (the first call starts the
     clock); `input_wait` (seconds) is the part of it spent waiting for input, if you measure that
-    yourself. Costs next to nothing when no `gpudoctor watch` follows this process.
+    yourself (a finite number of seconds, 0 or more: anything else raises TypeError/ValueError,
+    watched or not, so a wrong figure never reaches the dashboard; more than the step is counted as
+    the whole step). Costs next to nothing when no `gpudoctor watch` follows this process.
     """
+    if input_wait is not None:
+        _check_wait(input_wait)
     pub = _publisher
     if pub is None:
         if _checked:

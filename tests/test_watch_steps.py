@@ -53,6 +53,18 @@ def test_step_imports_nothing_heavy_and_is_a_no_op_when_nobody_watches() -> None
     assert r.stdout.strip() == "[]" and r.stderr == ""
 
 
+@pytest.mark.parametrize(
+    ("wait", "error"),
+    [(float("nan"), ValueError), (-5, ValueError), (float("inf"), ValueError), ("1", TypeError), (True, TypeError)],
+)
+def test_an_input_wait_that_is_not_seconds_raises_watched_or_not(wait: object, error: type) -> None:
+    import gpudoctor
+
+    with pytest.raises(error, match="input_wait"):
+        gpudoctor.step(input_wait=wait)  # type: ignore[arg-type]
+    gpudoctor.step(input_wait=0)  # zero and whole numbers are seconds too
+
+
 def test_a_channel_that_is_not_private_is_refused_once_and_steps_stay_silent(tmp_path: Path) -> None:
     open_dir = tmp_path / "open"
     open_dir.mkdir(mode=0o755)
