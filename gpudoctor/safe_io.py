@@ -39,7 +39,7 @@ from typing import IO
 
 FIFO_READER_GRACE_S = 2.0  # how long a FIFO output waits for its reader to open it
 
-__all__ = ["InputFileError", "check_target", "open_stream", "read_text", "write_text"]
+__all__ = ["InputFileError", "check_target", "open_input", "open_stream", "read_text", "write_text"]
 
 MIB = 1 << 20
 
@@ -187,12 +187,8 @@ class InputFileError(OSError):
     """An input file gpudoctor will not read; str() is the one-line reason (no path)."""
 
 
-def read_text(path: str | Path, limit: int) -> str:
-    """The UTF-8 text of the regular file at `path`, refusing anything else and more than `limit` bytes.
-
-    Raises FileNotFoundError, IsADirectoryError, PermissionError (as open does), InputFileError
-    for a file that is not regular or too large, UnicodeDecodeError for a file that is not text.
-    """
+def _open_regular(path: str | Path) -> int:
+    """A read-only descriptor of the regular file at `path` (FIFO, device, directory refused)."""
     # O_NONBLOCK: opening a FIFO for reading would wait for a writer; it is refused below instead.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
@@ -202,6 +198,27 @@ def read_text(path: str | Path, limit: int) -> str:
         if not stat.S_ISREG(st.st_mode):
             kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) else "not a file"
             raise InputFileError(errno.EINVAL, f"is {kind}, not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    os.set_blocking(fd, True)
+    return fd
+
+
+def open_input(path: str | Path) -> IO[bytes]:
+    """The regular file at `path` for reading as a stream (a recording: too large to read whole);
+    a FIFO (which would block) or a device (`/dev/zero` never ends) is refused like `read_text`'s."""
+    return os.fdopen(_open_regular(path), "rb")
+
+
+def read_text(path: str | Path, limit: int) -> str:
+    """The UTF-8 text of the regular file at `path`, refusing anything else and more than `limit` bytes.
+
+    Raises FileNotFoundError, IsADirectoryError, PermissionError (as open does), InputFileError
+    for a file that is not regular or too large, UnicodeDecodeError for a file that is not text.
+    """
+    fd = _open_regular(path)
+    try:
         chunks = []
         total = 0
         while total <= limit:  # the size stat gives may change while we read (a file being written)

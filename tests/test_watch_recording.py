@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import os
 import resource
@@ -349,3 +350,22 @@ def test_a_time_past_year_9999_is_a_damaged_line_not_a_crash(tmp_path: Path) -> 
         r = gpudoctor(*args)
         assert r.returncode == 0 and "internal error" not in r.stderr, r.stderr
         assert "line 11 of" in r.stdout + r.stderr and "t is not a time" in r.stdout + r.stderr
+
+
+def test_a_device_or_a_fifo_is_refused_and_a_huge_line_is_skipped_piece_by_piece(tmp_path: Path) -> None:
+    # `--replay /dev/zero` used to read forever into memory (6.9 GB in 6 s); a FIFO would block.
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    for path, kind in (("/dev/zero", "a device"), (str(fifo), "a FIFO")):
+        r = gpudoctor("report", path)
+        assert r.returncode == 2 and f"is {kind}, not a regular file" in r.stderr and len(r.stderr.splitlines()) == 1
+    # A decompression bomb: one line of 20 MiB in a small gzip file is damage, skipped without
+    # holding it whole; the samples around it are kept.
+    lines = (RECORDINGS / "healthy.jsonl").read_text().splitlines()
+    bomb = tmp_path / "bomb.jsonl.gz"
+    with gzip.open(bomb, "wt") as f:
+        f.write("\n".join([*lines[:3], "x" * (20 << 20), *lines[3:]]) + "\n")
+    r = gpudoctor("report", str(bomb))
+    assert r.returncode == 0, r.stderr
+    assert "line 4 of" in r.stdout and "damaged (longer than 8 MiB)" in r.stdout
+    assert f"{len(lines) - 1} samples" in r.stdout

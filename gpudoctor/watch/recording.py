@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
-from gpudoctor.safe_io import check_target, open_stream
+from gpudoctor.safe_io import MIB, check_target, open_input, open_stream
 from gpudoctor.watch.model import Sample, plural
 
 FORMAT = "gpudoctor-watch"
@@ -153,7 +153,7 @@ SAMPLE_PREFIX = "sample:"  # `report sample:straggler`: a recording shipped with
 
 def _open_text(path: str) -> IO[str]:
     """A recording as text; a gzip-compressed one (the shipped samples, `gzip run.jsonl`) is read as is."""
-    raw = open(path, "rb")  # noqa: SIM115 (handed over or closed below)
+    raw = open_input(path)  # a regular file: /dev/zero or a FIFO would never end
     try:
         compressed = raw.read(2) == GZIP_MAGIC
         raw.seek(0)
@@ -187,9 +187,25 @@ def recording_path(arg: str) -> str:
     return str(resources.files("gpudoctor.watch") / "samples" / f"{name}.jsonl.gz")
 
 
+# A sample line of 64 GPUs with their processes is tens of KiB; a longer line is damage (or a
+# decompression bomb), skipped without holding it in memory.
+MAX_LINE = 8 * MIB
+TOO_LONG = f"\x00longer than {MAX_LINE // MIB} MiB"  # no JSON line can contain a NUL: never parsed
+
+
 def _lines(f: IO[str]) -> Iterator[tuple[int, str, bool]]:
-    """(line number, text, ended with a newline)."""
-    for number, line in enumerate(f, start=1):
+    """(line number, text, ended with a newline); a line over MAX_LINE comes as TOO_LONG."""
+    number = 0
+    while True:
+        line = f.readline(MAX_LINE + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > MAX_LINE:
+            while line and not line.endswith("\n"):  # the rest of it, a piece at a time
+                line = f.readline(MAX_LINE)
+            yield number, TOO_LONG, True
+            continue
         yield number, line.rstrip("\n"), line.endswith("\n")
 
 
@@ -257,6 +273,11 @@ class RecordingStream:
                 if not text.strip() and complete:
                     continue
                 dropped: list[str] = []
+                if text == TOO_LONG:
+                    if not self._skipped:
+                        self._first_skip = TOO_LONG[1:]
+                    self._skipped.append(number)
+                    continue
                 try:
                     sample = Sample.parse(loads(text), dropped)
                 except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
