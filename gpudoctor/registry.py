@@ -17,6 +17,7 @@ level is at most the one asked for.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 import time
@@ -300,15 +301,13 @@ def unmet_need(chk: Check, ctx: CheckContext) -> Finding | None:
     code = chk.codes[0].code
     if snap.driver.nvml_status != "ok" or not snap.gpus:
         why = _see(ctx, "nvml", "GD101")
-        return Finding(
-            code, Status.SKIP, "host", f"no GPUs to check: {why}", evidence={"nvml_status": snap.driver.nvml_status}
-        )
+        evidence = {"nvml_status": snap.driver.nvml_status, "see": "GD101"}
+        return Finding(code, Status.SKIP, "host", f"no GPUs to check: {why}", evidence=evidence)
     if chk.needs == "visible" and not ctx.visible.gpus:
         raw = snap.env.get("CUDA_VISIBLE_DEVICES")
         why = _see(ctx, "visibility", "GD201")
-        return Finding(
-            code, Status.SKIP, "host", f"no visible GPUs to check: {why}", evidence={"CUDA_VISIBLE_DEVICES": raw}
-        )
+        evidence = {"CUDA_VISIBLE_DEVICES": raw, "see": "GD201"}
+        return Finding(code, Status.SKIP, "host", f"no visible GPUs to check: {why}", evidence=evidence)
     return None
 
 
@@ -378,4 +377,35 @@ def run_checks(
         if on_start is not None:
             on_start(chk)
         results.append(run_one(chk, ctx, selection))
+    if not any(f.status is not Status.SKIP for r in results for f in r.findings):
+        results += hidden_causes(ctx, results, selection)
     return results
+
+
+CAUSE_OWNER = {"GD101": "nvml", "GD201": "visibility"}  # what an unmet need's skip points at
+
+
+def hidden_causes(ctx: CheckContext, results: list[CheckResult], selection: Selection) -> list[CheckResult]:
+    """Every selected check skipped because of a failure the selection hid (`--select GD801` on a
+    machine without a driver): that failure, so the run is NOT READY (exit 1) rather than "nothing
+    was checked" (exit 2). A code --ignore names stays hidden."""
+    seen = [f.evidence.get("see") for r in results for f in r.findings if f.status is Status.SKIP]
+    out = []
+    for code in dict.fromkeys(c for c in seen if c in CAUSE_OWNER and not ctx.shown(c)):
+        owner = CHECKS.get(CAUSE_OWNER[code])
+        if owner is None or selection.ignores(code):
+            continue
+        found = owner.func(ctx)
+        found = found[0] if isinstance(found, tuple) else found
+        failed = [f for f in found if f.code == code and f.status in (Status.FAIL, Status.ERROR)]
+        if failed:
+            out.append(CheckResult(owner.name, owner.title, failed, 0.0))
+            for r in results:  # the skips now point at the failure shown below them
+                r.findings = [_see_shown(f, code) for f in r.findings]
+    return out
+
+
+def _see_shown(f: Finding, code: str) -> Finding:
+    if f.status is not Status.SKIP or f.evidence.get("see") != code:
+        return f
+    return dataclasses.replace(f, message=f"{f.message.split(': ', 1)[0]}: see {code}")

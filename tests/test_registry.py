@@ -146,9 +146,14 @@ def test_a_skip_never_points_at_a_finding_the_selection_hid(capsys, tmp_path) ->
     assert skips("--snapshot", no_driver, "--ignore", "GD101") == {
         "no GPUs to check: no NVIDIA driver: the NVIDIA kernel module is not loaded (GD101, not shown)"
     }
-    # Every selected check skips: nothing was checked (exit 2), and the reason given is still GD101's own.
+    # Every selected check skips because of the failure the selection hid: that failure is shown
+    # (NOT READY, exit 1), and the skips point at it; with --ignore GD101 nothing was checked (exit 2).
     r = run_cli(capsys, "check", "--json", "--snapshot", no_driver, "--select", "GD3,GD4")
-    assert r.exit_code == 2 and "see GD101" not in r.err
+    assert r.exit_code == 1 and r.one("GD101")["status"] == "fail"
+    r = run_cli(capsys, "check", "--json", "--snapshot", no_driver, "--select", "GD801")
+    assert r.exit_code == 1 and r.one("GD801")["message"] == "no GPUs to check: see GD101"
+    r = run_cli(capsys, "check", "--json", "--snapshot", no_driver, "--select", "GD801", "--ignore", "GD101")
+    assert r.exit_code == 2
     assert "no GPUs to check: no NVIDIA driver: the NVIDIA kernel module is not loaded (GD101, not shown)" in r.err
     hidden = write_variant(tmp_path, with_env(load("h100_sxm_8x"), CUDA_VISIBLE_DEVICES=""))
     assert skips("--snapshot", hidden) == {"no visible GPUs to check: see GD201"}
