@@ -3,7 +3,10 @@ terminal emulator (pyte) shows: what a user sees, over SSH or in a tmux pane."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,3 +82,32 @@ def test_the_status_line_fits_80_columns_while_paused() -> None:
         assert status.strip().startswith("PAUSED") and "t+" in status and len(status.rstrip()) <= 80
         term.press(b"q")
         assert term.finish()[0] == 0
+
+
+EVIL_COMMAND = "python [bold red]MARKUP[/] [link=https://evil.example]CLICK[/link] \x1b]0;PWNEDTITLE\x07 \x1b[2J END"
+
+
+def test_a_co_tenants_command_line_cannot_drive_the_terminal(tmp_path: Path) -> None:
+    # Another user's process on a GPU names itself with Rich markup and escape sequences: the
+    # dashboard shows the text, and no link, title or screen clear reaches the terminal.
+    path = tmp_path / "evil.jsonl"
+    samples = synthetic_run("straggler", 20, n_gpus=2, seed=3)
+    lines = [json.dumps({"format": "gpudoctor-watch", "version": 1, "interval": 1.0})]
+    for s in samples:
+        doc = s.to_json()
+        doc["procs"] = [{"pid": 4242, "gpu": 0, "gpu_mem": 1000, "user": "[reverse]root[/]", "command": EVIL_COMMAND}]
+        doc["gpus"][1]["name"] = "H100 \x1b]0;GPUTITLE\x07"
+        lines.append(json.dumps(doc))
+    path.write_text("\n".join(lines) + "\n")
+    with Terminal(["watch", "--replay", str(path), "--speed", "20"], 200, 60) as term:
+        screen = term.wait_for(lambda s: "recording ended" in s, timeout=90)
+        assert "[link=https://evil.example]CLICK[/link]" in screen and "[reverse]root[/]" in screen
+        term.press(b"q")
+        code, raw = term.finish()
+    assert code == 0
+    assert b"\x1b]8;" not in raw, "no hyperlink escape"
+    assert b"\x1b]0;PWNEDTITLE" not in raw and b"\x1b]0;GPUTITLE" not in raw, "no window title set"
+    r = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "report", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0 and "\x1b" not in r.stdout and "\x07" not in r.stdout

@@ -20,12 +20,12 @@ sequence in a host name) are shown as "?" either way, never sent to the terminal
 from __future__ import annotations
 
 import os
-import re
 import sys
 from dataclasses import dataclass
 from typing import IO, Any
 
 from gpudoctor.findings import CheckResult, Finding, Report, Status
+from gpudoctor.safe_text import CONTROL, printable
 
 STYLE = {
     Status.PASS: "green",
@@ -40,17 +40,6 @@ MARK = {Status.PASS: "[✓]", Status.SKIP: "[-]", Status.WARN: "[!]", Status.FAI
 ASCII_MARK = {Status.PASS: "[+]", Status.SKIP: "[-]", Status.WARN: "[!]", Status.FAIL: "[x]", Status.ERROR: "[?]"}
 COLOR_CHOICES = ("auto", "always", "never")
 # C0 controls but tab and newline, DEL and C1 controls: ESC would reach the terminal as a command.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: object) -> str:
-    """Machine text (an env value, a co-tenant's command line, a GPU name) as one safe line.
-
-    A newline inside it would start a line of its own: a CI runner reads `::add-mask::...` or
-    `::error::...` at the start of a stdout line as a workflow command, and a log reader would
-    take it for gpudoctor's. It is shown as the two characters `\\n`; other controls as `?`.
-    """
-    return _CONTROL.sub("?", str(text).replace("\n", "\\n"))
 
 
 @dataclass(frozen=True)
@@ -126,7 +115,7 @@ class PlainConsole:
         return getattr(self.file, "encoding", None) or "utf-8"
 
     def print(self, obj: Any = "") -> None:
-        lines = obj.lines() if isinstance(obj, TableSpec) else [_CONTROL.sub("?", str(obj))]
+        lines = obj.lines() if isinstance(obj, TableSpec) else [CONTROL.sub("?", str(obj))]
         self.file.write("".join(line + "\n" for line in lines))
 
 

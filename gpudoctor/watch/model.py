@@ -16,6 +16,8 @@ import sys
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from gpudoctor.safe_text import needs_cleaning, printable
+
 
 def plural(count: int, word: str, many: str | None = None) -> str:
     """'1 sample', '2 samples', '0 samples' (`many` for irregular plurals)."""
@@ -182,6 +184,9 @@ class GpuReading:
     throttle: int | None = None  # NVML clock event reasons bitmask (bits: gpudoctor.clock_reasons)
     xids: tuple[int, ...] = ()  # XID events since the previous sample
 
+    def __post_init__(self) -> None:
+        _clean_texts(self, ("name", "uuid"))
+
     @property
     def alive(self) -> bool:
         return self.state != LOST
@@ -245,6 +250,9 @@ class ProcReading:
     sm: int | None = None  # % of the GPU's SM time this process used (nvmlDeviceGetProcessUtilization)
     started: float | None = None  # its start time (epoch s): a signal goes to this process, not a reused PID
 
+    def __post_init__(self) -> None:
+        _clean_texts(self, ("user", "command", "note"))
+
     def to_json(self) -> dict[str, Any]:
         return _compact(self)
 
@@ -267,6 +275,15 @@ class ProcReading:
                 _text(kwargs[name], f"PID {pid} {name}")
         parse_numbers(kwargs, PROC_RANGES, f"PID {pid} ")
         return cls(**in_ranges(kwargs, PROC_RANGES, PROC_INTEGERS, dropped, f"PID {pid} "))
+
+
+def _clean_texts(reading: Any, names: tuple[str, ...]) -> None:
+    """Another user's command line or a recorded GPU name, made one printable line (no escape
+    sequence reaches the terminal, no newline starts a line of its own), whatever the source."""
+    for name in names:
+        value = getattr(reading, name)
+        if isinstance(value, str) and needs_cleaning(value):
+            object.__setattr__(reading, name, printable(value))
 
 
 def _compact(obj: Any) -> dict[str, Any]:

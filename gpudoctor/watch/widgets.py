@@ -375,13 +375,13 @@ class ProcessTable(DataTable):
             self.rows_by_key[key] = p
             self.add_row(
                 str(p.pid),
-                p.user or "?",
+                Text(p.user or "?"),  # Text, not a str: Textual would read a str as markup
                 str(p.gpu),
                 "n/a" if p.gpu_mem is None else f"{p.gpu_mem} MiB",
                 "n/a" if p.sm is None else f"{p.sm}",
                 "n/a" if p.cpu is None else f"{p.cpu:.0f}",
                 "n/a" if p.rss is None else f"{p.rss} MiB",
-                p.command or Text(p.note, style="italic"),
+                Text(p.command) if p.command else Text(p.note, style="italic"),
                 key=key,
             )
         if keep is not None and keep in self.rows_by_key:
