@@ -54,6 +54,8 @@ def test_shm_requirement_grows_with_the_gpu_count() -> None:
     s = host(snap("h100_sxm_8x"), shm_total_bytes=3 * 1024 * MIB)
     (f,) = find(s, "GD510")
     assert f.status is Status.WARN and f.evidence["expected_bytes"] == 4096 * MIB
+    # The hint asks for what is wanted: a machine that already has --shm-size=1g is not told to set it.
+    assert "--shm-size=4g" in f.hint and "sizeLimit 4Gi" in f.hint and "1g" not in f.hint
     four = replace(s, env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
     assert find(four, "GD510")[0].status is Status.PASS
     assert [hr.shm_wanted(n) // MIB for n in (1, 2, 4, 8)] == [512, 1024, 2048, 4096]

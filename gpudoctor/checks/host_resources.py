@@ -147,11 +147,19 @@ def shm(ctx: CheckContext, gpus: list[Gpu]) -> list[Finding]:
             status,
             "host",
             f"/dev/shm is only {size(total)} for {n} GPU(s) (want {size(want)}): {who} run out of shared memory",
-            "docker run --shm-size=1g (or --ipc=host); Kubernetes: a memory emptyDir at /dev/shm; bare metal: "
-            "sudo mount -o remount,size=8G /dev/shm",
+            shm_hint(want),
             evidence,
         )
     ]
+
+
+def shm_hint(want: int) -> str:
+    """The commands that give /dev/shm the size wanted (whole GiB, as --shm-size takes it)."""
+    gib = -(-want // (1024 * MIB))
+    return (
+        f"docker run --shm-size={gib}g (or --ipc=host); Kubernetes: a memory emptyDir of sizeLimit {gib}Gi at "
+        f"/dev/shm; bare metal: sudo mount -o remount,size={gib}G /dev/shm"
+    )
 
 
 def memlock(ctx: CheckContext) -> list[Finding]:
