@@ -99,16 +99,19 @@ def _still_running(procs: Sequence[subprocess.Popen[Any]]) -> list[subprocess.Po
 
 
 def terminate_groups(
-    procs: Sequence[subprocess.Popen[Any]], grace_s: float = TERM_GRACE_S, reap_s: float = REAP_S
+    procs: Sequence[subprocess.Popen[Any]],
+    grace_s: float = TERM_GRACE_S,
+    reap_s: float = REAP_S,
+    first: signal.Signals = signal.SIGTERM,
 ) -> set[int]:
-    """SIGTERM each process group, wait up to `grace_s`, SIGKILL what is left, reap the leaders.
+    """SIGTERM (or `first`) each process group, wait up to `grace_s`, SIGKILL what is left, reap the leaders.
 
     Returns the PIDs of the leaders that were still running when this was called (stopped by
     us, rather than ended by themselves).
     """
     stopped = {p.pid for p in procs if not leader_exited(p)}
     live = _still_running(procs)
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 0.0)):
+    for sig, wait_s in ((first, grace_s), (signal.SIGKILL, 0.0)):
         for p in live:
             signal_group(p, sig)
         end = time.monotonic() + wait_s
@@ -128,6 +131,11 @@ def terminate_groups(
     return stopped
 
 
-def terminate_group(proc: subprocess.Popen[Any], grace_s: float = TERM_GRACE_S, reap_s: float = REAP_S) -> bool:
+def terminate_group(
+    proc: subprocess.Popen[Any],
+    grace_s: float = TERM_GRACE_S,
+    reap_s: float = REAP_S,
+    first: signal.Signals = signal.SIGTERM,
+) -> bool:
     """`terminate_groups` for one group; True when it was still running (stopped by us)."""
-    return proc.pid in terminate_groups([proc], grace_s, reap_s)
+    return proc.pid in terminate_groups([proc], grace_s, reap_s, first)

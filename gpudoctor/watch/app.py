@@ -35,6 +35,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
+from gpudoctor.signals import STOP_SIGNALS
 from gpudoctor.watch.model import ProcReading, Sample
 from gpudoctor.watch.session import End, Session, Update
 from gpudoctor.watch.sources import Notice
@@ -55,9 +56,6 @@ from gpudoctor.watch.widgets import (
 )
 
 INTERRUPTED = "interrupted"  # what the app returns on Ctrl-C: gpudoctor exits 130, as without a dashboard
-# Signals that end the dashboard like Ctrl-C. They are taken by the event loop (not raised as an
-# exception at whatever line the UI is running), so the app always shuts down cleanly.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 MIN_PROCS = 4  # fewer lines than this for the process table: it is hidden
 KEYS = Text.assemble(
     *(
@@ -256,8 +254,13 @@ class WatchApp(App[str]):
 
     def on_mount(self) -> None:
         if self.live:
+            # SIGTERM and SIGHUP end the dashboard like Ctrl-C. The event loop takes them (not raised as an
+            # exception at whatever line the UI is running), so the app always shuts down cleanly. An
+            # ignored SIGHUP (nohup) stays ignored.
             loop = asyncio.get_running_loop()
             for sig in STOP_SIGNALS:
+                if signal.getsignal(sig) is signal.SIG_IGN:
+                    continue
                 with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):  # not the main thread
                     loop.add_signal_handler(sig, self._signalled, sig)
         self.query_one("#gpus").border_title = "GPUs"

@@ -14,8 +14,9 @@ from typing import Any
 
 import click
 
+from gpudoctor import signals
 from gpudoctor.cli_types import FiniteFloat, NonEmpty
-from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
+from gpudoctor.errors import EXIT_HANGUP, EXIT_UNAVAILABLE, EXIT_USAGE, UserError
 from gpudoctor.watch.recording import dumps  # light: json and the sample model only
 
 WATCH_EPILOG = """\b
@@ -131,19 +132,6 @@ class _WatchCommand(click.Command):
         return None
 
 
-class _Signalled(KeyboardInterrupt):
-    """SIGTERM or SIGHUP: gpudoctor ends like Ctrl-C (the job is stopped on the way out)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise _Signalled(signum)
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # handled like Ctrl-C; SIGHUP exits 129, the others 130
 FILE_NAME = NonEmpty("a file name")
 DEMOS = ("straggler", "hung", "starved", "throttle", "xid", "lost", "balanced")  # synthetic.DEMOS, kept light
 MAX_DEMO_GPUS = 128
@@ -240,6 +228,7 @@ def watch(
     a summary. Without a GPU it still follows the command's steps.
     """
     from gpudoctor.watch.follow import Job
+    from gpudoctor.watch.hangup import HangupWatch
     from gpudoctor.watch.session import Session
     from gpudoctor.watch.sources import (
         HostSource,
@@ -320,28 +309,32 @@ def watch(
     session = Session(
         source, record_path=record_path, job=job, gpus=gpus, damage=damage, opened=True, thresholds=th, steps=steps
     )
-    previous = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}
+    signals.install()  # SIGTERM, SIGHUP raise Stopped like Ctrl-C (an ignored SIGHUP, nohup, stays ignored)
+    hangup = HangupWatch()  # a terminal that goes away without a SIGHUP reaching us is one too
     interrupted: int | None = None  # the exit code an interruption gives
+    stop_signal = signal.SIGTERM  # what a followed command gets if gpudoctor stops it
     try:
+        hangup.start()
         session.start()
         if tui:
             from gpudoctor.watch.app import INTERRUPTED, run_app  # lazy: textual only for the dashboard
 
             result, signum = run_app(session, duration=duration)
-            for sig in STOP_SIGNALS:  # the app's event loop held them; ours again while the job is stopped
-                signal.signal(sig, _interrupt)
+            signals.install()  # the app's event loop held them (and left them at their default)
             if result == INTERRUPTED:  # Ctrl-C, SIGTERM or SIGHUP in the dashboard: the same way out as without it
-                raise _Signalled(signum) if signum is not None else KeyboardInterrupt
+                raise signals.Stopped(signum) if signum is not None else KeyboardInterrupt
         else:
             from gpudoctor.watch.headless import run_headless
 
             run_headless(session, sys.stdout, as_json=as_json, duration=duration)
     except KeyboardInterrupt as exc:
-        interrupted = 128 + signal.SIGHUP if getattr(exc, "signum", None) == signal.SIGHUP else 130
+        interrupted = signals.exit_code(exc)
+        if interrupted == EXIT_HANGUP:
+            stop_signal = signal.SIGHUP  # as the shell would have: the command is in a session of its own
     finally:
-        session.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        hangup.stop()
+        with signals.deferred(act=False):  # already on the way out: a second signal does not cut the stop short
+            session.close(stop_signal)
     summary = session.summary()
     from gpudoctor.cli import OutputError  # the CLI's stdout raises it for a failed write (a closed terminal)
 
@@ -353,7 +346,7 @@ def watch(
 
             click.echo(render_text(summary), nl=False)
         if interrupted is not None:
-            why = "hung up" if interrupted == 128 + signal.SIGHUP else "interrupted"
+            why = "hung up" if interrupted == EXIT_HANGUP else "interrupted"
             click.echo(f"gpudoctor: {why}" + ("; stopped the command" if job and job.owned else ""), err=True)
     except (OSError, OutputError):
         if interrupted is None:

@@ -2,7 +2,9 @@
 
 A started command runs in its own process group, so stopping it reaches torchrun and every
 rank it spawned; on Linux it also gets SIGTERM if gpudoctor itself dies (PR_SET_PDEATHSIG).
-No process outlives gpudoctor: `stop()` sends SIGTERM to the group, waits, then SIGKILL. And
+No process outlives gpudoctor: `stop()` sends SIGTERM to the group (SIGHUP when gpudoctor's
+terminal hung up: the job runs in a session of its own, so only gpudoctor can pass the hang-up on,
+as a shell does for its jobs), waits, then SIGKILL. And
 since PDEATHSIG reaches only the command itself, not the ranks it started, a sentinel process
 (gpudoctor/watch/sentinel.py) waits beside the job on a pipe only gpudoctor writes to: if
 gpudoctor dies without stopping the job (SIGKILL, a crash), the pipe ends and the sentinel stops
@@ -284,9 +286,11 @@ class Job:
             except psutil.Error:
                 pass
 
-    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
-        """End a job we started: SIGTERM its process group, then SIGKILL what is left (never
-        another group that took over a reused PID: see gpudoctor.procs); then release the sentinel."""
+    def stop(self, grace_s: float = STOP_GRACE_S, sig: signal.Signals = signal.SIGTERM) -> None:
+        """End a job we started: `sig` (SIGTERM; SIGHUP when gpudoctor's terminal hung up, as a shell
+        passes it on to its jobs) to its process group and descendants, then SIGKILL what is left after
+        `grace_s` (never another group that took over a reused PID: see gpudoctor.procs); then release
+        the sentinel."""
         if self._popen is None:
             return
         self.refresh()
@@ -294,8 +298,8 @@ class Job:
         deadline = time.monotonic() + grace_s
         for p in strays:
             with contextlib.suppress(psutil.Error):
-                p.terminate()  # psutil refuses a PID that now belongs to another process
-        terminate_group(self._popen, grace_s=grace_s)
+                p.send_signal(sig)  # psutil refuses a PID that now belongs to another process
+        terminate_group(self._popen, grace_s=grace_s, first=sig)
         _, alive = psutil.wait_procs(strays, timeout=max(0.1, deadline - time.monotonic()) if strays else 0)
         for p in alive:
             with contextlib.suppress(psutil.Error):

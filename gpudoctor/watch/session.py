@@ -8,6 +8,7 @@ loop and the Textual app share one code path.
 from __future__ import annotations
 
 import queue
+import signal
 import socket
 import sys
 import threading
@@ -157,8 +158,9 @@ class Session:
             result.gpus = {k: v for k, v in result.gpus.items() if k in self.job_gpus}
         return result
 
-    def close(self) -> None:
-        """Stop sampling, close the recording, and end a job we started if it still runs.
+    def close(self, stop_signal: signal.Signals = signal.SIGTERM) -> None:
+        """Stop sampling, close the recording, and end a job we started if it still runs (`stop_signal`
+        first, SIGKILL after a grace: see Job.stop).
 
         Each step runs whatever the one before raised: a job gpudoctor started is always stopped.
         """
@@ -174,7 +176,7 @@ class Session:
             finally:
                 try:
                     if self.job is not None and self.job.owned:
-                        self.job.stop()
+                        self.job.stop(sig=stop_signal)
                 finally:
                     if self.steps is not None:
                         self.steps.close()  # keeps what the job sent as it ended
