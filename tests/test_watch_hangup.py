@@ -96,6 +96,20 @@ class OnPty:
             time.sleep(0.05)
         assert text in self.seen, f"never showed {text!r}; exit {self.proc.poll()}; output:\n{self.seen[-2000:]!r}"
 
+    def stall(self) -> None:
+        """Stop reading the terminal (an SSH connection that stalls), and wait until it is full: gpudoctor's
+        output then blocks."""
+        self._closing.set()
+        self._reader.join()
+        pending, since = -1, time.monotonic()
+        deadline = since + 60
+        while time.monotonic() < deadline and time.monotonic() - since < 1.5:
+            now = struct.unpack("i", fcntl.ioctl(self.master, termios.FIONREAD, b"\0" * 4))[0]
+            if now != pending:
+                pending, since = now, time.monotonic()
+            time.sleep(0.1)
+        assert self.proc.poll() is None
+
     def hang_up(self) -> None:
         """The terminal goes away: its master side closes (the kernel hangs up the other side)."""
         self._closing.set()
@@ -227,6 +241,23 @@ def test_a_stop_signal_ends_watch_promptly(tui: bool, sig: signal.Signals, expec
         code, took = t.ended_within()
         assert code == expected, t.seen[-2000:]
         assert b"Traceback" not in t.seen
+        assert took < DEADLINE_S
+
+
+@pytest.mark.parametrize("tui", [True, False], ids=["dashboard", "headless"])
+@pytest.mark.parametrize(("sig", "expected"), [(signal.SIGHUP, 129), (signal.SIGTERM, 130)], ids=["SIGHUP", "SIGTERM"])
+def test_a_stop_signal_ends_watch_even_when_nobody_reads_its_terminal(
+    tui: bool, sig: signal.Signals, expected: int
+) -> None:
+    """A terminal nobody reads fills up and blocks gpudoctor's output: the dashboard's event loop used
+    to block with it and never act on SIGTERM. The summary that cannot be written is given up."""
+    fast = ["watch", "--demo", "straggler", "--gpus", "32", "--speed", "20"]  # output fills the terminal fast
+    with on_pty(fast if tui else [*fast, "--no-tui"]) as t:
+        t.wait_for(b"GPUs" if tui else b"util%")
+        t.stall()
+        t.proc.send_signal(sig)
+        code, took = t.ended_within()
+        assert code == expected
         assert took < DEADLINE_S
 
 

@@ -39,6 +39,7 @@ from gpudoctor.signals import STOP_SIGNALS
 from gpudoctor.watch.model import ProcReading, Sample
 from gpudoctor.watch.session import End, Session, Update
 from gpudoctor.watch.sources import Notice
+from gpudoctor.watch.terminal import TerminalOutput
 from gpudoctor.watch.widgets import (
     HISTORY,
     SORTS,
@@ -133,40 +134,8 @@ class ConfirmSignal(ModalScreen[bool]):
         self.dismiss(event.key == "y")
 
 
-class _GoneTolerant:
-    """The terminal stream, with writes that never raise: once the terminal is gone (EIO, EPIPE: the SSH
-    session or the tmux pane closed), output is dropped.
-
-    Textual's writer thread dies on the first failed write, its bounded queue then fills, and the app
-    blocks for good in its next write or in its shutdown (Textualize/textual#6692): the dashboard, and
-    with it a followed job, would outlive the terminal. With this stream the writer thread never dies,
-    so the SIGHUP that comes with the closed terminal ends the app as it should (exit 129).
-    """
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-        self.gone = False
-
-    def write(self, text: str) -> None:
-        if not self.gone:
-            try:
-                self._stream.write(text)
-            except (OSError, ValueError):
-                self.gone = True
-
-    def flush(self) -> None:
-        if not self.gone:
-            try:
-                self._stream.flush()
-            except (OSError, ValueError):
-                self.gone = True
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
-
-
-def terminal_driver() -> Any:
-    """Textual's Linux driver writing through a `_GoneTolerant` stream (None elsewhere: Textual's own)."""
+def terminal_driver(output: TerminalOutput) -> Any:
+    """Textual's Linux driver writing through `output` (None elsewhere: Textual's own)."""
     if sys.platform == "win32":
         return None
     from textual.drivers.linux_driver import LinuxDriver
@@ -174,7 +143,7 @@ def terminal_driver() -> Any:
     class Driver(LinuxDriver):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self._file = _GoneTolerant(self._file)
+            self._file = output
 
     return Driver
 
@@ -219,8 +188,11 @@ class WatchApp(App[str]):
         preload: list[Sample] | None = None,
         duration: float | None = None,
         driver_class: Any = None,
+        output: TerminalOutput | None = None,
     ) -> None:
         super().__init__(driver_class=driver_class)
+        self.output = output  # the terminal stream (run_app), told to stop waiting on a stop signal
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.session = session
         self.live = live
         self.preload = preload or []
@@ -253,16 +225,10 @@ class WatchApp(App[str]):
         yield Static(KEYS, id="keys")  # not Textual's Footer: a widget per key costs the first frame ~0.1 s
 
     def on_mount(self) -> None:
-        if self.live:
-            # SIGTERM and SIGHUP end the dashboard like Ctrl-C. The event loop takes them (not raised as an
-            # exception at whatever line the UI is running), so the app always shuts down cleanly. An
-            # ignored SIGHUP (nohup) stays ignored.
-            loop = asyncio.get_running_loop()
-            for sig in STOP_SIGNALS:
-                if signal.getsignal(sig) is signal.SIG_IGN:
-                    continue
-                with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):  # not the main thread
-                    loop.add_signal_handler(sig, self._signalled, sig)
+        self._loop = asyncio.get_running_loop()
+        if self.signum is not None:  # a stop signal came while the app started
+            self.exit(INTERRUPTED)
+            return
         self.query_one("#gpus").border_title = "GPUs"
         self.query_one("#ranks").border_title = "training steps"
         self.query_one("#verdicts").border_title = "verdicts"
@@ -503,13 +469,37 @@ class WatchApp(App[str]):
     def action_interrupt(self) -> None:
         self.exit(INTERRUPTED)
 
-    def _signalled(self, signum: int) -> None:
-        self.signum = signum
-        self.exit(INTERRUPTED)
+    def stop_signal(self, signum: int, frame: Any = None) -> None:
+        """The handler of SIGTERM, SIGHUP and SIGINT while the dashboard runs: end it like Ctrl-C.
+
+        A plain handler, not the event loop's (add_signal_handler): it also runs while the loop is
+        blocked in a write to a terminal nobody reads (it interrupts that wait in the main thread),
+        and tells the output to stop waiting for that terminal, so the loop gets to the exit. It only
+        sets flags and schedules the exit, never raises into the UI's code. The first signal is the
+        one that counts (SIGHUP: 129)."""
+        if self.signum is None:
+            self.signum = signum
+        if self.output is not None:
+            self.output.stopping = True
+        loop = self._loop
+        if loop is not None:  # else on_mount exits at once
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the app has ended already
+                loop.call_soon_threadsafe(self.exit, INTERRUPTED)
 
 
 def run_app(session: Session, duration: float | None = None) -> tuple[str | None, int | None]:
-    """Run the dashboard; returns why it ended and the signal that ended it (None: no signal)."""
-    app = WatchApp(session, duration=duration, driver_class=terminal_driver())
-    result = app.run()
+    """Run the dashboard; returns why it ended and the signal that ended it (None: no signal).
+
+    SIGTERM, SIGHUP and SIGINT end it like Ctrl-C (`WatchApp.stop_signal`); an ignored one (nohup)
+    stays ignored. gpudoctor's own handlers are back when this returns."""
+    output = TerminalOutput(sys.__stderr__)  # where Textual's Linux driver writes
+    app = WatchApp(session, duration=duration, driver_class=terminal_driver(output), output=output)
+    taken = [sig for sig in (*STOP_SIGNALS, signal.SIGINT) if signal.getsignal(sig) is not signal.SIG_IGN]
+    previous = {sig: signal.signal(sig, app.stop_signal) for sig in taken}
+    try:
+        result = app.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        output.close()
     return result, app.signum

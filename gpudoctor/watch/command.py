@@ -6,10 +6,13 @@ the headless paths never pay for it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -135,6 +138,7 @@ class _WatchCommand(click.Command):
 FILE_NAME = NonEmpty("a file name")
 DEMOS = ("straggler", "hung", "starved", "throttle", "xid", "lost", "balanced")  # synthetic.DEMOS, kept light
 MAX_DEMO_GPUS = 128
+EXIT_GRACE_S = 1.0  # once stopped: output a terminal does not take within this long is given up (exit anyway)
 
 
 @click.command(
@@ -228,7 +232,6 @@ def watch(
     a summary. Without a GPU it still follows the command's steps.
     """
     from gpudoctor.watch.follow import Job
-    from gpudoctor.watch.hangup import HangupWatch
     from gpudoctor.watch.session import Session
     from gpudoctor.watch.sources import (
         HostSource,
@@ -239,6 +242,7 @@ def watch(
         demo_source,
         fake_from_env,
     )
+    from gpudoctor.watch.terminal import HangupWatch
 
     if command and pid:
         raise UserError("give either --pid or a command after --, not both", EXIT_USAGE, "usage")
@@ -319,10 +323,11 @@ def watch(
         if tui:
             from gpudoctor.watch.app import INTERRUPTED, run_app  # lazy: textual only for the dashboard
 
-            result, signum = run_app(session, duration=duration)
-            signals.install()  # the app's event loop held them (and left them at their default)
-            if result == INTERRUPTED:  # Ctrl-C, SIGTERM or SIGHUP in the dashboard: the same way out as without it
-                raise signals.Stopped(signum) if signum is not None else KeyboardInterrupt
+            result, signum = run_app(session, duration=duration)  # our handlers are back when it returns
+            if signum is not None:  # SIGTERM, SIGHUP, SIGINT: the same way out as without the dashboard
+                raise signals.Stopped(signum)
+            if result == INTERRUPTED:  # the Ctrl-C key
+                raise KeyboardInterrupt
         else:
             from gpudoctor.watch.headless import run_headless
 
@@ -336,23 +341,17 @@ def watch(
         with signals.deferred(act=False):  # already on the way out: a second signal does not cut the stop short
             session.close(stop_signal)
     summary = session.summary()
-    from gpudoctor.cli import OutputError  # the CLI's stdout raises it for a failed write (a closed terminal)
-
-    try:
-        if as_json:
-            click.echo(dumps({"kind": "summary", **summary.to_json()}, separators=(",", ":")))
-        else:
-            from gpudoctor.watch.summary import render_text
-
-            click.echo(render_text(summary), nl=False)
-        if interrupted is not None:
+    if interrupted is None:
+        _print_summary(summary, as_json)
+    else:
+        # Stopped: the command is stopped already, and nothing may hold gpudoctor now. A terminal that
+        # hung up fails the writes; one that nobody reads (a stalled SSH connection) would block them
+        # for good: then gpudoctor exits anyway, with the code that says why it ended.
+        with signals.deferred(act=False), _exit_if_stuck(interrupted):
             why = "hung up" if interrupted == EXIT_HANGUP else "interrupted"
-            click.echo(f"gpudoctor: {why}" + ("; stopped the command" if job and job.owned else ""), err=True)
-    except (OSError, OutputError):
-        if interrupted is None:
-            raise
-        _silence_output()  # the terminal that hung up is gone: the job is stopped, the exit code says why
-    if interrupted is not None:
+            _print_summary(
+                summary, as_json, f"gpudoctor: {why}" + ("; stopped the command" if job and job.owned else "")
+            )
         sys.exit(interrupted)
     if job is not None and job.owned:
         sys.exit(job.poll() or 0)
@@ -369,6 +368,38 @@ def thresholds(config_path: str | None, no_config: bool, **given: float | None) 
         raise UserError("--config and --no-config contradict each other", EXIT_USAGE, "usage")
     th = watch_thresholds(load(config_path, use_config=not no_config))
     return dataclasses.replace(th, **{k: v for k, v in given.items() if v is not None})
+
+
+def _print_summary(summary: Any, as_json: bool, stopped: str | None = None) -> None:
+    """The summary on stdout; `stopped`: why watch was stopped, said on stderr after it. Once stopped,
+    output that cannot be written (its terminal hung up) is let go: the exit code says why it ended."""
+    from gpudoctor.cli import OutputError  # the CLI's stdout raises it for a failed write (a closed terminal)
+
+    try:
+        if as_json:
+            click.echo(dumps({"kind": "summary", **summary.to_json()}, separators=(",", ":")))
+        else:
+            from gpudoctor.watch.summary import render_text
+
+            click.echo(render_text(summary), nl=False)
+        if stopped is not None:
+            click.echo(stopped, err=True)
+    except (OSError, OutputError):
+        if stopped is None:
+            raise
+        _silence_output()
+
+
+@contextlib.contextmanager
+def _exit_if_stuck(code: int, seconds: float = EXIT_GRACE_S) -> Iterator[None]:
+    """Exit with `code` (at once, without flushing) if the block has not finished after `seconds`."""
+    timer = threading.Timer(seconds, os._exit, (code,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def _silence_output() -> None:
