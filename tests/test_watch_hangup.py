@@ -233,7 +233,11 @@ def test_a_followed_command_gets_the_hang_up_and_nothing_outlives_gpudoctor(tmp_
 
 
 @pytest.mark.parametrize("tui", [True, False], ids=["dashboard", "headless"])
-@pytest.mark.parametrize(("sig", "expected"), [(signal.SIGHUP, 129), (signal.SIGTERM, 130)], ids=["SIGHUP", "SIGTERM"])
+@pytest.mark.parametrize(
+    ("sig", "expected"),
+    [(signal.SIGHUP, 129), (signal.SIGTERM, 130), (signal.SIGINT, 130)],
+    ids=["SIGHUP", "SIGTERM", "SIGINT"],
+)
 def test_a_stop_signal_ends_watch_promptly(tui: bool, sig: signal.Signals, expected: int) -> None:
     with on_pty(DEMO if tui else [*DEMO, "--no-tui"]) as t:
         t.wait_for(b"GPUs" if tui else b"util%")
@@ -270,6 +274,31 @@ def test_a_stop_signal_while_the_dashboard_starts_still_ends_it() -> None:
             t.proc.send_signal(signal.SIGTERM)
             code, _ = t.ended_within()
             assert code == 130, (delay, t.seen[-2000:])
+
+
+def test_the_dashboards_output_waits_for_a_slow_terminal_until_told_to_stop() -> None:
+    """While watching, output waits for the terminal (no frame is cut); once stopping, a terminal that
+    takes nothing is given up. The terminal's own file description stays blocking: it is shared with
+    the shell and the followed command."""
+    from gpudoctor.watch.terminal import STALL_S, TerminalOutput
+
+    master, slave = pty.openpty()
+    stream = os.fdopen(slave, "w", encoding="utf-8")
+    try:
+        out = TerminalOutput(stream)
+        writer = threading.Thread(target=out.write, args=("x" * 1_000_000,), daemon=True)  # more than a pty holds
+        writer.start()
+        writer.join(1.0)
+        assert writer.is_alive() and not out.gone  # waits for a terminal that is slow to read
+        out.stopping = True
+        writer.join(STALL_S + 5)
+        assert not writer.is_alive() and out.gone
+        assert not fcntl.fcntl(slave, fcntl.F_GETFL) & os.O_NONBLOCK
+        out.write("more")  # dropped, not raised
+        out.close()
+    finally:
+        stream.close()
+        os.close(master)
 
 
 # -- a reader that stops reading ---------------------------------------------------------------------

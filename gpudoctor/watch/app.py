@@ -252,6 +252,8 @@ class WatchApp(App[str]):
                 item = self.session.queue.get(timeout=0.5)
             except queue.Empty:
                 continue
+            if item is None:  # on_unmount: the app is ending
+                return
             if isinstance(item, End):
                 self.post_message(SourceEnded(item))
                 return
@@ -259,6 +261,10 @@ class WatchApp(App[str]):
                 self.post_message(NoticeArrived(item.text))
                 continue
             self.post_message(SampleArrived(item))
+
+    def on_unmount(self) -> None:
+        if self.live:  # wake the pump now: the event loop waits for its thread on the way out
+            self.session.queue.put(None)
 
     def on_sample_arrived(self, message: SampleArrived) -> None:
         self._take(message.sample)

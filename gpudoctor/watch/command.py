@@ -47,7 +47,7 @@ Exit codes:
   0  watched to the end (or the followed command's own exit code)
   2  usage error: bad option, unreadable recording, --record FILE exists
   3  gpudoctor could not run at all (no NVIDIA driver, and no command, --replay or --demo)
-  129  hung up (SIGHUP): a command started by gpudoctor is stopped
+  129  hung up (SIGHUP, or the terminal went away): a command started by gpudoctor gets SIGHUP
   130  interrupted (Ctrl-C, SIGTERM): a command started by gpudoctor is stopped"""
 
 
@@ -138,7 +138,7 @@ class _WatchCommand(click.Command):
 FILE_NAME = NonEmpty("a file name")
 DEMOS = ("straggler", "hung", "starved", "throttle", "xid", "lost", "balanced")  # synthetic.DEMOS, kept light
 MAX_DEMO_GPUS = 128
-EXIT_GRACE_S = 1.0  # once stopped: output a terminal does not take within this long is given up (exit anyway)
+EXIT_GRACE_S = 0.5  # once stopped: output a terminal does not take within this long is given up (exit anyway)
 
 
 @click.command(

@@ -42,7 +42,7 @@ from typing import IO, Any
 
 POLL_S = 0.5  # the longest a hang-up goes unnoticed (a closing pty usually wakes the poll at once)
 HUNG_UP = select.POLLHUP | select.POLLERR
-STALL_S = 1.0  # once stopping: a terminal that takes no output for this long gets no more
+STALL_S = 0.5  # once stopping: a terminal that takes no output for this long gets no more
 
 
 def _terminals(fds: tuple[int, ...]) -> list[int]:
