@@ -21,7 +21,7 @@ from gpudoctor.watch.app import ConfirmSignal, HelpScreen, WatchApp, may_signal
 from gpudoctor.watch.model import GpuReading, ProcReading, Sample
 from gpudoctor.watch.recording import read_recording, recording_path
 from gpudoctor.watch.session import End, Session
-from gpudoctor.watch.sources import ReplaySource
+from gpudoctor.watch.sources import ReplaySource, SyntheticSource
 from gpudoctor.watch.synthetic import synthetic_run
 from gpudoctor.watch.widgets import ProcessTable, status_text
 
@@ -189,7 +189,7 @@ async def test_a_signal_goes_to_the_selected_process_only_after_confirmation() -
     try:
         started = psutil.Process(child.pid).create_time()
         app, session = live_app()
-        session.source.label = "live"  # a live source: its processes are real
+        session.source.real_processes = True  # as a live NVML source: its processes are real
         s = synthetic_run("healthy", 2)
         proc = ProcReading(pid=child.pid, gpu=0, gpu_mem=100, user="me", command="sleep", started=started)
         async with app.run_test(size=SIZE) as pilot:
@@ -207,6 +207,28 @@ async def test_a_signal_goes_to_the_selected_process_only_after_confirmation() -
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+async def test_made_up_processes_are_never_signalled_even_when_their_pid_is_real() -> None:
+    # GPUDOCTOR_WATCH_FAKE plays live, with made-up PIDs that real processes may hold.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = psutil.Process(child.pid).create_time()
+        session = Session(SyntheticSource("healthy", 2), thresholds=NO_WARMUP)  # as GPUDOCTOR_WATCH_FAKE makes it
+        session.last_arrival = time.monotonic()
+        app = WatchApp(session, live=True)
+        assert session.source.label == "synthetic:healthy" and session.source.real_processes is False
+        s = synthetic_run("healthy", 2)
+        proc = ProcReading(pid=child.pid, gpu=0, gpu_mem=100, user="me", command="sleep", started=started)
+        async with app.run_test(size=SIZE) as pilot:
+            session.queue.put(dataclasses.replace(s[0], procs=(proc,)))
+            await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count == 1)
+            await pilot.press("t")
+            await pilot.pause(0.2)
+            assert not isinstance(app.screen, ConfirmSignal) and child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_only_the_users_own_live_processes_may_be_signalled(monkeypatch: Any) -> None:

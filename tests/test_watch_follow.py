@@ -515,3 +515,27 @@ def test_a_terminal_that_goes_away_ends_the_dashboard_and_the_job() -> None:
             proc.wait()
         if master >= 0:
             os.close(master)
+
+
+def test_a_recording_of_made_up_readings_says_so_and_a_bad_fake_count_is_a_usage_error(tmp_path: Path) -> None:
+    rec = tmp_path / "fake.jsonl"
+    r = watch(
+        "--no-tui",
+        "--interval",
+        "0.2",
+        "--duration",
+        "1",
+        "--record",
+        str(rec),
+        env={**FAKE, "GPUDOCTOR_WATCH_FAKE": "straggler:2"},
+    )
+    assert r.returncode == 0, r.stderr
+    header = json.loads(rec.read_text().splitlines()[0])
+    assert header["source"] == "synthetic:straggler"
+    report = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "report", str(rec)], capture_output=True, text=True, timeout=60
+    )
+    assert report.returncode == 0 and "synthetic:straggler: made-up readings" in report.stdout.splitlines()[0]
+    r = watch("--no-tui", "--duration", "1", env={**FAKE, "GPUDOCTOR_WATCH_FAKE": "straggler:xx"})
+    assert r.returncode == 2 and "GPUDOCTOR_WATCH_FAKE: 'xx' is not a GPU count" in r.stderr
+    assert "internal error" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

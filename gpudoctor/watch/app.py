@@ -441,7 +441,7 @@ class WatchApp(App[str]):
         if chosen is None:
             self.notify("no process selected", severity="warning")
             return
-        if not self.live or self.session.source.label.startswith(("replay", "demo")):
+        if not self.live or not getattr(self.session.source, "real_processes", False):
             self.notify("a recording or a demo: there is no live process to signal", severity="warning")
             return
         why = may_signal(chosen)

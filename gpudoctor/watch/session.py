@@ -102,6 +102,7 @@ class Session:
                     "interval": self.source.interval,
                     "gpudoctor_version": __version__,
                     "command": self.job.command if self.job else None,
+                    "source": self.source.label,  # "live"; "synthetic:..." marks made-up readings
                 },
             )
         notes = getattr(self.source, "notes", None)

@@ -17,6 +17,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Protocol
 
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
+from gpudoctor.safe_text import printable
 from gpudoctor.watch.model import GpuReading, HostReading, ProcReading, Sample, clock
 from gpudoctor.watch.recording import Recording, RecordingStream
 
@@ -38,6 +39,7 @@ FAKE_ENV = "GPUDOCTOR_WATCH_FAKE"
 
 class Source(Protocol):
     label: str  # shown in the header: "live", the recording path...
+    real_processes: bool  # its processes are this machine's, now: the only ones a key may signal
     interval: float  # seconds between samples (nominal)
     available: tuple[int, ...]  # the GPUs there are to watch (known once opened)
 
@@ -117,6 +119,7 @@ class NvmlSource(_Paced):
     def __init__(self, interval: float = 1.0, process_interval: float = 5.0, gpus: list[int] | None = None) -> None:
         super().__init__(interval, process_interval)
         self.label = "live"
+        self.real_processes = True
         self._gpus = gpus
         self._sampler: NvmlSampler | None = None
         self.available: tuple[int, ...] = ()
@@ -181,6 +184,7 @@ class SyntheticSource(_Paced):
     ) -> None:
         super().__init__(interval / speed, process_interval / speed)
         self.label = label or f"synthetic:{scenario}"
+        self.real_processes = False  # made-up PIDs: a real process may have the same number
         self.scenario = scenario
         self.n_gpus = n_gpus
         self.recorded_interval = interval
@@ -225,6 +229,7 @@ class HostSource(_Paced):
     def __init__(self, interval: float, process_interval: float, reason: str) -> None:
         super().__init__(interval, process_interval)
         self.label = "no GPU"
+        self.real_processes = True
         self.available: tuple[int, ...] = ()
         self.notes = [f"no GPU to watch ({reason}): showing the job's training steps and the host only"]
 
@@ -258,6 +263,8 @@ def fake_from_env(interval: float, process_interval: float) -> SyntheticSource |
     if not spec:
         return None
     scenario, _, count = spec.partition(":")
+    if count and not (count.isascii() and count.isdigit() and 1 <= int(count) <= 1024):
+        raise UserError(f"{FAKE_ENV}: {count!r} is not a GPU count (SCENARIO[:N], N 1-1024)", EXIT_USAGE, "usage")
     return SyntheticSource(scenario, int(count or 8), interval, process_interval)
 
 
@@ -281,6 +288,10 @@ class ReplaySource:
 
     def __init__(self, recording: Recording | RecordingStream, speed: float = 1.0) -> None:
         self.label = f"replay {os.path.basename(recording.path)}"  # the basename keeps the header short
+        made = recording.header.get("source")
+        if isinstance(made, str) and made.startswith("synthetic"):  # a test recording, not a machine
+            self.label += f" ({printable(made)[:40]})"
+        self.real_processes = False
         self.speed = speed
         self._stream = recording if isinstance(recording, RecordingStream) else None
         self._samples: Iterator[Sample] = iter(recording.samples if isinstance(recording, Recording) else recording)

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudoctor.safe_text import printable
 from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict, analyze
 from gpudoctor.watch.model import RankReading, Sample, clock, plural
 from gpudoctor.watch.recording import RecordingStream
@@ -394,7 +395,9 @@ def summarize(samples: Iterable[Sample], source: str, th: Thresholds = DEFAULT, 
 def summarize_recording(path: str, th: Thresholds = DEFAULT) -> Summary:
     """`gpudoctor report FILE`: the recording is read as a stream, never held in memory whole."""
     with RecordingStream(path) as stream:
-        summary = summarize(stream, path, th)
+        made = stream.header.get("source")
+        synthetic = isinstance(made, str) and made.startswith("synthetic")  # a test recording
+        summary = summarize(stream, f"{path}, {printable(made)[:40]}: made-up readings" if synthetic else path, th)
     summary.damage = stream.damage
     return summary
 
