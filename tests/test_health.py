@@ -304,6 +304,19 @@ def test_ecc_counts_say_whether_the_errors_are_in_sram_or_dram() -> None:
     assert found["GD829"].status is Status.WARN  # SRAM errors, RMA threshold not reached
 
 
+def test_an_ecc_split_that_does_not_add_up_is_called_unknown() -> None:
+    """A recording whose SRAM/DRAM parts (0, 0) contradict its total (2) does not print them."""
+    s = load(FIXTURES / "faults" / "ecc_uncorrectable.json")
+    (f,) = [f for f in health.memory_errors(CheckContext(s)) if f.code == "GD801"]
+    assert "2 uncorrectable ECC error(s)" in f.message and "(SRAM/DRAM split unknown)" in f.message
+    assert "SRAM 0" not in f.message and f.evidence["split"] == "unknown" and "sram" not in f.evidence
+    # Only one part known (a driver without the SRAM status): unknown too, not "(DRAM 0)".
+    one = gpu_change(snap("h100_sxm_8x"), 2, ecc_uncorrected_aggregate=1, ecc_uncorrected_dram_aggregate=0)
+    one = gpu_change(one, 2, sram_ecc=Missing("unsupported"))
+    (g,) = [f for f in health.memory_errors(CheckContext(one)) if f.code == "GD802"]
+    assert "(SRAM/DRAM split unknown)" in g.message and "DRAM 0" not in g.message
+
+
 def test_sram_threshold_flag_is_an_rma_case() -> None:
     s = gpu_change(snap("h100_sxm_8x"), 5, sram_ecc=SramEcc(5, 0, 0, 0, True))
     (f,) = [f for f in health.memory_errors(CheckContext(s)) if f.code == "GD829"]

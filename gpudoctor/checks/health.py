@@ -175,16 +175,19 @@ CODES = [ECC_VOLATILE, ECC_AGGREGATE, RETIRED_PENDING, REMAP_PENDING, REMAP_FAIL
 XID_CODES = [XID_HARDWARE, XID_APPLICATION, XID_OTHER]
 
 
-def _where_errors(gpu: Gpu, scope: str) -> tuple[str, dict[str, int]]:
-    """' (SRAM 2, DRAM 0)' and its evidence, where NVML splits the count by memory."""
+def _where_errors(gpu: Gpu, scope: str, total: int) -> tuple[str, dict[str, Any]]:
+    """' (SRAM 2, DRAM 0)' and its evidence, where NVML splits the count by memory.
+
+    The split is shown only when both parts are known and add up to the total NVML reports
+    (nvmlDeviceGetTotalEccErrors counts every memory location: SRAM and DRAM together). A
+    recording that predates the split, or a driver that gives only one part, says it is unknown
+    rather than print a split that contradicts its own total."""
     sram_ecc, dram = gpu.sram_ecc, getattr(gpu, f"ecc_uncorrected_dram_{scope}")
-    split: dict[str, int] = {}
-    if known(sram_ecc):
-        split["sram"] = getattr(sram_ecc, f"{scope}_uncorrectable")
-    if known(dram):
-        split["dram"] = dram
-    text = ", ".join(f"{k.upper()} {v}" for k, v in split.items())
-    return (f" ({text})" if text else ""), split
+    if known(sram_ecc) and known(dram):
+        sram = getattr(sram_ecc, f"{scope}_uncorrectable")
+        if sram + dram == total:
+            return f" (SRAM {sram}, DRAM {dram})", {"sram": sram, "dram": dram}
+    return " (SRAM/DRAM split unknown)", {"split": "unknown"}
 
 
 def _ecc_counts(gpu: Gpu) -> list[Finding]:
@@ -192,7 +195,7 @@ def _ecc_counts(gpu: Gpu) -> list[Finding]:
     volatile = gpu.ecc_uncorrected_volatile
     aggregate = gpu.ecc_uncorrected_aggregate
     if known(volatile) and volatile > 0:
-        where, split = _where_errors(gpu, "volatile")
+        where, split = _where_errors(gpu, "volatile", volatile)
         return [
             Finding(
                 ECC_VOLATILE.code,
@@ -204,7 +207,7 @@ def _ecc_counts(gpu: Gpu) -> list[Finding]:
             )
         ]
     if known(aggregate) and aggregate > 0:
-        where, split = _where_errors(gpu, "aggregate")
+        where, split = _where_errors(gpu, "aggregate", aggregate)
         return [
             Finding(
                 ECC_AGGREGATE.code,
