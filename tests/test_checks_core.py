@@ -349,7 +349,7 @@ def test_nvlink_pair_without_p2p_fails(capsys, tmp_path) -> None:  # type: ignor
     [
         ({"power_limit_w": 350.0}, "GD304", "GPU 4 has power limit 350 W, the others 700 W"),
         ({"vbios": "96.00.89.00.01"}, "GD303", "GPU 4 has VBIOS 96.00.89.00.01, the others 96.00.74.00.01"),
-        ({"persistence_mode": False}, "GD305", "GPU 4 has persistence mode off, the others on"),
+        ({"compute_mode": "exclusive_process"}, "GD305", "GPU 4 has compute mode exclusive_process, the others"),
         ({"pcie_width_max": 8}, "GD306", "GPU 4 has max PCIe link Gen5 x8, the others Gen5 x16"),
     ],
 )

@@ -64,7 +64,8 @@ PERSISTENCE_OFF = Code(
     "GD105",
     "persistence-mode-off",
     "Persistence mode is on for multi-GPU runs",
-    what="Reads each GPU's persistence mode when the run uses more than one GPU.",
+    what="Reads each GPU's persistence mode when the run uses more than one GPU, and names every GPU "
+    "without it (GD305, which compares the GPUs' modes, leaves persistence to this check).",
     why="Without persistence (or nvidia-persistenced) the driver tears the GPUs down whenever no "
     "process holds them and re-initialises them at the next start: each rank's first CUDA call "
     "takes seconds per GPU, ranks start unevenly, and short health checks measure start-up.",
@@ -340,12 +341,13 @@ def persistence(ctx: CheckContext) -> list[Finding]:
     off = [g.index for g in readable if g.persistence_mode is False]
     evidence = {"persistence_off": off, "gpus": [g.index for g in readable], "expected": "on"}
     if off:
+        where, them = (f"GPU {off[0]}", "it") if len(off) == 1 else (f"GPUs {gpu_list(off)}", "them")
         return [
             Finding(
                 PERSISTENCE_OFF.code,
                 Status.WARN,
                 "host",
-                f"persistence mode is off on GPU {gpu_list(off)}: each start re-initialises them",
+                f"persistence mode is off on {where}: each start re-initialises {them}",
                 "sudo systemctl enable --now nvidia-persistenced (or sudo nvidia-smi -pm 1).",
                 evidence,
             )

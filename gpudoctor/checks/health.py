@@ -171,6 +171,40 @@ THROTTLED = Code(
     "brake or hardware slowdown check the PSUs and power cabling; for the software power cap check "
     "`nvidia-smi -q -d POWER` for a lowered power limit (`sudo nvidia-smi -pl <watts>`).",
 )
+ECC_DISABLED = Code(
+    "GD833",
+    "ecc-disabled",
+    "ECC is on for data-centre GPUs the run uses",
+    what="Reads each GPU's ECC mode, current and pending (nvmlDeviceGetEccMode: 'only applicable to devices "
+    "with ECC'; the pending mode is the one after the next reboot). A GPU whose ECC mode NVML reads has ECC; "
+    "on a data-centre GPU (any model whose name is not GeForce, TITAN, Quadro or an RTX workstation card: "
+    "A100, H100, H200, B200, V100, A30, A40, L40S, L4, T4...) ECC off now, or set to go off at the next "
+    "reboot, warns. GeForce and workstation cards, which ship with ECC off, are compared by GD305 only.",
+    why="Data-centre GPUs ship with ECC on. With it off, a flipped bit in HBM or GDDR is neither corrected "
+    "nor reported: the run goes on with wrong weights or gradients (silent data corruption), the error "
+    "counters GD801-GD805 stay at zero and row remapping never runs. DCGM's memory diagnostic refuses to "
+    "judge such a GPU (DCGM_FR_ECC_DISABLED, 'ECC is not enabled on GPU').",
+    fix="Turn ECC on: `sudo nvidia-smi -i <gpu> -e 1`, then reboot for it to take effect (NVML: 'takes "
+    "effect after the next reboot'); "
+    "check with `nvidia-smi -q -d ECC` ('Current' and 'Pending'). If ECC is off on purpose (for the few "
+    'percent of memory or bandwidth it costs), say so in a policy: `ignore = ["GD833"]` (docs/gates.md).',
+)
+HOT_IDLE = Code(
+    "GD834",
+    "idle-gpu-hot",
+    "Idle GPUs are not much hotter than their idle peers (heuristic)",
+    what="Compares the temperature of each idle GPU (clock event reason 'GPU idle' set) with the median of "
+    "the other idle GPUs of the same model. A GPU at least 25 C hotter than that median and at 60 C or "
+    "more warns. These thresholds are gpudoctor's heuristic, not an NVIDIA figure: GPUs of one chassis idle "
+    "within a few degrees of each other (28-37 C in the recorded H100, A100 and RTX 40 readings), so a "
+    "gap of 25 C at idle is far outside airflow differences between slots.",
+    why="A GPU that is hot while doing nothing has a cooling fault: a failed fan, blocked airflow, a heat "
+    "sink or thermal interface that came loose. Under load it reaches its slowdown temperature first and "
+    "throttles (GD815), and every step of a data-parallel job waits for it.",
+    fix="Check the GPU's cooling: fans (`nvidia-smi -q -d TEMPERATURE,FAN`), the chassis airflow and inlet "
+    "temperature, blanking panels, the heat sink and its thermal material (DCGM: 'Verify that the cooling "
+    "on this machine is functional'). Run `gpudoctor watch` under load to see whether it throttles.",
+)
 CODES = [ECC_VOLATILE, ECC_AGGREGATE, RETIRED_PENDING, REMAP_PENDING, REMAP_FAILED, SRAM_THRESHOLD, REMAP_EXHAUSTED]
 XID_CODES = [XID_HARDWARE, XID_APPLICATION, XID_OTHER]
 
@@ -625,3 +659,139 @@ def clocks(ctx: CheckContext) -> list[Finding]:
     if cov.not_supported:
         return [*unknown, not_supported_finding(THROTTLED.code, "clock event reasons", cov.not_supported)]
     return unknown
+
+
+# Product names of cards that ship with ECC off (GeForce, TITAN, Quadro and RTX workstation boards):
+# their ECC mode is the owner's choice, compared across GPUs by GD305. Data-centre boards ship with it
+# on. A server board with RTX in its name ("RTX PRO 6000 Blackwell Server Edition") is data-centre.
+_ECC_OFF_BY_DEFAULT = ("geforce", "titan", "quadro", "rtx")
+
+
+def ecc_expected_on(gpu: Gpu) -> bool:
+    """A data-centre GPU whose ECC mode NVML reads (readable: the board has ECC): GD833 judges it."""
+    if not (known(gpu.ecc_mode_current) or known(gpu.ecc_mode_pending)):
+        return False
+    name = gpu.name.lower()
+    return "server edition" in name or not any(word in name for word in _ECC_OFF_BY_DEFAULT)
+
+
+def _ecc_state(gpu: Gpu) -> str:
+    """'on', 'off', 'off_until_reboot' (off now, on after the next reboot) or 'off_after_reboot'."""
+    now, later = gpu.ecc_mode_current, gpu.ecc_mode_pending
+    if now is False:
+        return "off_until_reboot" if later is True else "off"
+    if later is False:
+        return "off_after_reboot"
+    return "on"
+
+
+_ECC_WORDS = {
+    "off": "ECC is off",
+    "off_until_reboot": "ECC is off until the next reboot (pending: on)",
+    "off_after_reboot": "ECC is on but set to go off at the next reboot (pending: off)",
+}
+_ECC_HINTS = {
+    "off": "sudo nvidia-smi -i {gpus} -e 1, then reboot; check with nvidia-smi -q -d ECC.",
+    "off_until_reboot": "Reboot to apply the pending ECC mode; check with nvidia-smi -q -d ECC.",
+    "off_after_reboot": "sudo nvidia-smi -i {gpus} -e 1 before the next reboot, unless turning ECC off is intended.",
+}
+
+
+@check("ecc_mode", "ECC on for data-centre GPUs", codes=[ECC_DISABLED], needs="visible")
+def ecc_mode(ctx: CheckContext) -> list[Finding]:
+    gpus = [g for g in readable(target_gpus(ctx)) if ecc_expected_on(g)]
+    if not gpus:
+        return []
+    by_state: dict[str, list[Gpu]] = {}
+    for g in gpus:
+        by_state.setdefault(_ecc_state(g), []).append(g)
+    out = []
+    for state, group in by_state.items():
+        if state == "on":
+            continue
+        indices = [g.index for g in group]
+        subject = gpu_subject(indices[0]) if len(indices) == 1 else "host"
+        where = ("GPU " if len(indices) == 1 else "GPUs ") + gpu_list(indices)
+        models = ", ".join(sorted({g.name for g in group}))
+        message = (
+            f"{_ECC_WORDS[state]} on {where} ({models}): a memory error there is neither corrected nor "
+            "reported, the run computes on with corrupted data"
+        )
+        evidence = {
+            "gpus": indices,
+            "ecc_mode_current": {str(g.index): _value(g.ecc_mode_current) for g in group},
+            "ecc_mode_pending": {str(g.index): _value(g.ecc_mode_pending) for g in group},
+            "expected": "on",
+        }
+        hint = _ECC_HINTS[state].format(gpus=",".join(map(str, indices)))
+        out.append(Finding(ECC_DISABLED.code, Status.WARN, subject, message, hint, evidence))
+    if out:
+        return out
+    indices = [g.index for g in gpus]
+    message = f"ECC on, now and after the next reboot, on GPU {gpu_list(indices)}"
+    return [Finding(ECC_DISABLED.code, Status.PASS, "host", message, "", {"gpus": indices})]
+
+
+def _value(v: Any) -> Any:
+    return v if known(v) else None
+
+
+# Heuristic thresholds (no NVIDIA figure exists for idle temperature spread): GPUs of one chassis idle
+# within a few degrees (28-37 C across the recorded fixtures; tests/reference/
+# ecc_mode_and_idle_temperature.md), so 25 C above the idle peers' median,
+# and warm in absolute terms, is a cooling fault rather than a slot's airflow.
+HOT_IDLE_GAP_C = 25
+HOT_IDLE_MIN_C = 60
+
+
+def _idle(gpu: Gpu) -> bool:
+    reasons = gpu.clock_event_reasons
+    return known(reasons) and bool(reasons & clock_reasons.GPU_IDLE) and known(gpu.temperature_c)
+
+
+def _median(values: list[int]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+@check("idle_temperature", "Idle GPUs not much hotter than their peers (heuristic)", codes=[HOT_IDLE], needs="visible")
+def idle_temperature(ctx: CheckContext) -> list[Finding]:
+    models: dict[str, list[Gpu]] = {}
+    for g in readable(target_gpus(ctx)):
+        if _idle(g):
+            models.setdefault(g.name, []).append(g)
+    out, judged = [], []
+    for group in models.values():
+        if len(group) < 2:
+            continue
+        judged += group
+        for g in group:
+            peers = [int(p.temperature_c) for p in group if p is not g]
+            reference = _median(peers)
+            temp = int(g.temperature_c)
+            if temp - reference < HOT_IDLE_GAP_C or temp < HOT_IDLE_MIN_C:
+                continue
+            evidence = {
+                "temperature_c": temp,
+                "peers_median_c": reference,
+                "peers": {str(p.index): p.temperature_c for p in group if p is not g},
+                "threshold": f"{HOT_IDLE_GAP_C} C above the idle peers' median and at least {HOT_IDLE_MIN_C} C",
+                "heuristic": True,
+            }
+            out.append(
+                Finding(
+                    HOT_IDLE.code,
+                    Status.WARN,
+                    gpu_subject(g.index),
+                    f"GPU {g.index} is at {temp} C while idle, its idle peers at {reference:g} C (median): a "
+                    "cooling fault (fan, airflow, heat sink) that will throttle it under load (heuristic)",
+                    "Check the GPU's fans and airflow (nvidia-smi -q -d TEMPERATURE,FAN), then its heat sink.",
+                    evidence,
+                )
+            )
+    if out or not judged:
+        return out
+    temps = [int(g.temperature_c) for g in judged]
+    message = f"{len(judged)} idle GPUs at {min(temps)}-{max(temps)} C: none much hotter than its peers"
+    return [Finding(HOT_IDLE.code, Status.PASS, "host", message, "", {"gpus": sorted(g.index for g in judged)})]

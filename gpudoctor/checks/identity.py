@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpudoctor.checks.health import ecc_expected_on
 from gpudoctor.checks.unread import unread, unreadable_finding
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.registry import CheckContext, Code, check
@@ -65,13 +66,16 @@ POWER = Code(
 MODES = Code(
     "GD305",
     "gpu-mode-mismatch",
-    "The visible GPUs have the same persistence, compute, MIG and ECC modes",
-    what="Compares persistence mode, compute mode, MIG mode and ECC mode (current) of the visible GPUs.",
-    why="A GPU whose modes differ from its peers behaves differently in the same job: slower start-up "
-    "without persistence, refused contexts in exclusive mode, a MIG GPU that cannot be used whole, "
+    "The visible GPUs have the same compute, MIG and ECC modes",
+    what="Compares compute mode, MIG mode and ECC mode (current) of the visible GPUs. Two of them have an "
+    "owner that names every GPU concerned, so GD305 leaves them out: persistence mode off is GD105's, ECC "
+    "off on a data-centre GPU GD833's; GD305 compares ECC among GeForce and workstation cards. A mode NVML "
+    "could not read (persistence included) is named here as unreadable.",
+    why="A GPU whose modes differ from its peers behaves differently in the same job: refused contexts in "
+    "exclusive mode, a MIG GPU that cannot be used whole, "
     "a little less memory with ECC on.",
-    fix="Set the modes alike: `sudo nvidia-smi -pm 1` (persistence), `sudo nvidia-smi -c DEFAULT` "
-    "(compute), `sudo nvidia-smi -mig 0` (MIG, needs a GPU reset), `sudo nvidia-smi -e 1` (ECC, "
+    fix="Set the modes alike: `sudo nvidia-smi -c DEFAULT` (compute), `sudo nvidia-smi -mig 0` (MIG, needs "
+    "a GPU reset), `sudo nvidia-smi -e 1` (ECC, "
     "takes effect after a reboot).",
 )
 PCIE = Code(
@@ -149,6 +153,9 @@ class Trait:
     key: Callable[[Any], Any] = lambda v: v  # values with the same key count as equal
     per_model: bool = False  # compare only GPUs of the same model (a 4080 has its own VBIOS)
     always_there: bool = False  # every GPU has it: NOT_SUPPORTED is a missing reading, not a fact
+    # GPUs another check judges on this trait (its owner says it once): left out of the comparison,
+    # still named here when NVML could not read it.
+    judged_elsewhere: Callable[[Gpu], bool] = lambda g: False
 
     def lead(self, value: Any) -> str:
         """'is an NVIDIA GeForce RTX 4080' / 'has power limit 350 W'."""
@@ -196,6 +203,7 @@ TRAITS = [
         _on_off,
         Status.WARN,
         "without persistence the driver re-initialises the GPU for each process (slower start, settings reset)",
+        judged_elsewhere=lambda g: True,  # GD105 names every GPU without persistence
     ),
     Trait(
         MODES,
@@ -221,6 +229,7 @@ TRAITS = [
         _on_off,
         Status.WARN,
         "ECC changes usable memory and speed, and only the ECC GPUs catch memory errors",
+        judged_elsewhere=ecc_expected_on,  # GD833: ECC off on a data-centre GPU is a warning of its own
     ),
     Trait(
         FIRMWARE,
@@ -317,5 +326,5 @@ def identity(ctx: CheckContext) -> list[Finding]:
     out: list[Finding] = []
     for trait in TRAITS:
         for group in models.values() if trait.per_model else [gpus]:
-            out.extend(compare(group, trait))
+            out.extend(compare([g for g in group if not trait.judged_elsewhere(g)], trait))
     return _unreadable(gpus) + out
