@@ -222,3 +222,36 @@ def test_gd201_and_gd820_describe_the_same_mig_device() -> None:
     assert gd201.message.startswith("1 device(s) visible") and "sees 1 device(s)" in gd820.message
     assert "GPU 0, 1, 2, 3" in gd820.message  # every MIG GPU the run selected, not just the one it got
     assert gd201.evidence["visible"] == gd820.evidence["devices_seen"] == 1
+
+
+def test_gd205_says_what_the_users_indices_select_under_fastest_first() -> None:
+    """review3 V5: CUDA_VISIBLE_DEVICES=0,2 on 4090, 4080, 4090 picks the 4080; GD205 names the run's
+    GPUs under FASTEST_FIRST against what the indices mean in nvidia-smi's numbering, and the fix."""
+    from gpudoctor.checks.visibility import visibility
+    from gpudoctor.registry import CheckContext
+
+    mixed = load("rtx4090_2x_rtx4080_1x")  # GPU 0, 2: RTX 4090; GPU 1: RTX 4080
+    found = visibility(CheckContext(replace(mixed, env={**mixed.env, "CUDA_VISIBLE_DEVICES": "0,2"})))
+    (order,) = [f for f in found if f.code == "GD205"]
+    assert order.message.startswith(
+        "CUDA_VISIBLE_DEVICES='0,2' selects nvidia-smi's GPU 0 (GeForce RTX 4090) and GPU 1 (GeForce RTX 4080) "
+        "as cuda:0-1"
+    )
+    assert "it means GPU 0 (GeForce RTX 4090) and GPU 2 (GeForce RTX 4090)" in order.message
+    assert order.message.endswith("set CUDA_DEVICE_ORDER=PCI_BUS_ID")
+    assert "cuda:2" not in order.message, "the run has two devices"
+    assert (order.evidence["selected"], order.evidence["selected_with_pci_bus_id"]) == ([0, 1], [0, 2])
+    # An index FASTEST_FIRST leaves in place, and UUIDs, select the same GPUs either way: said so.
+    (same,) = [
+        f
+        for f in visibility(CheckContext(replace(mixed, env={**mixed.env, "CUDA_VISIBLE_DEVICES": "0"})))
+        if f.code == "GD205"
+    ]
+    assert "'0': the same GPUs either way" in same.message and "CUDA's index 1 is nvidia-smi's GPU 2" in same.message
+    uuids = f"{mixed.gpus[1].uuid},{mixed.gpus[0].uuid}"
+    (by_uuid,) = [
+        f
+        for f in visibility(CheckContext(replace(mixed, env={**mixed.env, "CUDA_VISIBLE_DEVICES": uuids})))
+        if f.code == "GD205"
+    ]
+    assert "by UUID, which no order changes" in by_uuid.message

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from gpudoctor.checks.targets import gpu_list
 from gpudoctor.findings import Finding, Status
 from gpudoctor.registry import CheckContext, Code, check
-from gpudoctor.visibility import PCI_BUS_ID, Visibility, mig_gpus
+from gpudoctor.snapshot import Gpu, Snapshot
+from gpudoctor.visibility import PCI_BUS_ID, Visibility, mig_gpus, parse, resolve
 
 VISIBLE = Code(
     "GD201",
@@ -68,9 +70,11 @@ ORDER = Code(
     "GD205",
     "device-order-mismatch",
     "cuda:N is nvidia-smi's GPU N",
-    what="On a machine with different GPU models, checks that CUDA_DEVICE_ORDER=PCI_BUS_ID is set, "
-    "and names the cuda: indices that differ from nvidia-smi's numbering under CUDA's default "
-    "FASTEST_FIRST order. FASTEST_FIRST is a heuristic inside the driver; gpudoctor models it as higher "
+    what="On a machine with different GPU models, checks that CUDA_DEVICE_ORDER=PCI_BUS_ID is set. "
+    "When CUDA_VISIBLE_DEVICES lists indices, it names the GPUs they select under CUDA's default "
+    "FASTEST_FIRST order (this run's cuda:0, cuda:1...) beside the GPUs the same indices mean in "
+    "nvidia-smi's numbering; otherwise it names the cuda: indices that differ from nvidia-smi's. "
+    "FASTEST_FIRST is a heuristic inside the driver; gpudoctor models it as higher "
     "compute capability first, then more memory, then PCI bus order (identical GPUs keep PCI order). "
     "An unreadable compute capability or memory size never reorders: a GPU takes the readings of "
     "another GPU of the same name, and where no GPU of a model could be read the order is unknown: "
@@ -199,7 +203,7 @@ def visibility(ctx: CheckContext) -> list[Finding]:
             evidence["lost"] = lost  # GD201 says they are left out, GD827 why
         out.append(Finding(EXPECTED.code, status, "host", msg, EXPECTED.fix if status is Status.FAIL else "", evidence))
     out.extend(_geometry(env, n))
-    out.extend(_order(vis))
+    out.extend(_order(vis, ctx.snapshot))
     out.extend(_mig(vis))
     return out
 
@@ -301,30 +305,67 @@ def _geometry(env: Mapping[str, str], n: int) -> list[Finding]:
     ]
 
 
-def _order(vis: Visibility) -> list[Finding]:
+def _gpus_words(gpus: tuple[Gpu, ...] | list[Gpu]) -> str:
+    """'GPU 0 (RTX 4090) and GPU 1 (RTX 4080)': nvidia-smi's numbers, in CUDA order, with the models."""
+    named = [f"GPU {g.index} ({g.name.removeprefix('NVIDIA ')})" for g in gpus]
+    return ", ".join(named[:-1]) + f" and {named[-1]}" if len(named) > 1 else (named[0] if named else "no GPU")
+
+
+def _selection(vis: Visibility, snapshot: Snapshot) -> str:
+    """What the user's integer CUDA_VISIBLE_DEVICES selects under FASTEST_FIRST against PCI order,
+    or '' when it selects the same GPUs in the same order either way (or lists UUIDs, which no order moves)."""
+    if vis.raw is None or parse(vis.raw).kind != "int":
+        return ""
+    pci = resolve(replace(snapshot, env={**snapshot.env, "CUDA_DEVICE_ORDER": PCI_BUS_ID}))
+    if pci.nvml_indices == vis.nvml_indices:
+        return ""
+    n = vis.count
+    cuda = f"cuda:0-{n - 1}" if n > 1 else "cuda:0"
+    return (
+        f"CUDA_VISIBLE_DEVICES={vis.raw!r} selects nvidia-smi's {_gpus_words(vis.gpus)} as {cuda}, because CUDA "
+        f"numbers GPUs fastest first by default; as nvidia-smi numbers them it means {_gpus_words(pci.gpus)}"
+    )
+
+
+def _order(vis: Visibility, snapshot: Snapshot) -> list[Finding]:
     names = {g.name for g in vis.enumeration}  # lost GPUs are not enumerated: not a model of their own
     if len(names) < 2 or vis.order == PCI_BUS_ID:
         return []
     # Against PCI order of the GPUs CUDA enumerates: what CUDA_DEVICE_ORDER=PCI_BUS_ID would give.
     by_pci = sorted(vis.enumeration, key=lambda g: g.index)
     moved = [(i, g) for i, g in enumerate(vis.enumeration) if g.index != by_pci[i].index]
-    evidence = {
+    evidence: dict[str, Any] = {
         "CUDA_DEVICE_ORDER": vis.order_raw,
         "expected": PCI_BUS_ID,
         "cuda_order": [g.index for g in vis.enumeration],
         "models": sorted(names),
     }
+    head = "mixed GPUs and CUDA_DEVICE_ORDER is not PCI_BUS_ID"
+    selection = "" if vis.order_unknown else _selection(vis, snapshot)
     if vis.order_unknown:
         evidence["order_unknown"] = list(vis.order_unknown)
+        msg = f"{head}: which card is cuda:N cannot be predicted ({_order_guess(vis)}; gpudoctor assumes PCI order)"
+    elif selection:
+        pci = resolve(replace(snapshot, env={**snapshot.env, "CUDA_DEVICE_ORDER": PCI_BUS_ID}))
+        evidence |= {"selected": list(vis.nvml_indices), "selected_with_pci_bus_id": list(pci.nvml_indices)}
+        msg = f"{selection}: set CUDA_DEVICE_ORDER=PCI_BUS_ID"
+    elif vis.raw is not None and parse(vis.raw).kind != "all":
+        # The variable picks the same GPUs either way (UUIDs, or indices FASTEST_FIRST leaves in place).
+        swaps = ", ".join(f"CUDA's index {i} is nvidia-smi's GPU {g.index}" for i, g in moved)
+        how = (
+            "by UUID, which no order changes"
+            if parse(vis.raw).kind != "int"
+            else f"{vis.raw!r}: the same GPUs either way"
+        )
         msg = (
-            "mixed GPUs and CUDA_DEVICE_ORDER is not PCI_BUS_ID: which card is cuda:N cannot be predicted "
-            f"({_order_guess(vis)}; gpudoctor assumes PCI order)"
+            f"{head}: this run selects its GPUs {how}, but other indices do not "
+            f"({swaps or 'CUDA numbers them by its speed heuristic'})"
         )
     elif moved:
         swaps = ", ".join(f"cuda:{i} is nvidia-smi's GPU {g.index} ({g.name})" for i, g in moved)
-        msg = f"mixed GPUs and CUDA_DEVICE_ORDER is not PCI_BUS_ID: {swaps}"
+        msg = f"{head}: {swaps}"
     else:
-        msg = "mixed GPUs and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA numbers them by its speed heuristic"
+        msg = f"{head}: CUDA numbers them by its speed heuristic"
     return [Finding(ORDER.code, Status.WARN, "host", msg, ORDER.fix, evidence)]
 
 
