@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from gpudoctor import __version__, signals
-from gpudoctor.cli_types import FiniteFloat, NonEmpty
+from gpudoctor.cli_types import FiniteFloat, NonEmpty, OnceCommand
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError, error_document, wants_json
 
 EXIT_CODES_HELP = """\b
@@ -42,6 +42,8 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    command_class = OnceCommand  # a repeated single-value option is refused, not silently last-wins
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in LAZY_COMMANDS and cmd_name not in self.commands:
@@ -72,6 +74,8 @@ def _collectives(ctx: click.Context, param: click.Parameter, value: str | None) 
     """--collectives: the names, checked; None when not given (then the policy's list applies)."""
     if value is None:
         return None
+    if not value.strip(" ,\t"):  # like --select '': an empty list would silently run nothing more
+        raise click.BadParameter(f"needs collective names, got {value!r}.", ctx, param)
     from gpudoctor.busbw import parse_ops
 
     try:
@@ -373,14 +377,20 @@ def _progress_printer(silent: bool) -> Any:
 
 
 @main.command("snapshot")
-@click.option("-o", "--output", type=FILE_NAME, metavar="FILE", help="Write to FILE instead of standard output.")
+@click.option(
+    "-o",
+    "--output",
+    type=FILE_NAME,
+    metavar="FILE",
+    help="Write to FILE instead of standard output (`-o -`: standard output, the Unix convention).",
+)
 def snapshot_cmd(output: str | None) -> None:
     """Record this machine's GPUs, host and allow-listed environment as JSON."""
     from gpudoctor import snapshot as snap
     from gpudoctor.probe import collect
 
     data = collect()
-    if output is None:
+    if output in (None, "-"):  # a file named "-" is `-o ./-`
         click.echo(snap.dumps(data), nl=False)
         return
     try:

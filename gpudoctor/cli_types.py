@@ -6,6 +6,10 @@ With `items=True` it is a comma-separated list that must name at least one item 
 Use it for every option that takes a file name or a list (`--junit`, `-o`, `--snapshot`,
 `--select`, `--ignore`, `--record`, `--replay`).
 
+`OnceCommand` refuses a single-value option given twice (`--expect-model H100 --expect-model A100`):
+click keeps the last silently, so the first is dropped without a word. Options with `multiple=True`,
+flags and counters (`-v -v`) may repeat.
+
 `FiniteFloat` is `click.FloatRange` that also refuses NaN and infinities: Python's `float()`
 accepts "nan", "inf" and "infinity", and NaN compares false with every bound, so a plain
 `FloatRange(min=0.1)` lets `--interval nan` through (a busy loop) and `--duration inf`
@@ -53,3 +57,21 @@ class NonEmpty(click.ParamType):
 
     def __repr__(self) -> str:
         return f"NonEmpty({self.what!r})"
+
+
+class OnceCommand(click.Command):
+    """A command whose single-value options may be given once: a repeat is a usage error (exit 2)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not ctx.resilient_parsing:
+            _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+            if not any(p.is_eager for p in order):  # --help / --version answer whatever else is given
+                seen: set[str | None] = set()
+                for param in order:
+                    if not isinstance(param, click.Option) or param.multiple or param.is_flag or param.count:
+                        continue
+                    if param.name in seen:
+                        names = "/".join(param.opts)
+                        raise click.UsageError(f"{names} given more than once: it takes one value", ctx)
+                    seen.add(param.name)
+        return super().parse_args(ctx, args)
