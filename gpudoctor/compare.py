@@ -2,7 +2,8 @@
 
 Each side is a saved `check --json` report or a snapshot. Facts (facts.py) are compared for
 changes: GPU count, models and UUIDs (GD011), driver, VBIOS, InfoROM and GSP firmware (GD012), NVLink counts and PCIe
-links (GD013). Measurements are compared for regressions beyond a tolerance (default 10%):
+links (GD013), power limit and ECC/MIG/compute/persistence modes (GD017), GPU memory already in use (GD018), the
+NCCL_* / TORCH_NCCL_* environment (GD019). Measurements are compared for regressions beyond a tolerance (default 10%):
 all-reduce busbw per message size (GD014), the DDP step time (GD015), P2P copy bandwidth per pair
 (GD016). Every finding carries both values. The codes are gpudoctor's own (area 0), whatever they
 compare, so `--select GD01` is the whole comparison.
@@ -106,10 +107,53 @@ P2P = Code(
     fix="See GD421/GD422 for the pair, `nvidia-smi topo -m` and `nvidia-smi nvlink -s`; check whether "
     "the kernel's IOMMU settings changed (the finding's evidence holds them).",
 )
-CODES = [GPUS, SOFTWARE, LINKS, BUSBW, DDP_STEP, P2P]
+SETTINGS = Code(
+    "GD017",
+    "baseline-gpu-settings-changed",
+    "GPU power limits and ECC, MIG, compute and persistence modes are those of the baseline",
+    what="Compares each GPU's enforced power limit (for the same model only) and its ECC (now and pending), MIG, "
+    "compute and persistence modes with the baseline's. A change is judged as the static check judges the new"
+    " value: MIG turned on (GD820) and compute mode 'prohibited' (GD821) fail, a power limit lowered by more "
+    "than the tolerance (`--tolerance`, default 10%) fails, ECC turned off (GD833), persistence turned off "
+    "(GD105), exclusive compute mode and any smaller or upward change warn. A report that predates these "
+    "facts is passed over.",
+    why="Between two nodes of a cluster, or one node before and after maintenance, a power cap, a MIG or ECC "
+    "mode left by a previous tenant or a firmware tool is the usual answer to 'why is this node slower' or "
+    "'why does the job no longer start', and none of them shows as an error.",
+    fix="Restore the setting (`sudo nvidia-smi -i <gpu> -pl <watts>`, `-e 1` then reboot, `-mig 0` then a "
+    "GPU reset, `-c DEFAULT`, `sudo systemctl enable --now nvidia-persistenced`), or refresh the baseline "
+    "if the change is intended.",
+)
+MEMORY_HELD = Code(
+    "GD018",
+    "baseline-gpu-memory-held",
+    "No more GPU memory is in use than in the baseline",
+    what="Compares the GPU memory in use when each side was recorded (nvmlDeviceGetMemoryInfo 'used'); more "
+    "than max(1 GiB, 5% of the GPU) above the baseline's warns, the margin GD826 allows for memory no "
+    "process owns.",
+    why="Memory held by a leftover rank, a process in another container or a context that was never torn "
+    "down is unavailable to the run: the first step runs out of memory, or the GPU is shared and slower.",
+    fix="Find the owner (`nvidia-smi`, `sudo fuser -v /dev/nvidia*`; GD825/GD826) and stop it, or reset the "
+    "GPU when no process owns the memory.",
+)
+NCCL_ENV = Code(
+    "GD019",
+    "baseline-nccl-env-changed",
+    "The NCCL_* and TORCH_NCCL_* environment is that of the baseline",
+    what="Compares the NCCL_* and TORCH_NCCL_* environment variables recorded on both sides (the snapshot's "
+    "allow-list): a variable newly set, changed or no longer set warns, naming both values. A report that "
+    "predates this fact is passed over.",
+    why="One variable changes what NCCL does: NCCL_NVLS_ENABLE=0 drops NVLink SHARP (about 480 -> 370 GB/s "
+    "on 8x H100), NCCL_P2P_DISABLE=1 or NCCL_IB_DISABLE=1 moves traffic off NVLink or InfiniBand. A module "
+    "file or a job script that sets it on one node explains a busbw gap no hardware check finds.",
+    fix="Unset or align the variable (the job script, module files, ~/.nccl.conf or /etc/nccl.conf, "
+    "whose settings NCCL reads as defaults), or refresh the baseline if the change is intended; the NCCL "
+    "environment checks (GD62x, GD63x) say what each one costs on this machine.",
+)
+CODES = [GPUS, SOFTWARE, LINKS, BUSBW, DDP_STEP, P2P, SETTINGS, MEMORY_HELD, NCCL_ENV]
 register_codes("baseline", CODES)
 
-FACT_CODES = {GPUS.code, SOFTWARE.code, LINKS.code}
+FACT_CODES = {GPUS.code, SOFTWARE.code, LINKS.code, SETTINGS.code, MEMORY_HELD.code, NCCL_ENV.code}
 MEASURED = ("allreduce", "ddp", "p2p")  # the report's measurements this comparison reads
 
 
@@ -470,6 +514,139 @@ def compare_links(base: dict[str, Any], cur: dict[str, Any]) -> list[Finding]:
     return out
 
 
+def _on_off(value: Any) -> str:
+    return "on" if value else "off"
+
+
+def _setting_status(key: str, before: Any, now: Any, tolerance: float) -> Status:
+    """A changed setting judged as the static check judges its new value (GD820, GD821, GD833, GD105)."""
+    if key == "mig_mode" and now:
+        return Status.FAIL
+    if key == "compute_mode" and now == "prohibited":
+        return Status.FAIL
+    if key == "power_limit_w" and now < before * (1 - tolerance):
+        return Status.FAIL
+    return Status.WARN
+
+
+# (key, words, how a value is shown): the settings GD017 compares; equal when shown alike.
+SETTING_FIELDS = (
+    ("power_limit_w", "power limit", lambda w: f"{w:.0f} W"),
+    ("ecc_mode", "ECC mode", _on_off),
+    ("ecc_mode_pending", "ECC mode after the next reboot", _on_off),
+    ("mig_mode", "MIG mode", _on_off),
+    ("compute_mode", "compute mode", str),
+    ("persistence_mode", "persistence mode", _on_off),
+)
+
+
+def compare_settings(base: dict[str, Any], cur: dict[str, Any], tolerance: float) -> list[Finding]:
+    pairs, _, _ = pair_gpus(base.get("gpus", []), cur.get("gpus", []))
+    pairs = [(b, c) for b, c in pairs if answers(b) and answers(c)]
+    changes = []
+    compared: set[str] = set()
+    for b, c in pairs:
+        for key, words, show in SETTING_FIELDS:
+            vb, vc = b.get(key), c.get(key)
+            if vb is None or vc is None:  # a report older than the fact, or NVML could not read it
+                continue
+            if key == "power_limit_w" and b.get("name") != c.get("name"):
+                continue  # each model has its own limits: another model is GD011's finding
+            compared.add(words)
+            if show(vb) == show(vc):
+                continue
+            status = _setting_status(key, vb, vc, tolerance)
+            hint = HINT_HEALTHIER if _healthier(key, vb, vc) else HINT_RESTORE[key].format(was=show(vb))
+            changes.append((_Change(SETTINGS, status, key, words, show(vb), show(vc), hint), c["index"]))
+    out = _grouped(changes)
+    if out:
+        return out
+    if not compared:
+        why = "GPU settings not compared: the baseline records none (written before they were recorded)"
+        return [_finding(SETTINGS, Status.SKIP, "host", why, {})]
+    words = ", ".join(w for _, w, _ in SETTING_FIELDS if w in compared)
+    message = f"{words} of {len(pairs)} GPU(s) as in the baseline"
+    return [_finding(SETTINGS, Status.PASS, "host", message, {"compared": sorted(compared)})]
+
+
+_REFRESH = "; if the change is intended, refresh the baseline"
+HINT_RESTORE = {
+    "power_limit_w": "Restore the limit ({was} in the baseline): `sudo nvidia-smi -i <gpu> -pl <watts>` (allowed "
+    "range: `nvidia-smi -q -d POWER`), and look for a startup script or BMC that set it" + _REFRESH + ".",
+    "ecc_mode": "Turn ECC back on: `sudo nvidia-smi -i <gpu> -e 1`, then reboot" + _REFRESH + ".",
+    "ecc_mode_pending": "Set ECC on again before the next reboot: `sudo nvidia-smi -i <gpu> -e 1`" + _REFRESH + ".",
+    "mig_mode": "Turn MIG off: `sudo nvidia-smi -i <gpu> -mig 0`, then reset the GPU" + _REFRESH + ".",
+    "compute_mode": "Restore the compute mode: `sudo nvidia-smi -i <gpu> -c {was}`" + _REFRESH + ".",
+    "persistence_mode": "Turn persistence back on: `sudo systemctl enable --now nvidia-persistenced`" + _REFRESH + ".",
+}
+HINT_HEALTHIER = "The baseline was recorded with a setting gpudoctor warns about: refresh it from this run."
+
+
+def _healthier(key: str, before: Any, now: Any) -> bool:
+    """A change towards what the static checks want (ECC, persistence on; MIG off; default compute)."""
+    if key in ("ecc_mode", "ecc_mode_pending", "persistence_mode"):
+        return bool(now) and not before
+    if key == "mig_mode":
+        return not now and bool(before)
+    if key == "compute_mode":
+        return now == "default"
+    return False
+
+
+MEMORY_MARGIN_MIB = 1024  # GD826's margin: max(1 GiB, 5% of the GPU) (checks/gpu_modes.py)
+MEMORY_MARGIN_SHARE = 0.05
+
+
+def compare_memory_held(base: dict[str, Any], cur: dict[str, Any]) -> list[Finding]:
+    pairs, _, _ = pair_gpus(base.get("gpus", []), cur.get("gpus", []))
+    out, compared = [], 0
+    for b, c in pairs:
+        vb, vc = b.get("memory_used_mib"), c.get("memory_used_mib")
+        if not (answers(b) and answers(c)) or vb is None or vc is None:
+            continue
+        compared += 1
+        total = c.get("memory_total_mib") or 0
+        margin = max(MEMORY_MARGIN_MIB, MEMORY_MARGIN_SHARE * total)
+        if vc - vb > margin:
+            message = (
+                f"GPU {c['index']} has {vc / 1024:.1f} GiB in use, {vb / 1024:.1f} GiB in the baseline: "
+                f"{(vc - vb) / 1024:.1f} GiB held that the run cannot have"
+            )
+            evidence = {"field": "memory_used_mib", "baseline": vb, "current": vc, "margin_mib": round(margin)}
+            out.append(_finding(MEMORY_HELD, Status.WARN, gpu_subject(c["index"]), message, evidence))
+    if out:
+        return out
+    if not compared:
+        why = "GPU memory in use not compared: the baseline does not record it"
+        return [_finding(MEMORY_HELD, Status.SKIP, "host", why, {})]
+    message = f"GPU memory in use on {compared} GPU(s) within max(1 GiB, 5%) of the baseline's"
+    return [_finding(MEMORY_HELD, Status.PASS, "host", message, {"gpus": compared})]
+
+
+def compare_nccl_env(base: dict[str, Any], cur: dict[str, Any]) -> list[Finding]:
+    eb, ec = base.get("nccl_env"), cur.get("nccl_env")
+    if not isinstance(eb, dict) or not isinstance(ec, dict):
+        why = "NCCL environment not compared: the baseline does not record it"
+        return [_finding(NCCL_ENV, Status.SKIP, "host", why, {})]
+    out = []
+    for name in sorted(set(eb) | set(ec)):
+        vb, vc = eb.get(name), ec.get(name)
+        if vb == vc:
+            continue
+        if vb is None:
+            message = f"{name}={vc!r} is set now, not in the baseline"
+        elif vc is None:
+            message = f"{name} is no longer set ({vb!r} in the baseline)"
+        else:
+            message = f"{name} is {vc!r} now, {vb!r} in the baseline"
+        evidence = {"variable": name, "baseline": vb, "current": vc}
+        out.append(_finding(NCCL_ENV, Status.WARN, "host", message, evidence))
+    if out:
+        return out
+    message = f"NCCL environment as in the baseline ({len(ec)} variable(s) set)"
+    return [_finding(NCCL_ENV, Status.PASS, "host", message, {"nccl_env": ec})]
+
+
 def _size(n: int) -> str:
     for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= div:
@@ -618,7 +795,8 @@ def compare(base: Side, cur: Side, tolerance: float = DEFAULT_TOLERANCE) -> list
         facts = [_finding(GPUS, Status.SKIP, "host", why, {})]
     else:
         facts = compare_gpus(base.facts, cur.facts) + compare_software(base.facts, cur.facts)
-        facts += compare_links(base.facts, cur.facts)
+        facts += compare_links(base.facts, cur.facts) + compare_settings(base.facts, cur.facts, tolerance)
+        facts += compare_memory_held(base.facts, cur.facts) + compare_nccl_env(base.facts, cur.facts)
     results.append(CheckResult("baseline_facts", f"Machine facts against {base.label}", facts, 0.0))
     results.append(
         CheckResult(

@@ -2,10 +2,12 @@
 
 `facts` (from the snapshot): the GPUs NVML sees with their identity, firmware and links, whether
 NVML could still talk to each (`lost`, `unreachable`: a GPU that fell off the bus has no name, no
-UUID and no links to compare), and the driver. `measurements` (from the active checks): the
-all-reduce sweep with its expectation, the DDP step time, the P2P copy bandwidth per pair. Both
-are plain JSON, written into every `check` report (report.schema.json, `facts` and
-`measurements`), read back by `--baseline` and `diff` (compare.py) and by the Prometheus renderer.
+UUID and no links to compare), their settings (power limit, ECC, MIG, compute and persistence
+modes) and the GPU memory already in use, the driver, and the NCCL_* / TORCH_NCCL_* environment.
+`measurements` (from the active checks): the all-reduce sweep with its expectation, the DDP step
+time, the P2P copy bandwidth per pair. Both are plain JSON, written into every `check` report
+(report.schema.json, `facts` and `measurements`), read back by `--baseline` and `diff`
+(compare.py) and by the Prometheus renderer.
 
 A report written before these blocks existed (gpudoctor 0.1.0) has no `facts`; its measurements
 are recovered from the check details it does hold (`measurements_from_checks`).
@@ -42,7 +44,25 @@ def gpu_facts(gpu: Gpu) -> dict[str, Any]:
         "pcie_width_current": _value(gpu.pcie_width_current),
         "lost": gpu.lost,  # NVML answered GPU_IS_LOST (GD827)
         "unreachable": _value(gpu.unreachable),  # why NVML gave no handle (None: it gave one)
+        # Settings a maintenance or another node may change (GD017), and memory already taken (GD018);
+        # a report written before gpudoctor 0.3 lacks them and compare.py passes them over.
+        "power_limit_w": _value(gpu.power_limit_w),
+        "ecc_mode": _value(gpu.ecc_mode_current),
+        "ecc_mode_pending": _value(gpu.ecc_mode_pending),
+        "mig_mode": _value(gpu.mig_mode_current),
+        "compute_mode": _value(gpu.compute_mode),
+        "persistence_mode": _value(gpu.persistence_mode),
+        "memory_used_mib": _value(gpu.memory_used_mib),
     }
+
+
+# Environment variables that change what NCCL does (GD019): NCCL's own and torch's ProcessGroupNCCL
+# switches. The snapshot holds them already (its allow-list: tests/reference/nccl_env_variables.md).
+NCCL_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_")
+
+
+def nccl_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in sorted(env.items()) if k.startswith(NCCL_ENV_PREFIXES)}
 
 
 def facts_from_snapshot(snapshot: Snapshot) -> dict[str, Any]:
@@ -53,6 +73,7 @@ def facts_from_snapshot(snapshot: Snapshot) -> dict[str, Any]:
         "driver_version": _value(snapshot.driver.driver_version),
         "cuda_driver_version": _value(snapshot.driver.cuda_driver_version),
         "gpus": [gpu_facts(g) for g in sorted(snapshot.gpus, key=lambda g: g.index)],
+        "nccl_env": nccl_env(snapshot.env),
     }
 
 

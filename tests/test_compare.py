@@ -17,7 +17,7 @@ import pytest
 
 from gpudoctor import compare
 from gpudoctor.errors import UserError
-from tests.clirun import FIXTURES, fixture, load, run_cli, with_gpu, write_variant
+from tests.clirun import FIXTURES, fixture, load, run_cli, with_env, with_gpu, write_variant
 
 REPORTS = FIXTURES / "reports"
 V1_STATIC = REPORTS / "v1-h100-static.json"
@@ -88,7 +88,7 @@ def diff_json(capsys: pytest.CaptureFixture[str], a: str, b: str, *extra: str) -
 def test_the_same_snapshot_twice_is_all_pass(capsys: pytest.CaptureFixture[str]) -> None:
     r = diff_json(capsys, H100, H100)
     assert r.exit_code == 0 and r.doc["command"] == "diff"
-    assert codes(r.findings(), "pass") == {"GD011", "GD012", "GD013"}
+    assert codes(r.findings(), "pass") == {"GD011", "GD012", "GD013", "GD017", "GD018", "GD019"}
     assert "same UUIDs" in r.one("GD011")["message"]
 
 
@@ -648,3 +648,85 @@ def test_a_report_from_a_newer_gpudoctor_with_more_measurements_is_still_compare
     newer = save(tmp_path, "newer.json", doc)
     r = diff_json(capsys, newer, newer)
     assert r.exit_code == 0 and r.one("GD014")["status"] == "pass"
+
+
+# --- settings, memory held and the NCCL environment (review3 V4) -----------------------------
+
+
+def facts_findings(capsys, tmp_path: Path, after: Any, code: str) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    r = diff_json(capsys, H100, write_variant(tmp_path, after, "after"))
+    return [f for f in r.findings(code) if f["status"] != "pass"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "status", "words"),
+    [
+        ({"power_limit_w": 300.0}, "fail", "GPU 2 power limit: 700 W in the baseline, 300 W now"),
+        ({"power_limit_w": 650.0}, "warn", "GPU 2 power limit: 700 W in the baseline, 650 W now"),  # within 10%
+        ({"mig_mode_current": True}, "fail", "GPU 2 MIG mode: off in the baseline, on now"),
+        ({"compute_mode": "prohibited"}, "fail", "GPU 2 compute mode: default in the baseline, prohibited now"),
+        ({"compute_mode": "exclusive_process"}, "warn", "compute mode: default in the baseline, exclusive_process"),
+        ({"persistence_mode": False}, "warn", "GPU 2 persistence mode: on in the baseline, off now"),
+        ({"ecc_mode_current": False}, "warn", "GPU 2 ECC mode: on in the baseline, off now"),
+    ],
+)
+def test_a_changed_gpu_setting_is_reported_with_both_values(capsys, tmp_path, changes, status, words) -> None:  # type: ignore[no-untyped-def]
+    (f,) = facts_findings(capsys, tmp_path, with_gpu(load("h100_sxm_8x"), 2, **changes), "GD017")
+    assert (f["status"], f["subject"]) == (status, "gpu:2") and words in f["message"]
+    assert f["hint"]
+
+
+def test_ecc_off_on_every_gpu_is_one_finding_per_setting(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    after = load("h100_sxm_8x")
+    after = replace(after, gpus=[replace(g, ecc_mode_current=False, ecc_mode_pending=False) for g in after.gpus])
+    found = facts_findings(capsys, tmp_path, after, "GD017")
+    assert [(f["evidence"]["field"], f["evidence"]["gpus"]) for f in found] == [
+        ("ecc_mode", list(range(8))),
+        ("ecc_mode_pending", list(range(8))),
+    ]
+    # The other way round the baseline is the odd one: still named, with a hint to refresh it.
+    r = diff_json(capsys, write_variant(tmp_path, after, "before"), H100)
+    back = [f for f in r.findings("GD017") if f["status"] != "pass"]
+    assert back and all("refresh it" in f["hint"] for f in back)
+
+
+def test_gpu_memory_held_since_the_baseline_warns(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (f,) = facts_findings(capsys, tmp_path, with_gpu(load("h100_sxm_8x"), 2, memory_used_mib=70000), "GD018")
+    assert (f["status"], f["subject"]) == ("warn", "gpu:2") and "68.4 GiB in use" in f["message"]
+    # The driver's own few hundred MiB are not "held".
+    assert facts_findings(capsys, tmp_path, with_gpu(load("h100_sxm_8x"), 2, memory_used_mib=900), "GD018") == []
+
+
+def test_an_nccl_variable_newly_set_is_named(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = diff_json(capsys, H100, str(FIXTURES / "faults" / "nccl_nvls_disabled.json"))
+    (f,) = [f for f in r.findings("GD019") if f["status"] != "pass"]
+    assert f["status"] == "warn" and f["message"] == "NCCL_NVLS_ENABLE='0' is set now, not in the baseline"
+    changed = with_env(load("h100_sxm_8x"), NCCL_ALGO="Ring", TORCH_NCCL_BLOCKING_WAIT="1", HOME="/elsewhere")
+    before = write_variant(tmp_path, with_env(load("h100_sxm_8x"), NCCL_ALGO="Tree"), "before")
+    r = diff_json(capsys, before, write_variant(tmp_path, changed, "after"))
+    messages = sorted(f["message"] for f in r.findings("GD019"))
+    assert messages == [
+        "NCCL_ALGO is 'Ring' now, 'Tree' in the baseline",
+        "TORCH_NCCL_BLOCKING_WAIT='1' is set now, not in the baseline",
+    ]
+    r = diff_json(capsys, write_variant(tmp_path, changed, "after"), H100)
+    assert "NCCL_ALGO is no longer set ('Ring' in the baseline)" in {f["message"] for f in r.findings("GD019")}
+
+
+def test_a_baseline_without_the_new_facts_is_passed_over(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A report written before settings, memory and the NCCL environment were recorded: nothing flagged."""
+    r = run_cli(capsys, "check", "--snapshot", H100, "--json", "--quick")
+    old = json.loads(r.out)
+    for g in old["facts"]["gpus"]:
+        for key in ("power_limit_w", "ecc_mode", "ecc_mode_pending", "mig_mode", "compute_mode"):
+            g.pop(key)
+        g.pop("persistence_mode"), g.pop("memory_used_mib")
+    old["facts"].pop("nccl_env")
+    after = with_gpu(with_env(load("h100_sxm_8x"), NCCL_NVLS_ENABLE="0"), 2, power_limit_w=300.0, memory_used_mib=70000)
+    r = diff_json(capsys, save(tmp_path, "old.json", old), write_variant(tmp_path, after, "after"))
+    assert r.exit_code == 0
+    assert {f["code"]: f["status"] for f in r.findings() if f["code"] in ("GD017", "GD018", "GD019")} == {
+        "GD017": "skip",
+        "GD018": "skip",
+        "GD019": "skip",
+    }
