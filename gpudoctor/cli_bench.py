@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 import click
 
-from gpudoctor.cli_types import FiniteFloat
+from gpudoctor.cli_types import FiniteFloat, OnceGroup
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
 from gpudoctor.registry import MAX_TIMEOUT_S
 
@@ -107,7 +107,7 @@ SWEEP = _options(
 )
 
 
-@click.group()
+@click.group(cls=OnceGroup)
 def bench() -> None:
     """Measurements printed whole: all-reduce sweep, other collectives, DDP scaling."""
 

@@ -75,3 +75,9 @@ class OnceCommand(click.Command):
                         raise click.UsageError(f"{names} given more than once: it takes one value", ctx)
                     seen.add(param.name)
         return super().parse_args(ctx, args)
+
+
+class OnceGroup(click.Group):
+    """A group whose subcommands refuse a repeated single-value option (`bench scaling --steps 5 --steps 9`)."""
+
+    command_class = OnceCommand

@@ -53,3 +53,16 @@ def test_snapshot_dash_o_dash_writes_standard_output(capsys, tmp_path: Path, mon
     # A file really named '-' is still reachable: ./-
     r = run_cli(capsys, "snapshot", "-o", "./-")
     assert r.exit_code == 0 and (tmp_path / "-").is_file() and r.out == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["watch", "--demo", "straggler", "--demo", "hung", "--no-tui", "--duration", "1"], "--demo"),
+        (["report", "sample:xid", "--warmup", "5", "--warmup", "6"], "--warmup"),
+        (["bench", "scaling", "--device", "cpu", "--steps", "3", "--steps", "4"], "--steps"),
+    ],
+)
+def test_the_lazily_loaded_commands_refuse_a_repeat_too(capsys, args: list[str], option: str) -> None:  # type: ignore[no-untyped-def]
+    r = run_cli(capsys, *args)
+    assert r.exit_code == 2 and f"{option} given more than once" in r.err

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from gpudoctor import signals
-from gpudoctor.cli_types import FiniteFloat, NonEmpty
+from gpudoctor.cli_types import FiniteFloat, NonEmpty, OnceCommand
 from gpudoctor.errors import EXIT_HANGUP, EXIT_UNAVAILABLE, EXIT_USAGE, UserError
 from gpudoctor.watch.recording import dumps  # light: json and the sample model only
 
@@ -104,7 +104,7 @@ def _json_requested(args: list[str]) -> bool:
     return "--json" in own
 
 
-class _WatchCommand(click.Command):
+class _WatchCommand(OnceCommand):
     """`watch` whose errors, with --json, are one JSON line like the rest of its output."""
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any):  # type: ignore[no-untyped-def,override]
@@ -439,7 +439,7 @@ def _step_channel() -> Any:
         return None
 
 
-@click.command("report")
+@click.command("report", cls=OnceCommand)
 @click.argument("recording", type=FILE_NAME, metavar="FILE")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (schema: gpudoctor/schemas).")
 @warmup_option
