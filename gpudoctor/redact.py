@@ -36,20 +36,20 @@ that was changed contains MARKER, which is how outputs say that redaction happen
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cache
 
 MARKER = "[redacted]"
 
-# Words that make an option or key name a secret ("hf_token", "api-key", "db_password").
+# Words that make an option or key name a secret ("hf_token", "api-key", "db_password", "--pass").
 _SECRET_WORDS = frozenset(
     {
         "password",
         "passwd",
         "passphrase",
+        "pass",
         "pwd",
         "token",
-        "tokens",
         "secret",
         "secrets",
         "credential",
@@ -62,25 +62,85 @@ _SECRET_WORDS = frozenset(
         "secretkey",
         "privatekey",
         "signature",
+        "sig",  # Azure shared access signatures: `...&sig=<base64>`
     }
 )
+# These also count at the end of a longer word: `PGPASSWORD`, `dbpass`, `hftoken`, `clientsecret`.
+_SECRET_SUFFIXES = ("password", "passwd", "passphrase", "pass", "pwd", "token", "secret", "apikey", "accesskey")
+# English words that end in a secret word and name no secret (`--bypass-cache`, `--compass`).
+_NOT_SECRET_WORDS = frozenset(
+    {
+        "bypass",
+        "compass",
+        "encompass",
+        "surpass",
+        "overpass",
+        "underpass",
+        "trespass",
+        "multipass",
+        "onepass",
+        "twopass",
+        "firstpass",
+        "secondpass",
+        "singlepass",
+    }
+)
+# A name whose last word says it holds where a secret is, not the secret (`--password-file
+# /run/secrets/db`, `--key-file ~/.ssh/id`, `--token-path x`): the path is kept.
+_REFERENCE_WORDS = frozenset({"file", "path", "dir", "filename", "fd"})
 # "key" alone is a secret (`--key x`, `key=x`), and so is "<word> key" for these words; other
-# "... key" names (`--sort-key loss`, `--metric-key acc`) name a field, not a credential.
+# "... key" names (`--sort-key loss`, `--wandb-key <hex>`) are a secret when their value looks like
+# a key (`key_like`), and name a field otherwise.
 _KEY_QUALIFIERS = frozenset(
     {"api", "access", "secret", "private", "account", "client", "session", "signing", "encryption", "license", "ssh"}
 )
 
 
+def _words(name: str) -> list[str]:
+    return [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+
+
+def _secret_word(word: str) -> bool:
+    if word in _SECRET_WORDS:
+        return True
+    return word not in _NOT_SECRET_WORDS and word.endswith(_SECRET_SUFFIXES)
+
+
 def secret_name(name: str) -> bool:
     """Whether an option or key name says its value is a secret (case and separators ignored)."""
-    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-    if not words:
+    words = _words(name)
+    if not words or words[-1] in _REFERENCE_WORDS:
         return False
-    if any(w in _SECRET_WORDS for w in words):
+    if any(_secret_word(w) for w in words):
         return True
     if words == ["key"]:
         return True
     return any(w == "key" and i > 0 and words[i - 1] in _KEY_QUALIFIERS for i, w in enumerate(words))
+
+
+def key_name(name: str) -> bool:
+    """A name that ends in "key" (`--wandb-key`, `--cache-key`, `--sort-key`): a secret only when
+    its value looks like a key (`key_like`)."""
+    words = _words(name)
+    return bool(words) and words[-1].endswith("key")
+
+
+def key_like(value: str) -> bool:
+    """A value that looks like an API key: 20 or more key characters (letters, digits, `+/=-`),
+    letters and digits both, no `_` or `.` (identifiers, metric and file names have them) and
+    not a path (`/`, `~` or `.` first). A 40-digit hex wandb key is one; `val_accuracy_top5` is not."""
+    return (
+        len(value) >= MIN_RUN
+        and _rules()["keychars"].fullmatch(value) is not None
+        and not value.startswith(("/", "~", "."))
+        and any(c.isdigit() for c in value)
+        and any(c.isalpha() for c in value)
+    )
+
+
+def secret_pair(name: str, value: str) -> bool:
+    """Whether `value`, given as the value of option or key `name`, is to be redacted."""
+    return bool(value) and value != MARKER and (secret_name(name) or (key_name(name) and key_like(value)))
 
 
 @cache
@@ -99,6 +159,13 @@ def _rules() -> dict[str, re.Pattern[str]]:
         "scheme": re.compile(r"\b(?P<pre>(?:Bearer|bearer|Basic)\s+)(?P<cred>[A-Za-z0-9._~+/\-]{8,}=*)"),
         "run": re.compile(r"[A-Za-z0-9+]{20,}"),
         "hex": re.compile(r"[0-9a-f]+|[0-9A-F]+"),
+        "space": re.compile(r"(\s+)"),
+        "keychars": re.compile(r"[A-Za-z0-9+/=\-]+"),
+        # AWS access key IDs: long-term (AKIA) and temporary (ASIA) ones, 20 characters
+        # (docs.aws.amazon.com IAM "Unique identifiers"; tests/reference/redaction_shapes.md).
+        "aws_key_id": re.compile(r"(?<![A-Za-z0-9])(?P<pre>AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+        # Not a secret after `-p`: a number, a port mapping (`8080:80`, `127.0.0.1:80:80/tcp`), a path.
+        "plain_p": re.compile(r"[0-9][0-9.:]*(?:/(?:tcp|udp|sctp))?|[./~].*|.*/.*"),
     }
 
 
@@ -122,13 +189,13 @@ def looks_random(run: str) -> bool:
 
 
 def _redact_assignment(match: re.Match[str]) -> str:
-    if not secret_name(match.group("name")) or match.group("value") == MARKER:
+    if not secret_pair(match.group("name"), match.group("value")):
         return match.group()
     return f"{match.group('name')}={MARKER}"
 
 
 def _redact_header(match: re.Match[str]) -> str:
-    if not secret_name(match.group("name")):
+    if not secret_pair(match.group("name"), match.group("value").strip()):
         return match.group()
     return f"{match.group('name')}: {MARKER}"
 
@@ -149,7 +216,15 @@ def text(value: str) -> str:
     out = rules["header"].sub(_redact_header, out)
     out = rules["scheme"].sub(_redact_scheme, out)
     out = rules["assignment"].sub(_redact_assignment, out)
-    return rules["run"].sub(lambda m: MARKER if looks_random(m.group()) else m.group(), out)
+    out = rules["aws_key_id"].sub(lambda m: f"{m.group('pre')}{MARKER}", out)
+    out = rules["run"].sub(lambda m: MARKER if looks_random(m.group()) else m.group(), out)
+    if "-" not in out or not rules["space"].search(out):
+        return out  # one word, or no option in it
+    # A command inside a text (`bash -c "mysql -pSECRET db"`, a log line that echoes one): the
+    # words go through the same option-aware pass as a command line's arguments.
+    parts = rules["space"].split(out)
+    parts[0::2] = _tokens(parts[0::2], {}, lambda word: word)
+    return "".join(parts)
 
 
 def _option_name(arg: str) -> str | None:
@@ -162,33 +237,95 @@ def _option_name(arg: str) -> str | None:
     return name
 
 
+# Programs whose options carry a password in a shape no option name tells: "value" (the next
+# argument or glued, `-Ppw`), "glued" (only glued: mysql's `-pPASSWORD`; `-p db` prompts and names a
+# database) and "userinfo" (`user:password`, the user kept). From each program's manual; see
+# tests/reference/redaction_shapes.md.
+_MYSQL = {"-p": "glued"}
+_PROGRAM_OPTIONS: dict[str, dict[str, str]] = {
+    "curl": {"-u": "userinfo", "--user": "userinfo", "-U": "userinfo", "--proxy-user": "userinfo"},
+    "sshpass": {"-p": "value"},
+    "redis-cli": {"-a": "value"},
+    "mongo": {"-p": "value"},
+    "mongosh": {"-p": "value"},
+    "zip": {"-P": "value"},
+    "unzip": {"-P": "value"},
+    "7z": {"-p": "glued"},
+    "7za": {"-p": "glued"},
+    **dict.fromkeys(("mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlshow", "mysqlcheck"), _MYSQL),
+    **dict.fromkeys(("mariadb", "mariadb-dump", "mariadb-admin"), _MYSQL),
+}
+
+
+def _userinfo(value: str) -> str:
+    user, colon, password = value.partition(":")
+    return f"{user}:{MARKER}" if colon and password else text(value)
+
+
+def _value_rule(option: str, how: str | None) -> Callable[[str], str] | None:
+    """How the argument after `option` is shown, or None when it is an argument like any other."""
+    if how == "userinfo":
+        return _userinfo
+    if how == "value":
+        return lambda value: MARKER
+    name = option.lstrip("-")
+    if option == "-p":
+        # `-p WORD` is ambiguous (mysql, sshpass and many scripts: a password; ssh, docker: a port;
+        # mkdir: a flag before a path): a number, a port mapping or a path is kept, a word is not.
+        return lambda value: text(value) if _rules()["plain_p"].fullmatch(value) else MARKER
+    if secret_name(name) or key_name(name):
+        return lambda value: MARKER if secret_pair(name, value) else text(value)
+    return None
+
+
 def argv(args: Iterable[str]) -> list[str]:
     """A command line with its secret values replaced; the program (args[0]) is never changed.
 
-    `--name=value` and `--name value` are redacted when `name` is a secret name; every
-    argument also goes through `text` (URLs with passwords, key=value pairs, random runs).
+    `--name=value` and `--name value` are redacted when `secret_pair(name, value)` says so; `-p
+    WORD` unless WORD is a number, a port mapping or a path; the password options of the
+    programs in _PROGRAM_OPTIONS (also after a wrapper: `env X=y mysql -pSECRET`, `sudo curl -u
+    bob:pw`); every argument also goes through `text` (URLs with passwords, key=value pairs,
+    AWS key IDs, random runs).
     """
     items = list(args)
+    if not items:
+        return []
+    return [items[0], *_tokens(items[1:], _PROGRAM_OPTIONS.get(_program(items[0]), {}), text)]
+
+
+def _tokens(items: list[str], table: dict[str, str], plain: Callable[[str], str]) -> list[str]:
+    """The option-aware pass over the arguments of a command (or the words of a text): options
+    whose values are secrets, `-p WORD`, the password options of a program named in `table` or
+    met on the way; `plain` shows every other argument."""
     out: list[str] = []
-    hide_next = False
-    for i, arg in enumerate(items):
-        if i == 0:
-            out.append(arg)
-            continue
-        if hide_next and _option_name(arg) is None:
-            out.append(MARKER)
-            hide_next = False
-            continue
-        hide_next = False
+    pending: Callable[[str], str] | None = None  # the rule for the value of the option just seen
+    for arg in items:
         name = _option_name(arg)
-        if name is not None and "=" in name:
-            key, _, value = arg.partition("=")
-            out.append(f"{key}={MARKER}" if secret_name(key.lstrip("-")) and value else text(arg))
+        if not arg or (pending is not None and name is None):
+            out.append(pending(arg) if pending is not None and arg else arg)
+            pending = None if arg else pending
             continue
-        if name is not None and secret_name(name):
-            hide_next = True
-        out.append(text(arg))
+        pending = None
+        if name is None:
+            table = _PROGRAM_OPTIONS.get(_program(arg), table)  # a program started by a wrapper
+            out.append(plain(arg))
+            continue
+        option, eq, value = arg.partition("=")
+        glued = next((o for o in table if len(o) == 2 and arg.startswith(o) and len(arg) > 2 and not eq), None)
+        if glued is not None:  # -pSECRET, -ubob:pw
+            out.append(glued + (_userinfo(arg[2:]) if table[glued] == "userinfo" else MARKER))
+            continue
+        rule = _value_rule(option, table.get(option))
+        if eq:
+            out.append(f"{option}={rule(value)}" if rule is not None and value else plain(arg))
+            continue
+        pending = rule
+        out.append(plain(arg))
     return out
+
+
+def _program(arg: str) -> str:
+    return arg.rsplit("/", 1)[-1]
 
 
 def redacted(value: str | None) -> bool:

@@ -35,6 +35,40 @@ SECRETS = [
     (["run", "ghp_R4nd0mAlph4Num3r1cStr1ngOf36Chars"], ["run", f"ghp_{M}"]),
     (["run", "hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"], ["run", f"hf_{M}"]),
     (["run", "--data", "/mnt/x/Zm9vYmFyMTIzNDU2Nzg5MGFiY2RlZg/y"], ["run", "--data", f"/mnt/x/{M}/y"]),
+    # review3 S4: shapes that got through
+    (["python", "train.py", "-p", "hunter2p"], ["python", "train.py", "-p", M]),
+    (["sshpass", "-p", "hunter2", "ssh", "node1"], ["sshpass", "-p", M, "ssh", "node1"]),
+    (
+        ["python", "t.py", "--wandb-key", "0123456789abcdef0123456789abcdef01234567"],
+        ["python", "t.py", "--wandb-key", M],
+    ),
+    (
+        ["python", "t.py", "--wandb_key=0123456789abcdef0123456789abcdef01234567"],
+        ["python", "t.py", f"--wandb_key={M}"],
+    ),
+    (["env", "PGPASSWORD=hunter2x", "python", "x.py"], ["env", f"PGPASSWORD={M}", "python", "x.py"]),
+    (["env", "MYSQL_PWD=hunter2", "dbpass=hunter3"], ["env", f"MYSQL_PWD={M}", f"dbpass={M}"]),
+    (["curl", "-u", "bob:hunter2", "https://h/x"], ["curl", "-u", f"bob:{M}", "https://h/x"]),
+    (["/usr/bin/curl", "--user=bob:hunter2", "-ubob:hunter3"], ["/usr/bin/curl", f"--user=bob:{M}", f"-ubob:{M}"]),
+    (
+        ["sudo", "curl", "--proxy-user", "p:hunter2", "-u", "bob"],
+        ["sudo", "curl", "--proxy-user", f"p:{M}", "-u", "bob"],
+    ),
+    (["mysql", "-phunter2", "-u", "root", "db"], ["mysql", f"-p{M}", "-u", "root", "db"]),
+    (["env", "X=1", "mysqldump", "-p123456", "db"], ["env", "X=1", "mysqldump", f"-p{M}", "db"]),
+    (["python", "x.py", "--pass", "hunter2", "--dbpass", "h3"], ["python", "x.py", "--pass", M, "--dbpass", M]),
+    (["redis-cli", "-a", "hunter2", "-p", "6379"], ["redis-cli", "-a", M, "-p", "6379"]),
+    (["unzip", "-P", "hunter2", "a.zip"], ["unzip", "-P", M, "a.zip"]),
+    (
+        ["azcopy", "copy", "https://a.blob.core.windows.net/c?sv=2022-11-02&sp=r&sig=AbCd%2BeFgH%2FiJ%3D"],
+        ["azcopy", "copy", f"https://a.blob.core.windows.net/c?sv=2022-11-02&sp=r&sig={M}"],
+    ),
+    (["aws", "configure", "set", "key", "AKIAIOSFODNN7EXAMPLE"], ["aws", "configure", "set", "key", f"AKIA{M}"]),
+    (["run", "ASIAY34FZKBOKMUTVV7A,x"], ["run", f"ASIA{M},x"]),
+    (
+        ["python", "x.py", "--hf-token=hf_x", "--mytoken", "t", "--clientsecret", "s"],
+        ["python", "x.py", f"--hf-token={M}", "--mytoken", M, "--clientsecret", M],
+    ),
 ]
 
 # Realistic command lines that must come out exactly as they went in.
@@ -63,6 +97,27 @@ UNTOUCHED = [
     ["python", "x.py", "TransformerEncoderLayerWithRotaryEmbedding", "NVIDIAGeForceRTX4090", "run-20240501-123456"],
     ["python", "x.py", "--gpu", "GPU-5a2b3c4d-1111-2222-3333-444455556666", "--container", "0" * 64],
     ["/usr/bin/python3", "-c", "import time; time.sleep(60)", "12345678901234567890"],
+    # review3 S4's guard against over-redaction: what a training command line is made of stays.
+    ["torchrun", "--nproc-per-node", "8", "train.py", "--batch-size", "64", "--lr", "3e-4", "-p", "8"],
+    ["python", "gen.py", "--max-tokens", "4096", "--max_new_tokens", "256", "--tokenizer", "meta-llama/Llama-2-7b-hf"],
+    [
+        "python",
+        "x.py",
+        "--key-file",
+        "~/.ssh/id_ed25519",
+        "--password-file",
+        "/run/secrets/db",
+        "--token-path",
+        "t.txt",
+    ],
+    ["ssh", "-p", "2222", "node1"],
+    ["docker", "run", "-p", "8080:80", "-p", "127.0.0.1:9000:9000/tcp", "-u", "1000:1000", "img"],
+    ["mkdir", "-p", "/data/run-1/ckpt"],
+    ["python", "-u", "train.py", "--bypass-cache", "--compass", "north", "--sort-key", "loss"],
+    ["python", "x.py", "--metric-key", "val_accuracy_top5_ema", "--cache-key", "v2"],
+    ["find", ".", "-path", "./x", "-prune", "-o", "-print"],
+    ["mysql", "-p", "-u", "root", "-h", "db.local", "-P", "3306"],
+    ["python", "x.py", "--config", "configs/AKIA_style_name.yaml", "--signal", "SIGTERM"],
 ]
 
 
@@ -91,6 +146,24 @@ def test_the_program_is_never_redacted() -> None:
         ("GPU-5a2b3c4d-1111-2222-3333-444455556666,GPU-6a2b", "GPU-5a2b3c4d-1111-2222-3333-444455556666,GPU-6a2b"),
         ("Basic checks passed; Token indices too long", "Basic checks passed; Token indices too long"),
         (NCCL_LINE + "token=abc", NCCL_LINE + f"token={M}"),
+        # review3 S4: commands and assignments inside a text (a log line, `bash -c "..."`)
+        ("PGPASSWORD=hunter2", f"PGPASSWORD={M}"),
+        ("curl -u bob:hunter2 https://h/x", f"curl -u bob:{M} https://h/x"),
+        ("mysql -phunter2 db && echo ok", f"mysql -p{M} db && echo ok"),
+        ("run.sh --pass hunter2 --epochs 3", f"run.sh --pass {M} --epochs 3"),
+        (
+            "https://a.blob.core.windows.net/c/f?sv=2022-11-02&sig=Ab%2Bc%3D",
+            f"https://a.blob.core.windows.net/c/f?sv=2022-11-02&sig={M}",
+        ),
+        ("AWS key AKIAIOSFODNN7EXAMPLE in use", f"AWS key AKIA{M} in use"),
+        (
+            "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>",
+            "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>",
+        ),
+        (
+            "torchrun --nproc-per-node 8 -p 8 train.py --max-tokens 512",
+            "torchrun --nproc-per-node 8 -p 8 train.py --max-tokens 512",
+        ),
     ],
 )
 def test_values_keep_everything_but_their_credentials(value: str, expected: str) -> None:

@@ -1,11 +1,14 @@
-"""20 planted secrets, every output gpudoctor writes: none of them gets through.
+"""31 planted secrets, every output gpudoctor writes: none of them gets through.
 
 The secrets sit where a shared GPU server has them: in the environment (under names the old
 prefix allow-list kept, and inside values the checks read), in the command line of the process
 holding MASTER_PORT, in the command lines of processes on the GPUs (the probe sees them through a
 fake NVML and reads /proc for real), and in the command line of a job `watch --pid` follows.
-The outputs: check's JSON and text, its JUnit file, snapshot on stdout and in a file, a watch
-recording and watch's JSON lines, and the JSON error documents of failed runs.
+The GPU processes run as `mysql` and `curl` (argv[0] set by `exec -a`), so the shapes those
+programs take passwords in are planted too (review3 S4). The outputs: check's JSON and text, its
+JUnit and Prometheus files and GitHub step summary, snapshot on stdout and in a file, a watch
+recording (its header's `command` too) and watch's JSON lines, and the JSON error documents of
+failed runs.
 """
 
 from __future__ import annotations
@@ -58,6 +61,18 @@ SECRETS = {
     "gpu --secret": "leak19-gpu-secret",
     # the job `watch --pid` follows
     "watched --db-password": "leak20-watched-db-pw",
+    # review3 S4: shapes that got through
+    "gpu mysql -pSECRET": "leak21-mysql-glued",
+    "gpu --pass": "leak22-gpu-pass",
+    "gpu AKIA access key id": "AKIALEAK023EXAMPLE00",
+    "gpu curl -u user:password": "leak24-curl-user-pw",
+    "gpu ?sig= (Azure SAS)": "leak25SasSignature%2Bx%3D",
+    "gpu dbpass=": "leak26-dbpass",
+    "holder -p WORD": "leak27-holder-p",
+    "watched -p WORD": "leak28-watched-p",
+    "watched --wandb-key": "0123456789abcdef0123456789abcdef0leak029",
+    "watched PGPASSWORD= argument": "leak30-pgpassword",
+    "watched mysql_pwd=": "leak31-mysql-pwd",
 }
 S = SECRETS
 
@@ -101,26 +116,50 @@ def processes() -> Iterator[dict[str, object]]:
             "--token",
             S["holder --token"],
             f"https://bob:{S['holder URL password']}@hub.example/r",
+            "-p",
+            S["holder -p WORD"],
         ],
         stdout=subprocess.PIPE,
         text=True,
     )
-    gpu_a = subprocess.Popen(
-        [sys.executable, "-c", SLEEP, f"--password={S['gpu --password=']}", f"key={S['gpu key=']}", "--epochs", "3"]
+    gpu_a = as_program(
+        "mysql",
+        f"--password={S['gpu --password=']}",
+        f"key={S['gpu key=']}",
+        "--epochs",
+        "3",
+        f"-p{S['gpu mysql -pSECRET']}",
+        "--pass",
+        S["gpu --pass"],
+        S["gpu AKIA access key id"],
     )
-    gpu_b = subprocess.Popen(
+    gpu_b = as_program(
+        "curl",
+        "-H",
+        f"Authorization: Bearer {S['gpu Authorization: Bearer']}",
+        f"ghp_{RANDOM_TOKEN}",
+        "--secret",
+        S["gpu --secret"],
+        "-u",
+        f"bob:{S['gpu curl -u user:password']}",
+        f"https://acct.blob.core.windows.net/c/f?sv=2022-11-02&sp=r&sig={S['gpu ?sig= (Azure SAS)']}",
+        f"dbpass={S['gpu dbpass=']}",
+    )
+    watched = subprocess.Popen(
         [
             sys.executable,
             "-c",
             SLEEP,
-            "-H",
-            f"Authorization: Bearer {S['gpu Authorization: Bearer']}",
-            f"ghp_{RANDOM_TOKEN}",
-            "--secret",
-            S["gpu --secret"],
+            "--db-password",
+            S["watched --db-password"],
+            "-p",
+            S["watched -p WORD"],
+            "--wandb-key",
+            S["watched --wandb-key"],
+            f"PGPASSWORD={S['watched PGPASSWORD= argument']}",
+            f"mysql_pwd={S['watched mysql_pwd=']}",
         ]
     )
-    watched = subprocess.Popen([sys.executable, "-c", SLEEP, "--db-password", S["watched --db-password"]])
     try:
         assert holder.stdout is not None
         port = int(holder.stdout.readline())
@@ -129,6 +168,11 @@ def processes() -> Iterator[dict[str, object]]:
         for p in (holder, gpu_a, gpu_b, watched):
             p.kill()
             p.wait()
+
+
+def as_program(program: str, *args: str) -> subprocess.Popen[bytes]:
+    """A sleeping python whose command line reads `program -c ... ARGS` (bash's `exec -a`)."""
+    return subprocess.Popen(["bash", "-c", f'exec -a {program} "$0" "$@"', sys.executable, "-c", SLEEP, *args])
 
 
 def machine(procs: dict[str, object]) -> object:
@@ -168,10 +212,26 @@ def test_no_planted_secret_reaches_any_output(
         monkeypatch.setenv(name, value)  # also what gpudoctor's own process sees
     monkeypatch.delenv("GPUDOCTOR_WATCH_FAKE", raising=False)
 
+    summary = tmp_path / "step_summary.md"
+    summary.write_text("")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))  # the runner creates it; gpudoctor appends
+
     outputs: dict[str, str] = {}
-    json_run = run_cli(capsys, "check", "--quick", "--json", "--junit", str(tmp_path / "junit.xml"))
+    json_run = run_cli(
+        capsys,
+        "check",
+        "--quick",
+        "--json",
+        "--junit",
+        str(tmp_path / "junit.xml"),
+        "--prometheus",
+        str(tmp_path / "gpudoctor.prom"),
+        "--github",
+    )
     outputs["check --json"] = json_run.out + json_run.err
     outputs["JUnit file"] = (tmp_path / "junit.xml").read_text()
+    outputs["Prometheus file"] = (tmp_path / "gpudoctor.prom").read_text()
+    outputs["GitHub step summary"] = summary.read_text()
     text = run_cli(capsys, "check", "--quick", "-v")
     outputs["check text"] = text.out + text.err
     snap = run_cli(capsys, "snapshot")
@@ -217,3 +277,6 @@ def test_no_planted_secret_reaches_any_output(
     assert snapshot_env["NCCL_IB_HCA"] == f"mlx5_0:1,mlx5_1:1,token={MARKER}"
     assert "NCCL_PASSWORD" not in snapshot_env and "TORCH_SECRET_KEY" not in snapshot_env
     assert MARKER in outputs["watch recording"] and doc["hostname"] == socket.gethostname()
+    header = json.loads(outputs["watch recording"].splitlines()[0])
+    assert f"-p {MARKER} --wandb-key {MARKER} PGPASSWORD={MARKER} mysql_pwd={MARKER}" in json.dumps(header)
+    assert outputs["GitHub step summary"] and "gpudoctor_" in outputs["Prometheus file"]
