@@ -5,14 +5,27 @@ and a few environment values into outputs that users attach to tickets. What it 
 program and the shape of the command; what it replaces with `[redacted]` (MARKER) is:
 
 - the value of an option whose name says it is a secret (`--password=x`, `--token x`,
-  `--api-key x`, `--hf_token x`, `--db-password x`): the words of the name decide, see
-  `secret_name`; `--sort-key loss` is not a secret, `--key x` and `--access-key x` are;
+  `--api-key x`, `--hf_token x`, `--db-password x`, `--pass x`): the words of the name decide,
+  see `secret_name`; a secret word also counts at the end of a word (`PGPASSWORD`, `dbpass`,
+  `hftoken`; not `bypass` or `compass`); `--key x` and `--access-key x` are secrets, while
+  `--sort-key loss` is not: a name ending in "key" hides only a value that looks like a key
+  (`key_like`: `--wandb-key <40 hex digits>`). A name whose last word is file/path/dir/filename
+  points at a secret and keeps its value (`--password-file /run/secrets/db`, `--key-file
+  ~/.ssh/id`); plurals are counts (`--max-tokens 4096`);
 - the value of a `name=value` pair whose name says so, also inside a longer value
-  (`mlx5_0:1,token=x`, `...?access_token=x&n=1`), and of a header (`X-Api-Key: x`,
-  `Authorization: Bearer x`);
+  (`mlx5_0:1,token=x`, `...?access_token=x&n=1`, an Azure SAS's `&sig=x`, `env PGPASSWORD=x`),
+  and of a header (`X-Api-Key: x`, `Authorization: Bearer x`);
+- `-p WORD`: mysql, sshpass, mongosh and many scripts take a password there, ssh and docker a
+  port, mkdir a path after a flag; the word goes unless it is a number, a port mapping
+  (`8080:80`) or a path. Glued (`-pSECRET`) only after the mysql family and 7z: `find -print`
+  and `gcc -pthread` are options, not secrets;
+- the password options of a few programs whose option names do not say so (`_PROGRAM_OPTIONS`:
+  `curl -u bob:pw` keeps `bob`, `redis-cli -a`, `zip -P`), also after a wrapper (`env X=y mysql
+  -pSECRET`, `sudo curl ...`), and inside a text (`bash -c "mysql -pSECRET db"`, a log line);
 - the password of a URL or address with user info (`https://user:pw@host`, `user:pw@10.0.0.1`);
   the user name stays;
 - the credential after `Bearer ` / `Basic ` (an HTTP authorization scheme);
+- AWS access key IDs (`AKIA...`, `ASIA...`: 20 characters), the prefix kept;
 - a long random string (RANDOM_RULE below).
 
 The long-random-string rule. A candidate is a run of at least 20 letters, digits and `+` (the
@@ -27,7 +40,9 @@ unlock them and they are everywhere in paths (`snapshots/8cca5276...`). Model na
 (`Meta-Llama-3.1-70B-Instruct`), options and numbers are short runs and stay whole. Known gaps,
 by design: a bare argument that is a secret made only of hex digits or only of lower-case
 letters, or base64 whose `/` cut it into runs shorter than 20 (give it an option name and it
-goes: `--aws-secret-access-key wJalr/K7MD/...` is redacted by name).
+goes: `--aws-secret-access-key wJalr/K7MD/...` is redacted by name); a glued `-pSECRET` after a
+program not in _PROGRAM_OPTIONS (argparse would read it as `-p SECRET`); a secret given to an
+option whose name says nothing (`--db-conn x`) unless it is random, a URL password or a key ID.
 
 Only the run that looks random is replaced, so `/data/<run>/model.pt` keeps its shape. A text
 that was changed contains MARKER, which is how outputs say that redaction happened.
