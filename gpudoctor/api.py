@@ -201,10 +201,12 @@ def run_checks(
 
         base = load_side(baseline)
     chosen = check_level(level, quick, snapshot is not None, duration_s, mem_share)
-    if chosen >= 2:  # ranks will start: a fault spec they cannot read is a usage error now
+    if chosen >= 2:  # ranks will start: a fault spec or launcher variable they cannot read is a usage error now
+        from gpudoctor.launch import check_launcher_env
         from gpudoctor.workloads.faults import check_env
 
         check_env()
+        check_launcher_env()
     snap_obj, source = _snapshot(snapshot)
     options = check_options(
         policy,

@@ -126,21 +126,22 @@ class Target:
 def _target(device: str, ranks: int | None, minimum: int, what: str) -> Target:
     """Resolve --device/--ranks with the rule `check` uses (launch.choose_device: `auto` without a
     visible GPU runs nothing); fewer than `minimum` GPUs is 'could not run' (exit 3)."""
-    from gpudoctor.launch import choose_device, torchrun_env
+    from gpudoctor.launch import check_launcher_env, choose_device
     from gpudoctor.workloads.faults import check_env
 
     check_env()  # a fault spec the ranks cannot read is a usage error before any rank starts
+    launcher = check_launcher_env()  # so is a torchrun/srun variable torch could not read
     if ranks is not None and device != "cpu":
         raise UserError("--ranks needs --device cpu (on GPUs there is one rank per visible GPU)", EXIT_USAGE, "usage")
-    under_launcher = torchrun_env(os.environ)  # torchrun/srun placed this rank on its GPU already
+    under_launcher = launcher is not None  # torchrun/srun placed this rank on its GPU already
     snap, gpus, uuids = _visible_gpus() if device != "cpu" and not under_launcher else (None, [], [])
     chosen, why_not = choose_device(device, 1 if under_launcher else len(gpus))
     if not chosen:
         raise UserError(why_not, EXIT_UNAVAILABLE, "unavailable")
     if chosen == "cpu":
         return Target("cpu", ranks or 2)
-    if under_launcher:
-        return Target("cuda", int(os.environ["WORLD_SIZE"]))
+    if launcher is not None:
+        return Target("cuda", launcher.world_size)
     if len(gpus) < minimum:
         raise UserError(f"one visible GPU: {what} needs at least {minimum}", EXIT_UNAVAILABLE, "unavailable")
     return Target("cuda", len(gpus), gpus, uuids, snap)

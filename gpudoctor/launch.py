@@ -28,14 +28,16 @@ GPUs: on one node, the ranks get CUDA_DEVICE_ORDER=PCI_BUS_ID and CUDA_VISIBLE_D
 UUIDs in rank order> (`rank_env`), so local rank i drives exactly the GPU gpudoctor names for it.
 Under torchrun/srun the user's environment is left alone.
 
-Rendezvous: rank 0 opens a TCPStore on 127.0.0.1 only (workloads/rank.py binds the socket and
-hands it to the store), on port 0 (or on MASTER_PORT when the user set it and it is free; when it
-is busy, nothing starts and `setup_error` names the holder); CPU ranks get GLOO_SOCKET_IFNAME=<the
-loopback interface>. Under torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR set) this process starts
-ONE rank, its own, with the env:// rendezvous that the launcher already set up, so the workload
-spans every node.
+Rendezvous: on one node the ranks meet in a `torch.distributed.FileStore`, a file (0600) in the
+ranks' private directory (0700): no other local user can read or write its keys, as anyone could
+with a TCPStore on 127.0.0.1 (workloads/rank.py `_store`). No port is used, so a user's
+MASTER_PORT is neither needed nor touched (GD221-GD223 judge it for training). CPU ranks get
+GLOO_SOCKET_IFNAME=<the loopback interface>. Under torchrun/srun (RANK, WORLD_SIZE, MASTER_ADDR
+set) this process starts ONE rank, its own, with the env:// rendezvous that the launcher already
+set up, so the workload spans every node; `launcher_env` reads that environment first, and a value
+torch could not use is a one-line usage error, not a crash in every active check.
 
-Files: the ranks' spec, reports, logs and port file live in a directory made by mkdtemp (0700,
+Files: the ranks' spec, reports, logs and rendezvous store live in a directory made by mkdtemp (0700,
 an unpredictable name), so they are written with plain opens; it is removed on every way out
 (SIGTERM and SIGHUP unwind like Ctrl-C: `_TermAsInterrupt`, gpudoctor.signals). Without torch
 nothing starts (`setup_error` kind "no_torch" names the install).
@@ -54,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpudoctor.errors import EXIT_USAGE, UserError
 from gpudoctor.procs import REAP_S, TERM_GRACE_S, terminate_groups
 from gpudoctor.signals import Stopped, deferred
 from gpudoctor.workloads.known_errors import classify
@@ -148,7 +151,7 @@ class LaunchResult:
     world_size: int
     ranks: list[RankOutcome]
     elapsed_s: float
-    rendezvous: str  # "tcpstore:port0", "master_port:29500", "env"
+    rendezvous: str  # "file" (one node, FileStore in the private directory), "env" (torchrun/srun)
     timed_out: str | None = None  # the phase whose deadline passed: "import", "join" or "run"
     deadline_s: float | None = None
     setup_error: dict[str, Any] | None = None  # nothing started: {"kind", "message", ...}
@@ -265,6 +268,76 @@ def torchrun_env(environ: Mapping[str, str]) -> bool:
     return all(k in environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
 
 
+class LauncherEnvError(UserError, ValueError):
+    """A torchrun/srun variable the ranks cannot use: a usage error (exit 2), one line."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_USAGE, "usage")
+
+
+@dataclass(frozen=True)
+class LauncherEnv:
+    """What torchrun/srun told this process: its rank, the world, its place on its node."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    node_rank: int
+
+
+# (name, required, smallest value). torch's env:// rendezvous reads RANK, WORLD_SIZE and
+# MASTER_PORT with int() (torch/distributed/rendezvous.py `_env_rendezvous_handler`); the ranks
+# read LOCAL_RANK (their GPU) and GROUP_RANK (torchrun's node rank) the same way.
+_LAUNCHER_INTS = (
+    ("WORLD_SIZE", True, 1),
+    ("RANK", True, 0),
+    ("MASTER_PORT", True, 1),
+    ("LOCAL_RANK", False, 0),
+    ("LOCAL_WORLD_SIZE", False, 1),
+    ("GROUP_RANK", False, 0),
+)
+_WHAT = {"WORLD_SIZE": "a process count", "LOCAL_WORLD_SIZE": "a process count", "MASTER_PORT": "a port number"}
+
+
+def launcher_env(environ: Mapping[str, str]) -> LauncherEnv | None:
+    """The launcher's environment, read the way torch reads it (int()), or None when no launcher
+    set one up (`torchrun_env`). Raises LauncherEnvError naming the first variable torch (or
+    the ranks) could not use, e.g. `RANK='x' is not a rank number`."""
+    if not torchrun_env(environ):
+        return None
+    from gpudoctor.redact import text as redact_text  # a value may be anything the user typed
+
+    values: dict[str, int] = {}
+    for name, required, least in _LAUNCHER_INTS:
+        if name not in environ and not required:
+            continue
+        raw = environ.get(name, "")
+        what = _WHAT.get(name, "a rank number")
+        try:
+            value = int(raw)
+        except ValueError:
+            value = None
+        if value is None or value < least or (name == "MASTER_PORT" and value > 65535):
+            shown = f"{name}={redact_text(raw)!r}" if name in environ else f"{name} is not set and"
+            raise LauncherEnvError(
+                f"{shown} is not {what}: under torchrun/srun (RANK, WORLD_SIZE and MASTER_ADDR set) "
+                "gpudoctor joins the launcher's process group; fix the variable or unset RANK to run on this node alone"
+            )
+        values[name] = value
+    for name, limit in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE")):
+        if name in values and limit in values and values[name] >= values[limit]:
+            raise LauncherEnvError(
+                f"{name}={values[name]} is not below {limit}={values[limit]}: ranks count from 0 to {limit}-1"
+            )
+    return LauncherEnv(values["RANK"], values["WORLD_SIZE"], values.get("LOCAL_RANK", 0), values.get("GROUP_RANK", 0))
+
+
+def check_launcher_env(environ: Mapping[str, str] | None = None) -> LauncherEnv | None:
+    """`launcher_env` of this process, read before any rank starts (`check` at level 2 and up,
+    `bench`), so a broken torchrun/srun variable is one usage line, not a crash per check."""
+    return launcher_env(os.environ if environ is None else environ)
+
+
 def rank_env(
     environ: Mapping[str, str], *, device: str, gpu_uuids: Sequence[str] | None, under_launcher: bool
 ) -> dict[str, str]:
@@ -274,8 +347,9 @@ def rank_env(
     get CUDA_VISIBLE_DEVICES=<UUIDs in rank order> (so cuda:i is the i-th UUID, whatever the
     user's CUDA_DEVICE_ORDER would have made of indices) and CUDA_DEVICE_ORDER=PCI_BUS_ID. On one
     node with gloo (CPU), GLOO_SOCKET_IFNAME names the loopback interface: gloo otherwise listens
-    on the address the host name resolves to (a public one on most servers) for the whole run,
-    like the rendezvous store would (workloads/rank.py binds that one to loopback). Under
+    on the address the host name resolves to (a public one on most servers) for the whole run.
+    Its pair sockets then listen on loopback, reachable by local users, but the addresses they
+    trust come from the rendezvous store, which is a private file (`private_store`). Under
     torchrun/srun the user's (and launcher's) environment is left as it is.
     """
     env = dict(environ)
@@ -449,61 +523,28 @@ def launch(
     import subprocess
     import tempfile
 
-    from gpudoctor.probe.ports import check_port
-
     env = dict(os.environ if environ is None else environ)
     backend = "nccl" if device == "cuda" else "gloo"
     start = time.monotonic()
-    multi = torchrun_env(env)
     no_torch = torch_missing_message()
     if no_torch is not None:
         return _setup_failed(device, backend, ranks, start, "no_torch", no_torch)
-    if multi:
-        local = [int(env.get("LOCAL_RANK", "0"))]
-        world = int(env["WORLD_SIZE"])
-        rank_ids = [int(env["RANK"])]
-        rendezvous = "env"
-        host, port = "", 0
+    try:
+        launcher = launcher_env(env)
+    except LauncherEnvError as exc:
+        return _setup_failed(device, backend, ranks, start, "bad_launcher_env", str(exc))
+    multi = launcher is not None
+    rdzv: dict[str, Any]
+    if launcher is not None:
+        world = launcher.world_size
+        local = [launcher.local_rank]
+        rank_ids = [launcher.rank]
+        rdzv = {"mode": "env", "local_rank": launcher.local_rank, "node_rank": launcher.node_rank}
     else:
         world = ranks
         local = list(range(ranks))
         rank_ids = list(range(ranks))
-        host = "127.0.0.1"
-        port = 0
-        rendezvous = "tcpstore:port0"
-        if env.get("MASTER_PORT"):
-            try:
-                port = int(env["MASTER_PORT"])
-            except ValueError:
-                port = -1
-            if not 0 < port < 65536:
-                from gpudoctor.redact import text as redact_text
-
-                return _setup_failed(
-                    device,
-                    backend,
-                    world,
-                    start,
-                    "bad_port",
-                    f"MASTER_PORT={redact_text(env['MASTER_PORT'])!r} is not a port number",
-                )
-            status = check_port(host, port)
-            if not status.free:
-                holder = (
-                    f"PID {status.holder_pid} ({status.holder_command})" if status.holder_pid else "another process"
-                )
-                return _setup_failed(
-                    device,
-                    backend,
-                    world,
-                    start,
-                    "port_in_use",
-                    f"MASTER_PORT {port} is already in use by {holder}",
-                    port=port,
-                    holder_pid=status.holder_pid,
-                    holder_command=status.holder_command,
-                )
-            rendezvous = f"master_port:{port}"
+        rdzv = {"mode": "file"}
 
     env = rank_env(env, device=device, gpu_uuids=gpu_uuids, under_launcher=multi)
     outcomes = [
@@ -517,16 +558,16 @@ def launch(
     try:
         with _TermAsInterrupt():
             # Private (mkdtemp: 0700, an unpredictable name) and removed on every way out: the
-            # ranks' reports, logs and the rendezvous port live here.
+            # ranks' reports, logs and the rendezvous store live here.
             outdir = Path(tempfile.mkdtemp(prefix="gpudoctor-ranks-"))
+            if not multi:
+                rdzv["path"] = str(private_store(outdir))
             spec = {
                 "tasks": [{"name": t.name, "params": t.params} for t in tasks],
                 "world_size": world,
                 "device": device,
                 "backend": backend,
-                "rendezvous": {"mode": "env"}
-                if multi
-                else {"mode": "tcpstore", "host": host, "port": port, "port_file": str(outdir / "store.port")},
+                "rendezvous": rdzv,
                 "outdir": str(outdir),
                 "parent_pid": os.getpid(),
                 "deadline_epoch": time.time() + timeout_s,
@@ -565,12 +606,29 @@ def launch(
         world_size=world,
         ranks=outcomes,
         elapsed_s=time.monotonic() - start,
-        rendezvous=rendezvous,
+        rendezvous=rdzv["mode"],
         timed_out=timed_out,
         deadline_s=timeout_s,
         peers=peers,
         under_launcher=multi,
     )
+
+
+STORE_NAME = "rendezvous.store"
+
+
+def private_store(outdir: Path) -> Path:
+    """Create the single-node rendezvous store's file, empty and 0600, in the ranks' 0700 directory.
+
+    The ranks open it as a `torch.distributed.FileStore` (which would create it 0644 itself):
+    only this user can reach it, unlike a TCP port on 127.0.0.1, which every local user can
+    connect to and read or poison the keys of (review3 S3). O_EXCL | O_NOFOLLOW: a fresh file,
+    never one planted in its place.
+    """
+    path = outdir / STORE_NAME
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    os.close(fd)
+    return path
 
 
 def _setup_failed(

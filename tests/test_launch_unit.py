@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import psutil
 import pytest
@@ -15,7 +17,7 @@ import pytest
 from gpudoctor import procs
 from gpudoctor import snapshot as snap
 from gpudoctor.checks.active_common import plan
-from gpudoctor.launch import Deadlines, LaunchResult, RankOutcome, rank_env
+from gpudoctor.launch import STORE_NAME, Deadlines, LaunchResult, RankOutcome, private_store, rank_env
 from gpudoctor.registry import CheckContext, CheckOptions
 from tests.conftest import FIXTURES
 
@@ -171,3 +173,30 @@ def test_a_reaped_leaders_reused_pid_means_the_group_is_not_ours(monkeypatch: py
         assert _alive(grandchild)
     finally:
         os.kill(grandchild, signal.SIGKILL)
+
+
+def test_the_rendezvous_store_is_a_new_private_file(tmp_path: Path) -> None:
+    """review3 S3: the single-node store is a file only the caller can open (0600, created with
+    O_EXCL|O_NOFOLLOW: never a file or link planted in its place)."""
+    home = tmp_path / "ranks"
+    home.mkdir(mode=0o700)
+    store = private_store(home)
+    st = store.lstat()
+    assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and st.st_size == 0
+    store.unlink()
+    store.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(FileExistsError):
+        private_store(home)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_rank_refuses_a_store_outside_a_private_directory(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from gpudoctor.workloads.rank import _store
+
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    with pytest.raises(PermissionError, match="not a private directory"):
+        _store({"rendezvous": {"mode": "file", "path": str(shared / STORE_NAME)}}, 2, timedelta(seconds=1))

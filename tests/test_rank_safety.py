@@ -1,6 +1,7 @@
-"""A local run is safe on a shared machine: the rendezvous listens on loopback only, the rank
-directory is private and gone on every way out, and SIGTERM/SIGHUP end gpudoctor cleanly (also
-while it starts up). Real 2-rank CPU runs, read from outside through the process and socket tables."""
+"""A local run is safe on a shared machine: the rendezvous store is a file only the caller can
+reach, gloo listens on loopback only, the rank directory is private and gone on every way out,
+and SIGTERM/SIGHUP end gpudoctor cleanly (also while it starts up). Real 2-rank CPU runs, read
+from outside through the process and socket tables."""
 
 from __future__ import annotations
 
@@ -100,10 +101,56 @@ def test_a_local_run_listens_on_loopback_only() -> None:
             for c in p.net_connections(kind="tcp")
             if c.status == psutil.CONN_LISTEN
         }
-        assert any(rank == 0 for rank, _, _ in listening), "rank 0's rendezvous store is not listening"
+        assert any(rank == 0 for rank, _, _ in listening), "rank 0's gloo listener is not listening"
         assert [s for s in listening if s[1] not in LOOPBACK] == [], f"reachable from other hosts: {listening}"
         stop(proc, signal.SIGTERM)
         assert proc.returncode == 130 and gone(ranks)
+
+
+# What another local user did in review3 S3 to the old TCPStore on 127.0.0.1 ("num_keys 3 / set ok").
+# A store answers in milliseconds once torch is imported; a gloo listener never does (the
+# client then waits for ever): the client gives up ANSWER_S after its import.
+ANSWER_S = 10.0
+STORE_CLIENT = f"""
+import datetime, os, sys, threading
+import torch.distributed as d
+threading.Timer({ANSWER_S}, lambda: (print("no answer", flush=True), os._exit(2))).start()
+try:
+    s = d.TCPStore("127.0.0.1", int(sys.argv[1]), 2, False, datetime.timedelta(seconds=3))
+    s.num_keys()
+    s.set("evil", "1")
+except Exception as exc:
+    print("refused:", type(exc).__name__, flush=True)
+    os._exit(1)
+print("the store answered", flush=True)
+os._exit(0)
+"""
+
+
+def test_no_other_user_can_reach_the_rendezvous_store() -> None:
+    with running() as (proc, ranks, outdir):
+        rdzv = json.loads((outdir / "spec.json").read_text())["rendezvous"]
+        store = Path(rdzv["path"])
+        assert rdzv["mode"] == "file" and store.parent == outdir
+        home, file = outdir.stat(), store.lstat()
+        assert stat.S_IMODE(home.st_mode) == 0o700 and home.st_uid == os.geteuid()
+        assert stat.S_ISREG(file.st_mode) and stat.S_IMODE(file.st_mode) == 0o600 and file.st_uid == os.geteuid()
+        assert file.st_size > 0, "the ranks did not rendezvous through the file"
+        ports = {c.laddr.port for p in ranks for c in p.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+        # gloo's pair listeners: none of them is a store that hands out keys.
+        clients = {
+            port: subprocess.Popen(
+                [sys.executable, "-c", STORE_CLIENT, str(port)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            for port in ports
+        }
+        answers = {port: client.communicate(timeout=120)[0] for port, client in clients.items()}
+        assert ports and not [a for a in answers.values() if "the store answered" in a], answers
+        stop(proc, signal.SIGTERM)
+        assert proc.returncode == 130 and gone(ranks) and not outdir.exists()
 
 
 def test_sighup_stops_the_ranks_removes_their_private_directory_and_exits_129() -> None:

@@ -118,33 +118,18 @@ def test_a_rank_sending_wrong_values_is_counted(monkeypatch: pytest.MonkeyPatch)
     assert ddp["params_differ_ranks"] == []  # every rank applied the same (wrong) average
 
 
-def test_a_busy_master_port_stops_before_spawning_and_names_the_holder(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import os
+@pytest.mark.parametrize("value", ["busy", "abc"])
+def test_a_local_run_needs_no_master_port(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """The single-node store is a file in the private directory (review3 S3): a busy or invalid
+    MASTER_PORT, meant for the user's training (GD221/GD223 judge it), does not stop the ranks."""
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
-        port = sock.getsockname()[1]
-        monkeypatch.setenv("MASTER_PORT", str(port))
-        result = launch(SMALL, device="cpu", ranks=2, timeout_s=30)
-    assert result.ranks == []
-    err = result.setup_error
-    assert err["kind"] == "port_in_use" and err["port"] == port
-    assert err["holder_pid"] == os.getpid()
-
-
-def test_a_free_master_port_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    monkeypatch.setenv("MASTER_PORT", str(port))
-    result = launch([Task("ddp", {})], device="cpu", ranks=2, timeout_s=60)
-    assert result.ok and result.rendezvous == f"master_port:{port}"
+        monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]) if value == "busy" else value)
+        result = launch([Task("ddp", {})], device="cpu", ranks=2, timeout_s=60)
+    assert result.setup_error is None and result.ok and result.rendezvous == "file"
 
 
 def test_fault_spec_is_validated() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from gpudoctor.busbw import parse_ops
 from gpudoctor.findings import Finding, Status
-from gpudoctor.launch import LaunchResult, RankOutcome, Task, choose_device, launch, torchrun_env
+from gpudoctor.launch import LaunchResult, RankOutcome, Task, choose_device, launch, launcher_env, torchrun_env
 from gpudoctor.registry import CHECKS, CheckContext, unmet_need
 from gpudoctor.snapshot import Missing
 
@@ -73,9 +73,8 @@ def skip_finding(ctx: CheckContext, check_name: str, p: Plan, what: str) -> Find
 
 
 def world_size(ctx: CheckContext, p: Plan) -> int:
-    if torchrun_env(os.environ):
-        return int(os.environ["WORLD_SIZE"])
-    return p.ranks
+    launcher = launcher_env(os.environ)  # read and checked before any check runs (api.check)
+    return launcher.world_size if launcher is not None else p.ranks
 
 
 def collectives_params(p: Plan, collectives: tuple[str, ...]) -> dict[str, Any]:

@@ -106,12 +106,13 @@ PORT_IN_USE = Code(
     "GD712",
     "rendezvous-port-in-use",
     "The rendezvous port is free",
-    what="Before starting ranks, checks that a user-set MASTER_PORT is free and names the process "
-    "holding it; also recognises 'Address already in use' raised while joining.",
+    what="Recognises 'Address already in use' raised while the ranks join (under torchrun/srun, the "
+    "launcher's MASTER_PORT). On one node gpudoctor's ranks meet in a private file, not on a port; "
+    "GD221 names the holder of a busy MASTER_PORT for your training.",
     why="c10d fails with `DistNetworkError ... errno: 98 - Address already in use` when a previous "
     "run (or another job) still holds the port.",
-    fix="Unset MASTER_PORT (gpudoctor then lets the kernel pick a free port), choose another port, "
-    "or stop the named process; with torchrun use `--rdzv-endpoint localhost:0` or a free port.",
+    fix="Choose a free port or stop the process holding it (GD221 names it); with torchrun use "
+    "`--rdzv-endpoint localhost:0` on one node, or a free `--master-port`.",
 )
 FABRIC = Code(
     "GD713",

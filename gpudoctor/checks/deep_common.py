@@ -181,10 +181,11 @@ def skipped(ctx: CheckContext, check_name: str, what: str) -> Finding:
 
 def _local_gpus(p: Plan) -> list[int]:
     """The GPUs this process's ranks drive (one under torchrun/srun: its local rank's)."""
-    from gpudoctor.launch import torchrun_env
+    from gpudoctor.launch import launcher_env
 
-    if torchrun_env(os.environ):
-        local = int(os.environ.get("LOCAL_RANK", "0"))
+    launcher = launcher_env(os.environ)  # read and checked before any check runs (api.check)
+    if launcher is not None:
+        local = launcher.local_rank
         return [p.gpus[local]] if local < len(p.gpus) else []
     return list(p.gpus)
 

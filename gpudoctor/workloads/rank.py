@@ -27,7 +27,6 @@ from typing import Any
 from gpudoctor.workloads.faults import Faults
 
 PR_SET_PDEATHSIG = 1
-LOOPBACK = "127.0.0.1"  # single-node rendezvous: never reachable from another host
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -167,50 +166,38 @@ def _prewarm(task_names: Any) -> threading.Thread:
     return thread
 
 
-def _store(spec: dict[str, Any], rank: int, world: int, timeout: timedelta) -> Any:
-    """Rank 0 opens the TCPStore on loopback only and tells the others its port.
+def _store(spec: dict[str, Any], world: int, timeout: timedelta) -> Any:
+    """The single-node rendezvous: a FileStore in the launcher's private directory.
 
-    TCPStore's server listens on every interface whatever host it is given (`ss -ltn` shows
-    `*:PORT`), unauthenticated, for the whole run; on a shared machine anyone who can reach the
-    port could read or poison the rendezvous. So rank 0 binds the listening socket itself, to
-    the loopback address (port 0 lets the kernel pick a free port, or the user's MASTER_PORT),
-    and hands it to the store (`master_listen_fd`, libuv backend). Single node only: under
-    torchrun/srun the launcher's env:// rendezvous is used instead.
+    A TCPStore, even bound to 127.0.0.1, lets every local user connect and read or write the
+    keys (gloo's address exchange among them) for the whole run; the FileStore is a file (0600,
+    created by the launcher: launch.private_store) in a 0700 directory that only this user can
+    enter. The store's own timeout is set here (init_process_group sets it only for the stores
+    it makes itself), so a missing peer ends the wait as the launcher's deadlines expect.
+    Under torchrun/srun the launcher's env:// rendezvous is used instead.
     """
+    path = Path(spec["rendezvous"]["path"])
+    home = path.parent.stat()
+    if home.st_uid != os.geteuid() or home.st_mode & 0o077:
+        raise PermissionError(f"{path.parent} is not a private directory: the rendezvous store must not be shared")
     import torch.distributed as dist
 
-    rdzv = spec["rendezvous"]
-    port_file = Path(rdzv["port_file"])
-    if rank == 0:
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((LOOPBACK, int(rdzv["port"])))
-        listener.listen(max(128, world))
-        port = listener.getsockname()[1]
-        store = dist.TCPStore(
-            LOOPBACK, port, world, True, timeout, wait_for_workers=False, master_listen_fd=listener.fileno()
-        )
-        listener.detach()  # the store owns the descriptor now
-        tmp = port_file.with_suffix(".tmp")
-        tmp.write_text(str(port))
-        tmp.replace(port_file)
-        return store
-    deadline = time.monotonic() + timeout.total_seconds()
-    while not port_file.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError("timed out waiting for rank 0 to open the rendezvous store")
-        time.sleep(0.02)
-    return dist.TCPStore(LOOPBACK, int(port_file.read_text()), world, False, timeout)
+    store = dist.FileStore(str(path), world)
+    store.set_timeout(timeout)
+    return store
 
 
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     _die_with_parent(int(spec["parent_pid"]))
     _self_deadline(float(spec["deadline_epoch"]))
-    env_mode = spec["rendezvous"]["mode"] == "env"
-    rank = int(os.environ["RANK"]) if env_mode else int(argv[1])
-    world = int(os.environ["WORLD_SIZE"]) if env_mode else int(spec["world_size"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0")) if env_mode else rank
+    rdzv = spec["rendezvous"]
+    env_mode = rdzv["mode"] == "env"
+    # Under torchrun/srun the launcher read (and checked) RANK, LOCAL_RANK and GROUP_RANK for us.
+    rank = int(argv[1])
+    world = int(spec["world_size"])
+    local_rank = int(rdzv["local_rank"]) if env_mode else rank
+    node_rank = int(rdzv.get("node_rank", 0))
     events = Events(Path(spec["outdir"]) / f"rank{rank}.jsonl")
     events.emit(
         "started",
@@ -219,7 +206,7 @@ def main(argv: list[str]) -> int:
         world_size=world,
         local_rank=local_rank,
         host=socket.gethostname(),
-        node_rank=int(os.environ.get("GROUP_RANK", "0")),
+        node_rank=node_rank,
     )
     faults = Faults(rank)
     phase = "start"
@@ -254,7 +241,7 @@ def main(argv: list[str]) -> int:
         if env_mode:
             dist.init_process_group(init_method="env://", **kwargs)
         else:
-            store = _store(spec, rank, world, timeout)
+            store = _store(spec, world, timeout)
             dist.init_process_group(store=store, rank=rank, world_size=world, **kwargs)
         events.emit("joined", join_s=time.perf_counter() - t0)
 
@@ -263,7 +250,7 @@ def main(argv: list[str]) -> int:
             "rank": rank,
             "local_rank": local_rank,
             "host": socket.gethostname(),
-            "node_rank": int(os.environ.get("GROUP_RANK", "0")),
+            "node_rank": node_rank,
             "device": str(device),
         }
         peers = all_gather_json(me, world, device)
