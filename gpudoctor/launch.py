@@ -40,7 +40,8 @@ torch could not use is a one-line usage error, not a crash in every active check
 Files: the ranks' spec, reports, logs and rendezvous store live in a directory made by mkdtemp (0700,
 an unpredictable name), so they are written with plain opens; it is removed on every way out
 (SIGTERM and SIGHUP unwind like Ctrl-C: `_TermAsInterrupt`, gpudoctor.signals). Without torch
-nothing starts (`setup_error` kind "no_torch" names the install).
+nothing starts (`setup_error` kind "no_torch" names the install). Only a SIGKILL leaves the
+directory behind; the next run removes such leftovers of its own user (`sweep_leftovers`).
 """
 
 from __future__ import annotations
@@ -501,6 +502,41 @@ class _TermAsInterrupt:
             signal.signal(sig, old)
 
 
+RANK_DIR_PREFIX = "gpudoctor-ranks-"
+LEFTOVER_AGE_S = 60.0  # younger directories may belong to a run that is starting
+
+
+def sweep_leftovers(tmp: Path) -> None:
+    """Remove rank directories a SIGKILLed gpudoctor left behind: only this user's private ones
+    (0700, not links) whose spec names a gpudoctor process that no longer exists."""
+    import shutil
+    import stat
+
+    now = time.time()
+    try:
+        entries = [e for e in os.scandir(tmp) if e.name.startswith(RANK_DIR_PREFIX)]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) != 0o700:
+                continue
+            if now - st.st_mtime < LEFTOVER_AGE_S:
+                continue
+            spec = Path(entry.path) / "spec.json"
+            if spec.is_symlink() or spec.stat().st_size > 1 << 20:
+                continue
+            parent = json.loads(spec.read_text()).get("parent_pid")
+            if not isinstance(parent, int) or parent <= 0:
+                continue
+            os.kill(parent, 0)  # alive (or a reused PID): leave it
+        except ProcessLookupError:
+            shutil.rmtree(entry.path, ignore_errors=True)
+        except (OSError, ValueError, AttributeError):
+            continue
+
+
 def launch(
     tasks: list[Task],
     *,
@@ -559,7 +595,8 @@ def launch(
         with _TermAsInterrupt():
             # Private (mkdtemp: 0700, an unpredictable name) and removed on every way out: the
             # ranks' reports, logs and the rendezvous store live here.
-            outdir = Path(tempfile.mkdtemp(prefix="gpudoctor-ranks-"))
+            sweep_leftovers(Path(tempfile.gettempdir()))
+            outdir = Path(tempfile.mkdtemp(prefix=RANK_DIR_PREFIX))
             if not multi:
                 rdzv["path"] = str(private_store(outdir))
             spec = {

@@ -3,10 +3,12 @@ stopping process groups (gpudoctor.procs), the report's node rows."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -200,3 +202,37 @@ def test_a_rank_refuses_a_store_outside_a_private_directory(tmp_path: Path) -> N
     shared.chmod(0o755)
     with pytest.raises(PermissionError, match="not a private directory"):
         _store({"rendezvous": {"mode": "file", "path": str(shared / STORE_NAME)}}, 2, timedelta(seconds=1))
+
+
+def test_leftovers_of_a_killed_run_are_swept_and_nothing_else(tmp_path: Path) -> None:
+    # Only a SIGKILL leaves a rank directory behind; the next run removes this user's old private
+    # ones whose gpudoctor is gone, and touches nothing else.
+    import subprocess as sp
+
+    from gpudoctor.launch import RANK_DIR_PREFIX, sweep_leftovers
+
+    dead = sp.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    old = time.time() - 3600
+
+    def leftover(name: str, parent: int, mode: int = 0o700, age: float = old) -> Path:
+        d = tmp_path / f"{RANK_DIR_PREFIX}{name}"
+        d.mkdir()
+        (d / "spec.json").write_text(json.dumps({"parent_pid": parent}))
+        d.chmod(mode)
+        os.utime(d, (age, age))
+        return d
+
+    gone = leftover("gone", dead.pid)
+    alive = leftover("alive", os.getpid())
+    young = leftover("young", dead.pid, age=time.time())
+    shared = leftover("shared", dead.pid, mode=0o755)
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / f"{RANK_DIR_PREFIX}link").symlink_to(target)
+    other = leftover("other", dead.pid)
+    (other / "spec.json").write_text("not json")
+    os.utime(other, (old, old))
+    sweep_leftovers(tmp_path)
+    assert not gone.exists()
+    assert alive.exists() and young.exists() and shared.exists() and other.exists() and target.exists()
