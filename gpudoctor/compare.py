@@ -309,7 +309,7 @@ HINT_FEWER_LINKS = (
 HINT_MORE_LINKS = "The baseline was recorded with fewer or narrower links: refresh it from a healthy run."
 HINT_LOST = (
     "The baseline's GPU stopped answering; this is not a board swap: do not refresh the baseline. See GD827 "
-    "(`gpudoctor explain GD827`): XID 79 in the kernel log, power-cycle the node, then reseat or RMA the GPU."
+    "(`gpudoctor explain GD827`): look for XID 79 in the kernel log, power-cycle the node, then reseat or RMA the GPU."
 )
 HINT_BASELINE_LOST = "The baseline was recorded with this GPU lost: refresh it from a healthy run."
 

@@ -143,6 +143,9 @@ def test_a_lost_gpu_is_left_out_of_every_count_and_said_once(capsys) -> None:  #
     assert (the(found, "GD827")["status"], the(found, "GD827")["subject"]) == ("fail", "gpu:3")
     said = [f["code"] for f in found if "left out (GD827)" in f["message"]]
     assert said == ["GD201"], "one finding says the lost GPU is left out"
+    # Its XID 79 is the run's problem: a GPU the run would have used, not "a GPU this run does not use".
+    xid = the(found, "GD810")
+    assert xid["status"] == "fail" and "(lost: see GD827)" in xid["message"] and "does not use" not in xid["message"]
 
 
 def test_the_active_checks_plan_the_gpus_visibility_gives() -> None:

@@ -552,7 +552,9 @@ def xid_errors(ctx: CheckContext) -> list[Finding]:
             )
         ]
     by_bus = {normalize_bus_id(g.pci_bus_id): g for g in ctx.snapshot.gpus if g.pci_bus_id}
-    targets = {g.index for g in target_gpus(ctx)}
+    # A lost GPU the run would have used (CUDA no longer enumerates it) is still the run's GPU here.
+    lost = set(ctx.visible.lost_wanted)
+    targets = {g.index for g in target_gpus(ctx)} | lost
     # A GPU the run uses whose PCI address NVML could not give may be the one an unmatched XID names.
     unplaced = sorted(g.index for g in target_gpus(ctx) if not g.pci_bus_id)
     # (subject, kind) -> events, so each GPU gets one finding per kind of XID.
@@ -582,7 +584,15 @@ def xid_errors(ctx: CheckContext) -> list[Finding]:
             where = f"PCI {evs[0].pci_bus_id} (maybe GPU {gpu_list(unplaced)}, whose PCI address NVML could not give)"
         else:
             where = f"PCI {evs[0].pci_bus_id} (not a GPU NVML lists)"
-        note = "" if used or gpu is None else " (a GPU this run does not use)"
+        note = (
+            ""
+            if gpu is None
+            else " (lost: see GD827)"
+            if gpu.index in lost
+            else ""
+            if used
+            else " (a GPU this run does not use)"
+        )
         if hint:
             hint = f"{hint} Note: {_SINCE_BOOT}."
         evidence = {
