@@ -18,7 +18,6 @@ Checks never read this file: its values reach them through `CheckOptions` (regis
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import os
 import re
@@ -415,6 +414,8 @@ class _Reader:
         return PolicyError(f"{self.path}:{line}: {'.'.join(full)}: {problem}")
 
     def unknown(self, keys: tuple[str, ...], known: list[str]) -> PolicyError:
+        import difflib  # only for a misspelt key: not on every run's start-up
+
         close = difflib.get_close_matches(keys[-1].replace("_", "-"), known, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]!r}?)" if close else f" (known keys: {', '.join(known)})"
         return self.fail(keys, f"unknown key{hint}")

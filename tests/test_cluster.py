@@ -410,3 +410,17 @@ def test_a_pcie_node_is_capped_by_its_own_links(tmp_path: Path) -> None:
     assert cap is not None and own is not None and own.busbw_gbps < 192
     assert cap.expected_gbps == pytest.approx(own.busbw_gbps)
     assert "capped at the node's own" in cap.basis
+
+
+def test_the_typical_figure_is_the_standard_librarys_upper_quartile() -> None:
+    # Written out to keep `statistics` off check --quick's start-up; the library is the oracle.
+    import random
+    import statistics
+
+    from gpudoctor.pair_isolation import typical
+
+    rng = random.Random(5)
+    for n in range(1, 30):
+        values = [rng.uniform(1, 400) for _ in range(n)]
+        want = statistics.quantiles(values, n=4, method="inclusive")[2] if n > 1 else values[0]
+        assert typical(values) == pytest.approx(want)

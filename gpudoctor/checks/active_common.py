@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.busbw import parse_ops
 from gpudoctor.findings import Finding, Status
-from gpudoctor.launch import LaunchResult, RankOutcome, Task, choose_device, launch, launcher_env, torchrun_env
 from gpudoctor.registry import CHECKS, CheckContext, unmet_need
 from gpudoctor.snapshot import Missing
+
+if TYPE_CHECKING:  # launch (and its dataclasses) loads when a run starts: check --quick never pays for it
+    from gpudoctor.launch import LaunchResult, RankOutcome, Task
 
 # Sweeps: nccl-tests-like sizes on GPUs, small on CPU. NVLink machines keep rising past 1 GiB
 # (sjeaugey, nccl-tests#149: "At 512M the bandwidth is still increasing, so you should replace
@@ -51,6 +53,8 @@ def plan(ctx: CheckContext) -> Plan:
         return Plan("cpu" if opts.device == "cpu" else "cuda", 0, [], "PyTorch is not installed: see GD002")
     visible = ctx.visible
     gpus = list(visible.nvml_indices) if ctx.snapshot.driver.nvml_status == "ok" else []
+    from gpudoctor.launch import choose_device
+
     device, why_not = choose_device(opts.device, len(gpus))  # the rule `bench` uses too
     if device == "cpu":
         return Plan("cpu", opts.ranks or 2, [])
@@ -73,6 +77,8 @@ def skip_finding(ctx: CheckContext, check_name: str, p: Plan, what: str) -> Find
 
 
 def world_size(ctx: CheckContext, p: Plan) -> int:
+    from gpudoctor.launch import launcher_env
+
     launcher = launcher_env(os.environ)  # read and checked before any check runs (api.check)
     return launcher.world_size if launcher is not None else p.ranks
 
@@ -91,6 +97,8 @@ def collectives_params(p: Plan, collectives: tuple[str, ...]) -> dict[str, Any]:
 
 
 def tasks_for(p: Plan, world: int, timeout_s: float = 120.0, collectives: tuple[str, ...] = ()) -> list[Task]:
+    from gpudoctor.launch import Task
+
     tasks = []
     if world >= 2:
         if p.device == "cuda":
@@ -114,6 +122,8 @@ def shared_launch(ctx: CheckContext, p: Plan) -> LaunchResult:
     """The one launch of this check run (both workloads in one process group), kept in ctx.active_run."""
     if ctx.active_run is not None:
         return ctx.active_run
+    from gpudoctor.launch import launch, torchrun_env
+
     world = world_size(ctx, p)
     tasks = tasks_for(p, world, ctx.options.timeout_s, parse_ops(",".join(ctx.options.collectives or ())))
     if torchrun_env(os.environ) and world >= 2:

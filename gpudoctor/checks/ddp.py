@@ -5,10 +5,14 @@ Active: runs in the same ranks and process group as the all-reduce sweep (active
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpudoctor.checks.active_common import Plan, describe, failure_hint, plan, rank_table, shared_launch, skip_finding
 from gpudoctor.findings import Finding, Status
-from gpudoctor.launch import LaunchResult, RankOutcome
 from gpudoctor.registry import CheckContext, Code, check
+
+if TYPE_CHECKING:  # launch (and its dataclasses) is imported when a run starts: check --quick never pays for it
+    from gpudoctor.launch import LaunchResult, RankOutcome
 
 JOINED = Code(
     "GD701",

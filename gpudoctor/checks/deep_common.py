@@ -19,14 +19,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor import clock_reasons
 from gpudoctor.checks.active_common import Plan, failure_hint, plan, skip_finding, world_size
 from gpudoctor.checks.link_probes import p2p_pairs
 from gpudoctor.findings import Finding, Status, gpu_subject
-from gpudoctor.launch import LaunchResult, RankOutcome, Task, launch
 from gpudoctor.registry import CheckContext, Code
+
+if TYPE_CHECKING:  # launch loads when a run starts: check --quick never pays for it
+    from gpudoctor.launch import LaunchResult, RankOutcome, Task
 
 RUN_KEY = "deep"
 # Deep check -> the workloads it needs, in run order (the GEMM heats the GPUs for the rest).
@@ -129,6 +131,8 @@ def task_list(
         },
         "deep_links": {"bytes": LINK_BYTES, "iters": LINK_ITERS, "pairs": [list(x) for x in pairs], "gpus": p.gpus},
     }
+    from gpudoctor.launch import Task
+
     return [Task(t, params[t]) for t in tasks]
 
 
@@ -157,6 +161,8 @@ def shared_deep_run(ctx: CheckContext) -> DeepRun | None:
     sampler = LoadSampler(local, progress=ctx.progress) if p.device == "cuda" and local else None
     if sampler is not None:
         sampler.start()
+    from gpudoctor.launch import launch
+
     try:
         result = launch(
             task_list(tasks, b, p, ctx, link_pairs),

@@ -13,18 +13,20 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.checks.active_common import Plan, not_run_message, plan, shared_launch, skip_finding
 from gpudoctor.checks.network import network_of, port_views
 from gpudoctor.checks.targets import listed, target_gpus
 from gpudoctor.facts import facts_from_snapshot
 from gpudoctor.findings import Finding, Status
-from gpudoctor.launch import LaunchResult, Task, torchrun_env
 from gpudoctor.odd_one_out import odd_one_out
 from gpudoctor.pair_isolation import SLOW_RATIO, Analysis, analyse, merged, retested
 from gpudoctor.registry import CHECKS, CheckContext, Code, Selection, check, run_one
 from gpudoctor.snapshot import RDMA_ERROR_COUNTERS, known
+
+if TYPE_CHECKING:  # launch loads when a run starts: check --quick never pays for it
+    from gpudoctor.launch import LaunchResult, Task
 
 COUNTERS_GROWING = Code(
     "GD443",
@@ -274,6 +276,8 @@ def _jsonable(value: Any) -> Any:
 
 def task(ctx: CheckContext, p: Plan) -> Task:
     """The `nodes` task of the shared launch (active_common.tasks_for adds it under a launcher)."""
+    from gpudoctor.launch import Task
+
     facts = node_facts(ctx, p)
     capacity = facts.get("capacity") or {}
     return Task(
@@ -704,6 +708,8 @@ def nodes(ctx: CheckContext) -> tuple[list[Finding], dict[str, Any]]:
     p = plan(ctx)
     if p.skip:
         return [skip_finding(ctx, "nodes", p, "cross-node checks")], {}
+    from gpudoctor.launch import torchrun_env
+
     if not torchrun_env(os.environ):
         return single_node(ctx, p), {}
     result = shared_launch(ctx, p)

@@ -20,7 +20,6 @@ are given; the cause of a low efficiency is still named.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -242,6 +241,12 @@ class CountSummary:
         }
 
 
+def _median(values: Any) -> float:
+    import statistics  # lazy: every check module loads on check --quick, which needs none of this
+
+    return statistics.median(values)
+
+
 def summarize(record: dict[str, Any], config: dict[str, Any]) -> list[CountSummary]:
     """Per GPU count: throughput, speedup and efficiency against the 1-GPU run, and the split."""
     per_step = record["sizes"]["batch"] * config["accum"]
@@ -260,13 +265,13 @@ def summarize(record: dict[str, Any], config: dict[str, Any]) -> list[CountSumma
             s.speedup = sps / base.samples_per_s if base.samples_per_s else 0.0
             s.efficiency = s.speedup / k
             others = [r for r in ranks if r is not critical] or [critical]
-            typical_busy = statistics.median(r.busy_ms for r in others)
+            typical_busy = _median(r.busy_ms for r in others)
             s.straggler_ratio = critical.busy_ms / typical_busy if typical_busy > 0 else 1.0
             s.contributions = {
                 "communication": critical.comm_ms,
                 "straggler": max(0.0, critical.busy_ms - typical_busy),
-                "input": max(0.0, statistics.median(r.input_ms for r in ranks) - base.critical.input_ms),
-                "compute": max(0.0, statistics.median(r.compute_ms for r in others) - base.critical.compute_ms),
+                "input": max(0.0, _median(r.input_ms for r in ranks) - base.critical.input_ms),
+                "compute": max(0.0, _median(r.compute_ms for r in others) - base.critical.compute_ms),
             }
             s.projected = project_accumulation(base.critical, critical, config["accum"])
         out.append(s)
@@ -381,7 +386,7 @@ def _cause_finding(s: CountSummary, cause: str, status: Status, machine: Machine
         )
         return Finding(STRAGGLER.code, status, machine.subject(c.rank), text, STRAGGLER.fix, evidence)
     if cause == "input":
-        median_input = statistics.median(r.input_ms for r in s.ranks)
+        median_input = _median(r.input_ms for r in s.ranks)
         evidence["input_ms"] = round(median_input, 3)
         text = (
             f"{where} is input bound: handing each step's batch to the device takes {median_input:.2f} ms "
@@ -390,7 +395,7 @@ def _cause_finding(s: CountSummary, cause: str, status: Status, machine: Machine
         )
         return Finding(INPUT_BOUND.code, status, "host", text, INPUT_BOUND.fix, evidence)
     others = [r for r in s.ranks if r is not c] or [c]
-    typical = statistics.median(r.compute_ms for r in others)
+    typical = _median(r.compute_ms for r in others)
     evidence["compute_ms"] = round(typical, 3)
     text = (
         f"{where}: each {machine.unit} computes slower with the others running: {typical:.1f} ms per step "
@@ -487,7 +492,7 @@ def judge_dataparallel(
     per_step = n * record["sizes"]["batch"] * config["accum"]  # the same per-GPU batch
     dp_sps = per_step * 1000.0 / dp["step_ms"] if dp["step_ms"] > 0 else 0.0
     peaks = dp["peak_mem_bytes"]
-    gpu0, rest = peaks[0], statistics.median(peaks[1:]) if len(peaks) > 1 else peaks[0]
+    gpu0, rest = peaks[0], _median(peaks[1:]) if len(peaks) > 1 else peaks[0]
     ddp_peaks = [r.peak_mem_bytes for r in ddp.ranks if r.peak_mem_bytes is not None] if ddp else []
     text = f"{model} on {n} GPUs: DataParallel {dp_sps:,.1f} samples/s"
     if ddp is not None:
