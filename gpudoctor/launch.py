@@ -41,7 +41,8 @@ Files: the ranks' spec, reports, logs and rendezvous store live in a directory m
 an unpredictable name), so they are written with plain opens; it is removed on every way out
 (SIGTERM and SIGHUP unwind like Ctrl-C: `_TermAsInterrupt`, gpudoctor.signals). Without torch
 nothing starts (`setup_error` kind "no_torch" names the install). Only a SIGKILL leaves the
-directory behind; the next run removes such leftovers of its own user (`sweep_leftovers`).
+directory behind; the next run removes such leftovers of its own user whose run lock is free
+(`sweep_leftovers`).
 """
 
 from __future__ import annotations
@@ -503,12 +504,25 @@ class _TermAsInterrupt:
 
 
 RANK_DIR_PREFIX = "gpudoctor-ranks-"
+RUN_LOCK = "run.lock"  # flock'd by the launching gpudoctor for the whole run; the kernel drops it on SIGKILL
 LEFTOVER_AGE_S = 60.0  # younger directories may belong to a run that is starting
+
+
+def hold_run_lock(outdir: Path) -> int:
+    """Lock the rank directory as in use (an fd to keep open for the run). A lock, not a PID: the
+    run may be in another PID namespace (a container sharing /tmp) or on another host (TMPDIR on
+    shared scratch), where a PID says nothing."""
+    import fcntl
+
+    fd = os.open(outdir / RUN_LOCK, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
 
 
 def sweep_leftovers(tmp: Path) -> None:
     """Remove rank directories a SIGKILLed gpudoctor left behind: only this user's private ones
-    (0700, not links) whose spec names a gpudoctor process that no longer exists."""
+    (0700, not links, a minute old) whose run lock nobody holds any more."""
+    import fcntl
     import shutil
     import stat
 
@@ -524,17 +538,16 @@ def sweep_leftovers(tmp: Path) -> None:
                 continue
             if now - st.st_mtime < LEFTOVER_AGE_S:
                 continue
-            spec = Path(entry.path) / "spec.json"
-            if spec.is_symlink() or spec.stat().st_size > 1 << 20:
-                continue
-            parent = json.loads(spec.read_text()).get("parent_pid")
-            if not isinstance(parent, int) or parent <= 0:
-                continue
-            os.kill(parent, 0)  # alive (or a reused PID): leave it
-        except ProcessLookupError:
-            shutil.rmtree(entry.path, ignore_errors=True)
-        except (OSError, ValueError, AttributeError):
-            continue
+            fd = os.open(Path(entry.path) / RUN_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # no lock file (an older gpudoctor's, or not ours): left alone
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a live run holds it
+        finally:
+            os.close(fd)
+        shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def launch(
@@ -591,12 +604,14 @@ def launch(
     peers: list[dict[str, Any]] = []
     timed_out = None
     outdir: Path | None = None
+    lock_fd: int | None = None
     try:
         with _TermAsInterrupt():
             # Private (mkdtemp: 0700, an unpredictable name) and removed on every way out: the
             # ranks' reports, logs and the rendezvous store live here.
             sweep_leftovers(Path(tempfile.gettempdir()))
             outdir = Path(tempfile.mkdtemp(prefix=RANK_DIR_PREFIX))
+            lock_fd = hold_run_lock(outdir)
             if not multi:
                 rdzv["path"] = str(private_store(outdir))
             spec = {
@@ -637,6 +652,8 @@ def launch(
             if outdir is not None:
                 _collect(outcomes, procs, outdir, peers, stopped)
                 shutil.rmtree(outdir, ignore_errors=True)
+            if lock_fd is not None:
+                os.close(lock_fd)
     return LaunchResult(
         device=device,
         backend=backend,

@@ -3,7 +3,6 @@ stopping process groups (gpudoctor.procs), the report's node rows."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import stat
@@ -206,33 +205,49 @@ def test_a_rank_refuses_a_store_outside_a_private_directory(tmp_path: Path) -> N
 
 def test_leftovers_of_a_killed_run_are_swept_and_nothing_else(tmp_path: Path) -> None:
     # Only a SIGKILL leaves a rank directory behind; the next run removes this user's old private
-    # ones whose gpudoctor is gone, and touches nothing else.
-    import subprocess as sp
+    # ones whose run lock is free. A live run elsewhere (another PID namespace, another host on a
+    # shared TMPDIR) holds its lock, whatever its PID says here: its directory stays.
+    from gpudoctor.launch import RANK_DIR_PREFIX, RUN_LOCK, hold_run_lock, sweep_leftovers
 
-    from gpudoctor.launch import RANK_DIR_PREFIX, sweep_leftovers
-
-    dead = sp.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
     old = time.time() - 3600
 
-    def leftover(name: str, parent: int, mode: int = 0o700, age: float = old) -> Path:
+    def leftover(name: str, mode: int = 0o700, age: float = old, lock: bool = True) -> Path:
         d = tmp_path / f"{RANK_DIR_PREFIX}{name}"
         d.mkdir()
-        (d / "spec.json").write_text(json.dumps({"parent_pid": parent}))
+        if lock:
+            (d / RUN_LOCK).touch()
         d.chmod(mode)
         os.utime(d, (age, age))
         return d
 
-    gone = leftover("gone", dead.pid)
-    alive = leftover("alive", os.getpid())
-    young = leftover("young", dead.pid, age=time.time())
-    shared = leftover("shared", dead.pid, mode=0o755)
-    target = tmp_path / "elsewhere"
-    target.mkdir()
-    (tmp_path / f"{RANK_DIR_PREFIX}link").symlink_to(target)
-    other = leftover("other", dead.pid)
-    (other / "spec.json").write_text("not json")
-    os.utime(other, (old, old))
-    sweep_leftovers(tmp_path)
-    assert not gone.exists()
-    assert alive.exists() and young.exists() and shared.exists() and other.exists() and target.exists()
+    gone = leftover("gone")
+    live = leftover("live", lock=False)
+    held = hold_run_lock(live)  # a run in progress
+    os.utime(live, (old, old))
+    holder = subprocess.Popen(  # the lock held by another process, as a live gpudoctor holds it
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+            str(leftover("other") / RUN_LOCK),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        young = leftover("young", age=time.time())
+        shared = leftover("shared", mode=0o755)
+        unlocked_old_version = leftover("nolock", lock=False)
+        target = tmp_path / "elsewhere"
+        target.mkdir()
+        (tmp_path / f"{RANK_DIR_PREFIX}link").symlink_to(target)
+        sweep_leftovers(tmp_path)
+        assert not gone.exists()
+        kept = [live, tmp_path / f"{RANK_DIR_PREFIX}other", young, shared, unlocked_old_version, target]
+        assert all(p.exists() for p in kept)
+    finally:
+        holder.kill()
+        holder.wait()
+        os.close(held)
