@@ -165,10 +165,11 @@ def _rules() -> dict[str, re.Pattern[str]]:
         # `name=value` inside a text; the value runs to the next separator of a list or query string.
         "assignment": re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)=(?P<value>[^\s,;&'\"]+)"),
         # `Name: value` as an HTTP header passed on a command line (`curl -H 'X-Api-Key: ...'`).
-        "header": re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9\-]*):\s+(?P<value>[^'\"\n]+)"),
+        "header": re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9\-]*):\s*(?P<value>[^'\"\n]+)"),
         # user:password@host in a URL or a bare address; not a container image's `name:tag@sha256:...`.
         "userinfo": re.compile(
-            r"(?P<pre>(?:[A-Za-z][A-Za-z0-9+.\-]*://)?[^\s:/@,;'\"]+):(?P<pw>[^\s@/'\"]+)@(?=[^\s@])(?!sha\d+:)"
+            # (`redis://:password@host`: a URL may give a password with no user)
+            r"(?P<pre>[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@,;'\"]*|[^\s:/@,;'\"]+):(?P<pw>[^\s@/'\"]+)@(?=[^\s@])(?!sha\d+:)"
         ),
         # HTTP authorization schemes; a plain English word after "Basic" ("Basic checks") is not one.
         "scheme": re.compile(r"\b(?P<pre>(?:Bearer|bearer|Basic)\s+)(?P<cred>[A-Za-z0-9._~+/\-]{8,}=*)"),
@@ -204,9 +205,12 @@ def looks_random(run: str) -> bool:
 
 
 def _redact_assignment(match: re.Match[str]) -> str:
-    if not secret_pair(match.group("name"), match.group("value")):
-        return match.group()
-    return f"{match.group('name')}={MARKER}"
+    name, value = match.group("name"), match.group("value")
+    if secret_pair(name, value):
+        return f"{name}={MARKER}"
+    if "=" in value:  # `--env=HF_TOKEN=...`, `--set=auth.password=...`: the pair inside is judged too
+        return f"{name}={_rules()['assignment'].sub(_redact_assignment, value)}"
+    return match.group()
 
 
 def _redact_header(match: re.Match[str]) -> str:
@@ -330,6 +334,16 @@ def _tokens(items: list[str], table: dict[str, str], plain: Callable[[str], str]
         if glued is not None:  # -pSECRET, -ubob:pw
             out.append(glued + (_userinfo(arg[2:]) if table[glued] == "userinfo" else MARKER))
             continue
+        cluster = _clustered(arg, table) if not eq else None
+        if cluster is not None:  # curl -sSu bob:pw, -fsSLubob:pw: the flags, then the one that takes a value
+            at, how = cluster
+            rest = arg[at + 1 :]
+            if rest:
+                out.append(arg[: at + 1] + (_userinfo(rest) if how == "userinfo" else MARKER))
+            else:
+                out.append(arg)
+                pending = _value_rule(f"-{arg[at]}", how)
+            continue
         rule = _value_rule(option, table.get(option))
         if eq:
             out.append(f"{option}={rule(value)}" if rule is not None and value else plain(arg))
@@ -337,6 +351,20 @@ def _tokens(items: list[str], table: dict[str, str], plain: Callable[[str], str]
         pending = rule
         out.append(plain(arg))
     return out
+
+
+def _clustered(arg: str, table: dict[str, str]) -> tuple[int, str] | None:
+    """In a cluster of short flags (`-sSu`), where the program's value-taking option stands and its
+    rule: getopt reads the flags before it and gives it the rest of the word, or the next one."""
+    if not table or not arg.startswith("-") or arg.startswith("--") or len(arg) < 3:
+        return None
+    for at in range(1, len(arg)):
+        how = table.get(f"-{arg[at]}")
+        if how is not None and how != "glued":
+            return at, how
+        if not arg[at].isalpha():
+            return None
+    return None
 
 
 def _program(arg: str) -> str:

@@ -69,10 +69,20 @@ SECRETS = [
         ["python", "x.py", "--hf-token=hf_x", "--mytoken", "t", "--clientsecret", "s"],
         ["python", "x.py", f"--hf-token={M}", "--mytoken", M, "--clientsecret", M],
     ),
+    # review4: a pair glued to an option (`--env=NAME=value`), a URL password with no user,
+    # curl's clustered short flags and a header without a space after its colon.
+    (["docker", "run", "--env=HF_TOKEN=hf_xyzabc", "img"], ["docker", "run", f"--env=HF_TOKEN={M}", "img"]),
+    (["helm", "install", "--set=auth.password=hunter2"], ["helm", "install", f"--set=auth.password={M}"]),
+    (["python", "x.py", "redis://:hunter2@host:6379/0"], ["python", "x.py", f"redis://:{M}@host:6379/0"]),
+    (["curl", "-sSu", "bob:pw", "https://x"], ["curl", "-sSu", f"bob:{M}", "https://x"]),
+    (["curl", "-fsSLubob:pw", "https://x"], ["curl", f"-fsSLubob:{M}", "https://x"]),
+    (["curl", "-H", "X-Auth-Token:abcdefgh", "https://x"], ["curl", "-H", f"X-Auth-Token: {M}", "https://x"]),
 ]
 
 # Realistic command lines that must come out exactly as they went in.
 UNTOUCHED = [
+    ["docker", "run", "--env=CUDA_VISIBLE_DEVICES=0,1", "img"],
+    ["curl", "-sSfL", "https://example.com/install.sh"],
     [
         "torchrun",
         "--nproc_per_node=8",
