@@ -377,19 +377,25 @@ def run_checks(
         if on_start is not None:
             on_start(chk)
         results.append(run_one(chk, ctx, selection))
-    if not any(f.status is not Status.SKIP for r in results for f in r.findings):
-        results += hidden_causes(ctx, results, selection)
+    results += hidden_causes(ctx, results, selection)
     return results
 
 
-CAUSE_OWNER = {"GD101": "nvml", "GD201": "visibility"}  # what an unmet need's skip points at
+# What an unmet need's skip points at, and the lost GPU (GD827) that a GPU check leaves out.
+CAUSE_OWNER = {"GD101": "nvml", "GD201": "visibility", "GD827": "lost_gpus"}
 
 
 def hidden_causes(ctx: CheckContext, results: list[CheckResult], selection: Selection) -> list[CheckResult]:
-    """Every selected check skipped because of a failure the selection hid (`--select GD801` on a
-    machine without a driver): that failure, so the run is NOT READY (exit 1) rather than "nothing
-    was checked" (exit 2). A code --ignore names stays hidden."""
-    seen = [f.evidence.get("see") for r in results for f in r.findings if f.status is Status.SKIP]
+    """The failures the selection hid that decide what the selected checks could judge: when every
+    selected check skipped for one (`--select GD801` on a machine without a driver: GD101), and a
+    GPU the run would use that is lost (GD827), which every GPU check leaves out (`--select GD801`
+    on a node with a GPU off the bus would pass on the others). Shown, the run is NOT READY (exit
+    1) rather than "nothing was checked" (exit 2) or READY. A code --ignore names stays hidden."""
+    judged = any(f.status is not Status.SKIP for r in results for f in r.findings)
+    seen = [] if judged else [f.evidence.get("see") for r in results for f in r.findings if f.status is Status.SKIP]
+    gpu_checks = any(CHECKS[r.name].needs for r in results if r.name in CHECKS)
+    if gpu_checks and ctx.snapshot.gpus and ctx.visible.lost_wanted:
+        seen.append("GD827")
     out = []
     for code in dict.fromkeys(c for c in seen if c in CAUSE_OWNER and not ctx.shown(c)):
         owner = CHECKS.get(CAUSE_OWNER[code])

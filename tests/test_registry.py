@@ -187,3 +187,18 @@ def test_a_selected_code_that_could_not_be_judged_keeps_the_failure_that_says_wh
     assert [f.code for f in shown_findings(hung, Selection(select=("GD601",), ignore=("GD603",)))] == ["GD601"]
     measured = [Finding("GD601", Status.PASS, "host", "ok"), Finding("GD603", Status.FAIL, "host", "x")]
     assert [f.code for f in shown_findings(measured, Selection(select=("GD601",)))] == ["GD601"]
+
+
+def test_a_lost_gpu_the_selection_hid_is_shown_beside_a_pass_that_left_it_out(capsys) -> None:  # type: ignore[no-untyped-def]
+    # `--select GD801` on a node with GPU 3 off the bus: memory errors pass on the other seven, and
+    # the gate must not say READY: GD827 is shown (exit 1), unless --ignore names it.
+    from tests.clirun import fixture, run_cli
+
+    fallen = str(fixture("faults/gpu_fallen_off_bus"))
+    r = run_cli(capsys, "check", "--json", "--snapshot", fallen, "--select", "GD801")
+    assert r.exit_code == 1 and r.one("GD801")["status"] == "pass"
+    assert (r.one("GD827")["status"], r.one("GD827")["subject"]) == ("fail", "gpu:3")
+    r = run_cli(capsys, "check", "--json", "--snapshot", fallen, "--select", "GD801", "--ignore", "GD827")
+    assert r.exit_code == 0 and not r.findings("GD827")
+    r = run_cli(capsys, "check", "--json", "--snapshot", str(fixture("h100_sxm_8x")), "--select", "GD801")
+    assert r.exit_code == 0 and not r.findings("GD827")
