@@ -520,7 +520,7 @@ def _on_off(value: Any) -> str:
 
 def _setting_status(key: str, before: Any, now: Any, tolerance: float) -> Status:
     """A changed setting judged as the static check judges its new value (GD820, GD821, GD833, GD105)."""
-    if key == "mig_mode" and now:
+    if key in ("mig_mode", "mig_mode_pending") and now:
         return Status.FAIL
     if key == "compute_mode" and now == "prohibited":
         return Status.FAIL
@@ -535,6 +535,7 @@ SETTING_FIELDS = (
     ("ecc_mode", "ECC mode", _on_off),
     ("ecc_mode_pending", "ECC mode after the next reboot", _on_off),
     ("mig_mode", "MIG mode", _on_off),
+    ("mig_mode_pending", "MIG mode after the next GPU reset", _on_off),
     ("compute_mode", "compute mode", str),
     ("persistence_mode", "persistence mode", _on_off),
 )
@@ -576,6 +577,7 @@ HINT_RESTORE = {
     "ecc_mode": "Turn ECC back on: `sudo nvidia-smi -i <gpu> -e 1`, then reboot" + _REFRESH + ".",
     "ecc_mode_pending": "Set ECC on again before the next reboot: `sudo nvidia-smi -i <gpu> -e 1`" + _REFRESH + ".",
     "mig_mode": "Turn MIG off: `sudo nvidia-smi -i <gpu> -mig 0`, then reset the GPU" + _REFRESH + ".",
+    "mig_mode_pending": "Cancel it before the GPU is reset: `sudo nvidia-smi -i <gpu> -mig 0`" + _REFRESH + ".",
     "compute_mode": "Restore the compute mode: `sudo nvidia-smi -i <gpu> -c {was}`" + _REFRESH + ".",
     "persistence_mode": "Turn persistence back on: `sudo systemctl enable --now nvidia-persistenced`" + _REFRESH + ".",
 }
@@ -586,7 +588,7 @@ def _healthier(key: str, before: Any, now: Any) -> bool:
     """A change towards what the static checks want (ECC, persistence on; MIG off; default compute)."""
     if key in ("ecc_mode", "ecc_mode_pending", "persistence_mode"):
         return bool(now) and not before
-    if key == "mig_mode":
+    if key in ("mig_mode", "mig_mode_pending"):
         return not now and bool(before)
     if key == "compute_mode":
         return now == "default"

@@ -50,6 +50,7 @@ def gpu_facts(gpu: Gpu) -> dict[str, Any]:
         "ecc_mode": _value(gpu.ecc_mode_current),
         "ecc_mode_pending": _value(gpu.ecc_mode_pending),
         "mig_mode": _value(gpu.mig_mode_current),
+        "mig_mode_pending": _value(gpu.mig_mode_pending),
         "compute_mode": _value(gpu.compute_mode),
         "persistence_mode": _value(gpu.persistence_mode),
         "memory_used_mib": _value(gpu.memory_used_mib),

@@ -664,6 +664,7 @@ def facts_findings(capsys, tmp_path: Path, after: Any, code: str) -> list[dict[s
         ({"power_limit_w": 300.0}, "fail", "GPU 2 power limit: 700 W in the baseline, 300 W now"),
         ({"power_limit_w": 650.0}, "warn", "GPU 2 power limit: 700 W in the baseline, 650 W now"),  # within 10%
         ({"mig_mode_current": True}, "fail", "GPU 2 MIG mode: off in the baseline, on now"),
+        ({"mig_mode_pending": True}, "fail", "GPU 2 MIG mode after the next GPU reset: off in the baseline, on now"),
         ({"compute_mode": "prohibited"}, "fail", "GPU 2 compute mode: default in the baseline, prohibited now"),
         ({"compute_mode": "exclusive_process"}, "warn", "compute mode: default in the baseline, exclusive_process"),
         ({"persistence_mode": False}, "warn", "GPU 2 persistence mode: on in the baseline, off now"),
