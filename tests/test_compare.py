@@ -719,7 +719,7 @@ def test_a_baseline_without_the_new_facts_is_passed_over(capsys, tmp_path) -> No
     r = run_cli(capsys, "check", "--snapshot", H100, "--json", "--quick")
     old = json.loads(r.out)
     for g in old["facts"]["gpus"]:
-        for key in ("power_limit_w", "ecc_mode", "ecc_mode_pending", "mig_mode", "compute_mode"):
+        for key in ("power_limit_w", "ecc_mode", "ecc_mode_pending", "mig_mode", "mig_mode_pending", "compute_mode"):
             g.pop(key)
         g.pop("persistence_mode"), g.pop("memory_used_mib")
     old["facts"].pop("nccl_env")
