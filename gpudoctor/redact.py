@@ -309,6 +309,13 @@ def argv(args: Iterable[str]) -> list[str]:
     items = list(args)
     if not items:
         return []
+    if len(items) == 1 and _rules()["space"].search(items[0]):
+        # A process that rewrote its argv (setproctitle: Ray workers, gunicorn, postgres) shows its
+        # whole command line as one string: its words are read as a command line's arguments.
+        parts = _rules()["space"].split(items[0])
+        words = parts[0::2]
+        parts[0::2] = [words[0], *_tokens(words[1:], _PROGRAM_OPTIONS.get(_program(words[0]), {}), text)]
+        return ["".join(parts)]
     return [items[0], *_tokens(items[1:], _PROGRAM_OPTIONS.get(_program(items[0]), {}), text)]
 
 

@@ -84,10 +84,10 @@ def _refuse_planted_fifo(path: Path, st: os.stat_result) -> None:
         parent = os.stat(path.parent if str(path.parent) else ".")
     except OSError:
         return
-    if parent.st_mode & stat.S_IWOTH:
+    if parent.st_mode & (stat.S_IWOTH | stat.S_IWGRP) and st.st_uid != parent.st_uid:  # fs.protected_fifos=2
         raise PermissionError(
             errno.EPERM,
-            f"is a FIFO owned by user {_user(st.st_uid)} in a directory every user can write "
+            f"is a FIFO owned by user {_user(st.st_uid)} in a directory other users can write "
             "(gpudoctor does not stream its output to another user's pipe)",
         )
 
@@ -137,8 +137,10 @@ def _new_beside(path: Path, st: os.stat_result | None) -> tuple[IO[str], Path]:
     mode = stat.S_IMODE(st.st_mode) & 0o777 if keep else 0o666 & ~_umask()
     try:
         os.fchmod(fd, mode)
+        if keep and st is not None and st.st_gid != os.getegid():
+            os.fchown(fd, -1, st.st_gid)  # the group that could read the old file still can
     except OSError:
-        pass  # a filesystem without modes (vfat) keeps mkstemp's 0600, which is safe
+        pass  # a filesystem without modes (vfat) keeps mkstemp's 0600, which is safe; a group we are not in
     return os.fdopen(fd, "w", encoding="utf-8"), Path(tmp)
 
 

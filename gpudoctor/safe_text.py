@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import re
 
-CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0/C1 controls, and the Unicode format characters that hide or reorder text: zero-width spaces
+# and marks, bidi embeddings, overrides and isolates (U+202E reverses what follows), line and
+# paragraph separators (a terminal may end the line there), the byte-order mark.
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
 
 
 def printable(text: object) -> str:

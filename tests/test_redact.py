@@ -245,3 +245,13 @@ def test_a_master_addr_with_credentials_is_not_repeated_by_the_port_probe() -> N
     status = check_port("admin:hunter2@no-such-host.invalid", 29500)
     assert "hunter2" not in status.host and status.host == f"admin:{M}@no-such-host.invalid"
     assert not status.resolves
+
+
+def test_a_command_line_rewritten_into_one_string_is_redacted_too() -> None:
+    # setproctitle (Ray workers, gunicorn, postgres) leaves /proc/PID/cmdline as one string.
+    from gpudoctor.redact import argv
+
+    (line,) = argv(["python train.py --password hunter2 --hf-token=hf_abc --batch-size 64"])
+    assert line == f"python train.py --password {M} --hf-token={M} --batch-size 64"
+    assert argv(["mysql -phunter2 db"]) == [f"mysql -p{M} db"]
+    assert argv(["ray::IDLE"]) == ["ray::IDLE"]

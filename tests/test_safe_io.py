@@ -201,7 +201,7 @@ def test_a_fifo_another_user_planted_in_a_shared_directory_is_refused(tmp_path: 
     got: list[str] = []
     reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
     reader.start()  # the planter listening: nothing may reach it
-    with pytest.raises(PermissionError, match="FIFO owned by user nobody in a directory every user can write"):
+    with pytest.raises(PermissionError, match="FIFO owned by user nobody in a directory other users can write"):
         safe_io.write_text(fifo, "secret report")
     with pytest.raises(PermissionError):
         safe_io.open_stream(fifo)
@@ -209,3 +209,26 @@ def test_a_fifo_another_user_planted_in_a_shared_directory_is_refused(tmp_path: 
     safe_io.write_text(fifo, "report")
     reader.join(timeout=10)
     assert got == ["report"]
+
+
+@as_root
+def test_a_fifo_planted_in_a_group_writable_directory_is_refused_and_a_replaced_file_keeps_its_group(
+    tmp_path: Path,
+) -> None:
+    # fs.protected_fifos=2 covers group-writable sticky directories (shared project directories).
+    project = tmp_path / "project"
+    project.mkdir()
+    os.chmod(project, 0o1770)
+    fifo = project / "report.xml"
+    os.mkfifo(fifo)
+    os.chown(fifo, NOBODY, NOBODY)
+    with pytest.raises(PermissionError, match="FIFO owned by user nobody"):
+        safe_io.write_text(fifo, "report")
+    # Replacing one's own 0640 file of another group: that group can still read the new one.
+    shared = tmp_path / "shared.json"
+    shared.write_text("old")
+    os.chown(shared, -1, NOBODY)
+    os.chmod(shared, 0o640)
+    safe_io.write_text(shared, "new")
+    st = os.stat(shared)
+    assert (st.st_gid, stat.S_IMODE(st.st_mode)) == (NOBODY, 0o640)
