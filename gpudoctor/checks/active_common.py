@@ -177,7 +177,8 @@ def failure_hint(p: Plan, r: RankOutcome, rerun: str) -> str:
     if p.device != "cuda" or r.gpu is None:
         return (
             "Read the rank's error and log tail in the evidence. These ranks ran on the CPU (--device cpu), so "
-            "the cause is the software setup (the torch install, memory, /dev/shm, the rendezvous port, "
+            "the cause is the software setup (the torch install, memory, /dev/shm, the temporary directory the "
+            "ranks meet in, "
             f"GPUDOCTOR_FAULT), not a GPU.{slow}"
         )
     uuids = p.uuids or []

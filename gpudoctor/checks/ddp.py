@@ -92,7 +92,7 @@ RANK_FAILED = Code(
     fix="Read the rank's error and log tail in the evidence. On GPU ranks, run that GPU alone "
     "(`CUDA_VISIBLE_DEVICES=<its UUID> gpudoctor check --select ddp`) to see whether the failure follows the "
     "GPU; on CPU ranks (--device cpu) the cause is the software setup (the torch install, memory, /dev/shm, "
-    "the rendezvous port), not a GPU.",
+    "the temporary directory the ranks meet in), not a GPU.",
 )
 RANK_TIMEOUT = Code(
     "GD711",
