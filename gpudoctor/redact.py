@@ -209,8 +209,14 @@ def _redact_assignment(match: re.Match[str]) -> str:
     if secret_pair(name, value):
         return f"{name}={MARKER}"
     if "=" in value:  # `--env=HF_TOKEN=...`, `--set=auth.password=...`: the pair inside is judged too
-        return f"{name}={_rules()['assignment'].sub(_redact_assignment, value)}"
+        return f"{name}={_rules()['assignment'].sub(_redact_inner_assignment, value)}"
     return match.group()
+
+
+def _redact_inner_assignment(match: re.Match[str]) -> str:
+    """The pair inside another's value: judged once, not again inside itself (`a=a=a=...` stays linear)."""
+    name, value = match.group("name"), match.group("value")
+    return f"{name}={MARKER}" if secret_pair(name, value) else match.group()
 
 
 def _redact_header(match: re.Match[str]) -> str:
@@ -226,10 +232,16 @@ def _redact_scheme(match: re.Match[str]) -> str:
     return f"{match.group('pre')}{MARKER}"
 
 
+MAX_TEXT = 4096  # longer texts are cut first: the patterns cost up to quadratic time in a text's length
+
+
 def text(value: str) -> str:
-    """A free text (an environment value, an address, a log line) with its secrets replaced."""
+    """A free text (an environment value, an address, a log line) with its secrets replaced; a text
+    over MAX_TEXT characters is cut there (marked "...[cut]") so that no input can stall gpudoctor."""
     if not value:
         return value
+    if len(value) > MAX_TEXT:
+        return text(value[:MAX_TEXT]) + "...[cut]"
     rules = _rules()
     out = rules["userinfo"].sub(lambda m: f"{m.group('pre')}:{MARKER}@", value)
     out = rules["header"].sub(_redact_header, out)

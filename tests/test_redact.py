@@ -255,3 +255,18 @@ def test_a_command_line_rewritten_into_one_string_is_redacted_too() -> None:
     assert line == f"python train.py --password {M} --hf-token={M} --batch-size 64"
     assert argv(["mysql -phunter2 db"]) == [f"mysql -p{M} db"]
     assert argv(["ray::IDLE"]) == ["ray::IDLE"]
+
+
+@pytest.mark.timeout(60)  # a guard against the quadratic stall this pins, not a speed test
+def test_no_input_can_stall_redaction() -> None:
+    # review4 H2: another user's 128 KiB argument (on port 29500, or on a GPU) took minutes to
+    # redact, long enough for a Slurm prolog to call the check hung and drain the node.
+    from gpudoctor.probe.processes import command_line
+    from gpudoctor.redact import MAX_TEXT, text
+
+    huge = "aB1" * 43690  # 128 KiB, one argument
+    line = command_line(["python", "-c", huge, "--password", "hunter2"])
+    assert len(line) <= 300 and "hunter2" not in line
+    cut = text("a=" * 60000)
+    assert cut.endswith("...[cut]") and len(cut) <= MAX_TEXT + len("...[cut]")
+    assert text("token=" + "x" * 10000).startswith(f"token={M}")

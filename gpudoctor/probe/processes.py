@@ -58,8 +58,20 @@ def command_line(args: Iterable[str], limit: int = 300) -> str:
     """A process's argv as one line, its secrets redacted (`[redacted]`): findings are one-line
     messages, and `python -c "..."` arguments carry newlines. Whitespace runs become one space;
     a long line is cut with '...'."""
-    text = " ".join(" ".join(arg.split()) for arg in redact.argv(args))
+    text = " ".join(" ".join(arg.split()) for arg in redact.argv(_first_chars(args, 4 * limit)))
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _first_chars(args: Iterable[str], budget: int) -> list[str]:
+    """The arguments cut to `budget` characters in all, before redaction: another user's process
+    may carry a 128 KiB argument, and redacting what is never shown would cost seconds each."""
+    out = []
+    for arg in args:
+        if budget <= 0:
+            break
+        out.append(arg[:budget])
+        budget -= len(arg) + 1
+    return out
 
 
 def from_nvml(raw: Any, root: Path, isolated: bool | Missing) -> list[GpuProcess]:
