@@ -47,6 +47,12 @@ def busbw_factor(op: str, n: int) -> float:
     return 1.0
 
 
+def figure(gbps: float) -> float:
+    """A bandwidth as reported: six significant digits. round(x, 6) kept only three of a slow
+    CPU figure (0.000434 GB/s), less than the timing it came from."""
+    return float(f"{gbps:.6g}")
+
+
 def algbw_gbps(nbytes: int, seconds: float) -> float:
     """nccl-tests' algbw: bytes / seconds, in decimal GB/s."""
     return nbytes / seconds / 1e9 if seconds > 0 else 0.0

@@ -360,3 +360,12 @@ def test_check_collectives_runs_in_the_shared_ranks(capsys: pytest.CaptureFixtur
     assert r.statuses() == {"GD650": {"pass"}, "GD651": {"pass"}, "GD652": {"pass"}}
     assert "no hardware verdict: CPU/gloo" in r.one("GD650")["message"]
     assert leftover_ranks(within=5.0) == []
+
+
+def test_a_reported_bandwidth_keeps_six_significant_digits() -> None:
+    # A loaded CPU host measured 0.000434466 GB/s; round(x, 6) kept 0.000434, less precise than the
+    # timing it came from, and the algbw no longer matched bytes / time.
+    from gpudoctor.busbw import figure
+
+    assert figure(0.00043446611697624976) == 0.000434466
+    assert figure(234.56789012) == 234.568 and figure(0.0) == 0.0

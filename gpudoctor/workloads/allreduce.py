@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gpudoctor.busbw import figure
 from gpudoctor.workloads.rank import RankContext
 
 # 64 row offsets make misplaced chunks visible, not only missing contributions.
@@ -113,8 +114,8 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
             "count": count,
             "iters": reps,
             "time_us": round(seconds * 1e6, 3),
-            "algbw_gbps": round(algbw, 6),
-            "busbw_gbps": round(algbw * busbw_factor(n), 6),
+            "algbw_gbps": figure(algbw),
+            "busbw_gbps": figure(algbw * busbw_factor(n)),
             "wrong": wrong,
         }
         if wrong:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from itertools import combinations
 from typing import Any
 
-from gpudoctor.busbw import algbw_gbps, busbw_factor
+from gpudoctor.busbw import algbw_gbps, busbw_factor, figure
 from gpudoctor.workloads.rank import RankContext, all_gather_json
 
 ROWS = 64  # pattern rows per chunk: misplaced chunks and rows show, not only missing data
@@ -244,8 +244,8 @@ def _sweep(ctx: RankContext, op: str, sizes: list[int], params: dict[str, Any], 
                 "count": case.count,
                 "iters": reps,
                 "time_us": round(seconds * 1e6, 3),
-                "algbw_gbps": round(algbw, 6),
-                "busbw_gbps": round(algbw * busbw_factor(op, n), 6),
+                "algbw_gbps": figure(algbw),
+                "busbw_gbps": figure(algbw * busbw_factor(op, n)),
                 "wrong": sum(row[n] for row in table),
                 "wrong_cells": _cells([row[:n] for row in table]),
                 "wrong_sums": [[r, row[n + 1]] for r, row in enumerate(table) if row[n + 1]],
@@ -304,8 +304,8 @@ def _pairs(ctx: RankContext, nbytes: int, params: dict[str, Any], cpu_group: Any
                 "a": a,
                 "b": b,
                 "time_us": round(seconds * 1e6, 3),
-                "algbw_gbps": round(algbw, 6),
-                "busbw_gbps": round(algbw * busbw_factor("sendrecv", 2), 6),
+                "algbw_gbps": figure(algbw),
+                "busbw_gbps": figure(algbw * busbw_factor("sendrecv", 2)),
                 "wrong_cells": [[h["receiver"], h["source"], h["wrong"]] for h in halves if h["wrong"]],
             }
         )
