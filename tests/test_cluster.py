@@ -424,3 +424,12 @@ def test_the_typical_figure_is_the_standard_librarys_upper_quartile() -> None:
         values = [rng.uniform(1, 400) for _ in range(n)]
         want = statistics.quantiles(values, n=4, method="inclusive")[2] if n > 1 else values[0]
         assert typical(values) == pytest.approx(want)
+
+
+def test_a_suspect_pair_is_measured_again_until_it_has_its_retests() -> None:
+    from gpudoctor.pair_isolation import RETESTS, retested
+
+    once = [{"nodes": ["n0", "n3"], "busbw_gbps": 1.9}]
+    assert retested(once) == {("n0", "n3")} and retested(once, RETESTS) == set()  # tested again next batch
+    twice = once + [{"nodes": ["n0", "n3"], "busbw_gbps": 4.9}]
+    assert retested(twice, RETESTS) == {("n0", "n3")}

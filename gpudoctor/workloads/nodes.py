@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.pair_isolation import analyse, disjoint_batches, merged, retested
+from gpudoctor.pair_isolation import RETESTS, analyse, disjoint_batches, merged, retested
 from gpudoctor.workloads.faults import Faults
 from gpudoctor.workloads.rank import RankContext, host_bytes
 
@@ -260,9 +260,9 @@ def _isolate(
     # a re-test can raise the typical figure and so make other pairs suspects: test those too,
     # within as many batches of disjoint pairs as there were rounds.
     retests: list[dict[str, Any]] = []
-    budget = len(schedule)
+    budget = RETESTS * len(schedule)
     while budget > 0:
-        done = retested(retests)
+        done = retested(retests, RETESTS)
         suspects = [p for p, _ in analyse(merged(rounds, retests)).slow_pairs if p not in done]
         batches = disjoint_batches(suspects, budget)
         if not batches:
