@@ -316,10 +316,15 @@ def _see(ctx: CheckContext, check_name: str, code: str) -> str:
     NVIDIA kernel module is not loaded (GD101, not shown)'."""
     if ctx.shown(code) or check_name not in CHECKS:
         return f"see {code}"
+    said = [f.message for f in findings_of(ctx, check_name, code) if f.status is not Status.PASS]
+    return f"{said[0]} ({code}, not shown)" if said else f"see {code}"
+
+
+def findings_of(ctx: CheckContext, check_name: str, code: str) -> list[Finding]:
+    """What check `check_name` says under `code` (run for a finding the selection hid)."""
     out = CHECKS[check_name].func(ctx)
     findings = out[0] if isinstance(out, tuple) else out
-    said = [f.message for f in findings if f.code == code and f.status is not Status.PASS]
-    return f"{said[0]} ({code}, not shown)" if said else f"see {code}"
+    return [f for f in findings if f.code == code]
 
 
 def shown_findings(findings: list[Finding], selection: Selection) -> list[Finding]:
@@ -401,9 +406,7 @@ def hidden_causes(ctx: CheckContext, results: list[CheckResult], selection: Sele
         owner = CHECKS.get(CAUSE_OWNER[code])
         if owner is None or selection.ignores(code):
             continue
-        found = owner.func(ctx)
-        found = found[0] if isinstance(found, tuple) else found
-        failed = [f for f in found if f.code == code and f.status in (Status.FAIL, Status.ERROR)]
+        failed = [f for f in findings_of(ctx, owner.name, code) if f.status in (Status.FAIL, Status.ERROR)]
         if failed:
             out.append(CheckResult(owner.name, owner.title, failed, 0.0))
             for r in results:  # the skips now point at the failure shown below them
