@@ -505,7 +505,7 @@ class _TermAsInterrupt:
 
 RANK_DIR_PREFIX = "gpudoctor-ranks-"
 RUN_LOCK = "run.lock"  # flock'd by the launching gpudoctor for the whole run; the kernel drops it on SIGKILL
-LEFTOVER_AGE_S = 60.0  # younger directories may belong to a run that is starting
+LEFTOVER_AGE_S = 60.0  # heuristic: a younger directory may belong to a run still starting (not yet locked)
 
 
 def hold_run_lock(outdir: Path) -> int:
