@@ -122,23 +122,36 @@ class _Timer:
         return self.size / min(times) / 1e9
 
 
-def subgroup(groups: list[list[int]], rank: int) -> Any:
-    """This rank's group among the disjoint `groups`, made for all of them in one step: a single
-    ncclCommSplit where NCCL is bound to a device (torch's split_group: the non-member ranks of
-    new_group would each have to join a split per group, N/2 collectives a round); elsewhere
-    new_group with local synchronization, which only the members call (group name from its ranks)."""
+def subgroup(groups: list[list[int]], rank: int, world: int) -> Any:
+    """This rank's group among the disjoint `groups` (None when it is in none of them).
+
+    Every rank calls this at the same points. torch names a group it makes with local
+    synchronization, or with split_group, from its ranks and the number of groups this process
+    already holds (`_hash_ranks_to_str`): a rank that sat a call out would hold one group fewer
+    and name its next group differently from its partner's, and the two would wait for each
+    other's keys until the timeout. So the ranks in no group each get a group of their own, and
+    every rank makes exactly one group per call.
+
+    Where NCCL is bound to a device: one ncclCommSplit for all groups (torch's split_group; with
+    new_group every rank would join a split per group, N/2 collectives a round). Elsewhere
+    new_group with local synchronization, which only each group's members call.
+    """
     import torch.distributed as dist
     from torch.distributed import distributed_c10d
 
+    placed = {r for g in groups for r in g}
     default = distributed_c10d._get_default_group()
-    if getattr(default, "bound_device_id", None) is not None:
-        if hasattr(dist, "split_group"):
-            return dist.split_group(split_ranks=groups)
-        # An older torch: every rank makes every group, the non-members joining each split.
-        made = [dist.new_group(g) for g in groups]
-        return next((m for g, m in zip(groups, made, strict=True) if rank in g), None)
-    mine = next((g for g in groups if rank in g), None)
-    return None if mine is None else dist.new_group(mine, use_local_synchronization=True)
+    if getattr(default, "bound_device_id", None) is None:
+        mine = next((g for g in groups if rank in g), [rank])
+        made = dist.new_group(sorted(mine), use_local_synchronization=True)
+    elif hasattr(dist, "split_group"):
+        made = dist.split_group(
+            split_ranks=[sorted(g) for g in groups] + [[r] for r in range(world) if r not in placed]
+        )
+    else:  # an older torch: every rank makes every group, named from a count they all share
+        every = [dist.new_group(g) for g in groups]
+        made = next((m for g, m in zip(groups, every, strict=True) if rank in g), None)
+    return made if rank in placed else None  # a group of its own only keeps the count even
 
 
 def _nodes(members: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -225,7 +238,7 @@ def _intra(ctx: RankContext, timer: _Timer, nodes: list[dict[str, Any]], mine: d
     """Every node's own figure, measured at the same time on all nodes."""
 
     several = [n["ranks"] for n in nodes if len(n["ranks"]) > 1]
-    group = subgroup(several, ctx.rank) if several else None
+    group = subgroup(several, ctx.rank, ctx.world_size) if several else None
     if len(mine["ranks"]) > 1:
         _, best = timer.allreduce(group, inter=False)
         value, kind = busbw(timer.size, best, len(mine["ranks"])), "allreduce_busbw"
@@ -280,7 +293,7 @@ def _pair_round(
 ) -> list[dict[str, Any]]:
     """All-reduce in every pair of nodes at once (disjoint pairs), every rank gets every result."""
 
-    group = subgroup([sorted(nodes[a]["ranks"] + nodes[b]["ranks"]) for a, b in pairs], ctx.rank)
+    group = subgroup([sorted(nodes[a]["ranks"] + nodes[b]["ranks"]) for a, b in pairs], ctx.rank, ctx.world_size)
     result = None
     for a, b in pairs:
         members = nodes[a]["ranks"] + nodes[b]["ranks"]
