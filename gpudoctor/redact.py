@@ -14,14 +14,17 @@ program and the shape of the command; what it replaces with `[redacted]` (MARKER
   ~/.ssh/id`); plurals are counts (`--max-tokens 4096`);
 - the value of a `name=value` pair whose name says so, also inside a longer value
   (`mlx5_0:1,token=x`, `...?access_token=x&n=1`, an Azure SAS's `&sig=x`, `env PGPASSWORD=x`),
-  and of a header (`X-Api-Key: x`, `Authorization: Bearer x`);
+  quoted or spaced in code (`python -c "login(token='x')"`, `password = "x"`), of a quoted
+  JSON or dict pair (`{"api_key": "x"}`) and of a header (`X-Api-Key: x`, `Authorization: Bearer x`);
+- OpenSSL's `pass:x` pass phrase argument (`-passin pass:x`);
 - `-p WORD`: mysql, sshpass, mongosh and many scripts take a password there, ssh and docker a
   port, mkdir a path after a flag; the word goes unless it is a number, a port mapping
   (`8080:80`) or a path. Glued (`-pSECRET`) only after the mysql family and 7z: `find -print`
   and `gcc -pthread` are options, not secrets;
 - the password options of a few programs whose option names do not say so (`_PROGRAM_OPTIONS`:
-  `curl -u bob:pw` keeps `bob`, `redis-cli -a`, `zip -P`), also after a wrapper (`env X=y mysql
-  -pSECRET`, `sudo curl ...`), and inside a text (`bash -c "mysql -pSECRET db"`, a log line);
+  `curl -u bob:pw` keeps `bob`, `smbclient -U bob%pw`, `lftp -u bob,pw`, `redis-cli -a`,
+  `zip -P`), also after a wrapper (`env X=y mysql -pSECRET`, `sudo curl ...`), and inside a
+  text (`bash -c "mysql -pSECRET db"`, a log line);
 - the password of a URL or address with user info (`https://user:pw@host`, `user:pw@10.0.0.1`);
   the user name stays;
 - the credential after `Bearer ` / `Basic ` (an HTTP authorization scheme);
@@ -64,6 +67,7 @@ _SECRET_WORDS = frozenset(
         "passphrase",
         "pass",
         "pwd",
+        "pw",  # `--pw x`, `db_pw=x`
         "token",
         "secret",
         "secrets",
@@ -163,7 +167,18 @@ def _rules() -> dict[str, re.Pattern[str]]:
     """The patterns, compiled on first use (importing this module is on `check --quick`'s path)."""
     return {
         # `name=value` inside a text; the value runs to the next separator of a list or query string.
-        "assignment": re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)=(?P<value>[^\s,;&'\"]+)"),
+        # (`token='x'` and `password = "x"` in code given to `python -c`: the quote and spaces stay)
+        "assignment": re.compile(
+            r"(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)(?P<sep>[ \t]*=[ \t]*['\"]?)(?P<value>[^\s,;&'\"]+)"
+        ),
+        # A quoted pair of JSON or a Python dict (`'{"api_key": "x"}'`).
+        "quoted_pair": re.compile(
+            r"(?P<pre>(?P<q>['\"])(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)(?P=q)[ \t]*:[ \t]*(?P<q2>['\"]))"
+            r"(?P<value>[^'\"\n]+)(?P=q2)"
+        ),
+        # OpenSSL's pass phrase argument (`-passin pass:x`, `-passout pass:x`; openssl-passphrase-options(1):
+        # "pass:password ... the actual password is password"); `env:`, `file:`, `fd:` name where it is.
+        "openssl_pass": re.compile(r"(?<![A-Za-z0-9_])(?P<pre>pass:)(?P<pw>[^\s'\"]+)"),
         # `Name: value` as an HTTP header passed on a command line (`curl -H 'X-Api-Key: ...'`).
         "header": re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9\-]*):\s*(?P<value>[^'\"\n]+)"),
         # user:password@host in a URL or a bare address; not a container image's `name:tag@sha256:...`.
@@ -205,18 +220,24 @@ def looks_random(run: str) -> bool:
 
 
 def _redact_assignment(match: re.Match[str]) -> str:
-    name, value = match.group("name"), match.group("value")
+    name, sep, value = match.group("name"), match.group("sep"), match.group("value")
     if secret_pair(name, value):
-        return f"{name}={MARKER}"
+        return f"{name}{sep}{MARKER}"
     if "=" in value:  # `--env=HF_TOKEN=...`, `--set=auth.password=...`: the pair inside is judged too
-        return f"{name}={_rules()['assignment'].sub(_redact_inner_assignment, value)}"
+        return f"{name}{sep}{_rules()['assignment'].sub(_redact_inner_assignment, value)}"
     return match.group()
 
 
 def _redact_inner_assignment(match: re.Match[str]) -> str:
     """The pair inside another's value: judged once, not again inside itself (`a=a=a=...` stays linear)."""
-    name, value = match.group("name"), match.group("value")
-    return f"{name}={MARKER}" if secret_pair(name, value) else match.group()
+    name, sep, value = match.group("name"), match.group("sep"), match.group("value")
+    return f"{name}{sep}{MARKER}" if secret_pair(name, value) else match.group()
+
+
+def _redact_quoted_pair(match: re.Match[str]) -> str:
+    if not secret_pair(match.group("name"), match.group("value")):
+        return match.group()
+    return f"{match.group('pre')}{MARKER}{match.group('q2')}"
 
 
 def _redact_header(match: re.Match[str]) -> str:
@@ -246,7 +267,9 @@ def text(value: str) -> str:
     out = rules["userinfo"].sub(lambda m: f"{m.group('pre')}:{MARKER}@", value)
     out = rules["header"].sub(_redact_header, out)
     out = rules["scheme"].sub(_redact_scheme, out)
+    out = rules["quoted_pair"].sub(_redact_quoted_pair, out)
     out = rules["assignment"].sub(_redact_assignment, out)
+    out = rules["openssl_pass"].sub(lambda m: f"{m.group('pre')}{MARKER}", out)
     out = rules["aws_key_id"].sub(lambda m: f"{m.group('pre')}{MARKER}", out)
     out = rules["run"].sub(lambda m: MARKER if looks_random(m.group()) else m.group(), out)
     if "-" not in out or not rules["space"].search(out):
@@ -270,9 +293,11 @@ def _option_name(arg: str) -> str | None:
 
 # Programs whose options carry a password in a shape no option name tells: "value" (the next
 # argument or glued, `-Ppw`), "glued" (only glued: mysql's `-pPASSWORD`; `-p db` prompts and names a
-# database) and "userinfo" (`user:password`, the user kept). From each program's manual; see
+# database) and "userinfo" (`user:password`, the user kept; Samba's `user%password` and lftp's
+# `user,password` the same with their own separator). From each program's manual; see
 # tests/reference/redaction_shapes.md.
 _MYSQL = {"-p": "glued"}
+_SAMBA = {"-U": "userinfo%", "--user": "userinfo%"}
 _PROGRAM_OPTIONS: dict[str, dict[str, str]] = {
     "curl": {"-u": "userinfo", "--user": "userinfo", "-U": "userinfo", "--proxy-user": "userinfo"},
     "sshpass": {"-p": "value"},
@@ -281,6 +306,8 @@ _PROGRAM_OPTIONS: dict[str, dict[str, str]] = {
     "mongosh": {"-p": "value"},
     "zip": {"-P": "value"},
     "unzip": {"-P": "value"},
+    "lftp": {"-u": "userinfo,", "--user": "userinfo,"},
+    **dict.fromkeys(("smbclient", "rpcclient", "smbcacls", "smbget", "smbtree", "net"), _SAMBA),
     "7z": {"-p": "glued"},
     "7za": {"-p": "glued"},
     **dict.fromkeys(("mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlshow", "mysqlcheck"), _MYSQL),
@@ -288,15 +315,20 @@ _PROGRAM_OPTIONS: dict[str, dict[str, str]] = {
 }
 
 
-def _userinfo(value: str) -> str:
-    user, colon, password = value.partition(":")
-    return f"{user}:{MARKER}" if colon and password else text(value)
+def _userinfo(value: str, separator: str = ":") -> str:
+    user, sep, password = value.partition(separator)
+    return f"{user}{sep}{MARKER}" if sep and password else text(value)
+
+
+def _shown_value(how: str, value: str) -> str:
+    """A password option's value as shown: "userinfo<sep>" keeps the user, the rest goes."""
+    return _userinfo(value, how.removeprefix("userinfo") or ":") if how.startswith("userinfo") else MARKER
 
 
 def _value_rule(option: str, how: str | None) -> Callable[[str], str] | None:
     """How the argument after `option` is shown, or None when it is an argument like any other."""
-    if how == "userinfo":
-        return _userinfo
+    if how is not None and how.startswith("userinfo"):
+        return lambda value: _shown_value(how, value)
     if how == "value":
         return lambda value: MARKER
     name = option.lstrip("-")
@@ -351,14 +383,14 @@ def _tokens(items: list[str], table: dict[str, str], plain: Callable[[str], str]
         option, eq, value = arg.partition("=")
         glued = next((o for o in table if len(o) == 2 and arg.startswith(o) and len(arg) > 2 and not eq), None)
         if glued is not None:  # -pSECRET, -ubob:pw
-            out.append(glued + (_userinfo(arg[2:]) if table[glued] == "userinfo" else MARKER))
+            out.append(glued + _shown_value(table[glued], arg[2:]))
             continue
         cluster = _clustered(arg, table) if not eq else None
         if cluster is not None:  # curl -sSu bob:pw, -fsSLubob:pw: the flags, then the one that takes a value
             at, how = cluster
             rest = arg[at + 1 :]
             if rest:
-                out.append(arg[: at + 1] + (_userinfo(rest) if how == "userinfo" else MARKER))
+                out.append(arg[: at + 1] + _shown_value(how, rest))
             else:
                 out.append(arg)
                 pending = _value_rule(f"-{arg[at]}", how)

@@ -77,6 +77,22 @@ SECRETS = [
     (["curl", "-sSu", "bob:pw", "https://x"], ["curl", "-sSu", f"bob:{M}", "https://x"]),
     (["curl", "-fsSLubob:pw", "https://x"], ["curl", f"-fsSLubob:{M}", "https://x"]),
     (["curl", "-H", "X-Auth-Token:abcdefgh", "https://x"], ["curl", "-H", f"X-Auth-Token: {M}", "https://x"]),
+    # Shapes the last closing note listed as gaps: OpenSSL's pass phrase argument, Samba's and lftp's
+    # user/password separators, `--pw`, a password in code given to `python -c`, a JSON pair.
+    (["openssl", "pkcs12", "-passout", "pass:hunter2"], ["openssl", "pkcs12", "-passout", f"pass: {M}"]),
+    (["smbclient", "//h/s", "-U", "DOM\\bob%hunter2"], ["smbclient", "//h/s", "-U", f"DOM\\bob%{M}"]),
+    (["smbclient", "--user=bob%hunter2"], ["smbclient", f"--user=bob%{M}"]),
+    (["lftp", "-u", "bob,hunter2", "sftp://h"], ["lftp", "-u", f"bob,{M}", "sftp://h"]),
+    (["python", "x.py", "--pw", "hunter2", "db_pw=x1"], ["python", "x.py", "--pw", M, f"db_pw={M}"]),
+    (
+        ["python", "-c", "from huggingface_hub import login; login(token='abc123')"],
+        ["python", "-c", f"from huggingface_hub import login; login(token='{M}')"],
+    ),
+    (["python", "-c", 'password = "hunter2"; run()'], ["python", "-c", f'password = "{M}"; run()']),
+    (
+        ["app", "--config", '{"api_key": "abc", "lr": "0.1"}'],
+        ["app", "--config", f'{{"api_key": "{M}", "lr": "0.1"}}'],
+    ),
 ]
 
 # Realistic command lines that must come out exactly as they went in.
@@ -128,6 +144,9 @@ UNTOUCHED = [
     ["find", ".", "-path", "./x", "-prune", "-o", "-print"],
     ["mysql", "-p", "-u", "root", "-h", "db.local", "-P", "3306"],
     ["python", "x.py", "--config", "configs/AKIA_style_name.yaml", "--signal", "SIGTERM"],
+    ["openssl", "req", "-passin", "env:KEY_PASS", "-in", "req.pem"],
+    ["smbclient", "//h/s", "-U", "bob", "-W", "DOM"],
+    ["python", "-c", "x = 3; assert x == 3", "--config", '{"lr": "0.1", "model": "resnet50"}'],
 ]
 
 
