@@ -140,7 +140,8 @@ def run_checks(
 ) -> Report:
     """Run the checks of `gpudoctor check` and return the report (`report.exit_code`, `report.findings`).
 
-    snapshot: a recorded snapshot (path or object) instead of probing this machine (implies quick).
+    snapshot: a recorded snapshot (a path, "-" for standard input, or an object) instead of probing
+        this machine (implies quick).
     quick: only the static checks: no ranks spawned, no torch import (level 1).
     level: 1 static, 2 + active checks (the default), 3 + deep checks under load (docs/deep-checks.md);
     duration_s, mem_share: level 3's seconds of load (60) and share of free GPU memory tested (0.8).
@@ -328,7 +329,7 @@ def _snapshot(snapshot: str | Path | Snapshot | None) -> tuple[Snapshot, str]:
     if isinstance(snapshot, snap.Snapshot):
         return snapshot, "snapshot"
     try:
-        return snap.load(snapshot), str(snapshot)
+        return snap.load(snapshot), "stdin" if str(snapshot) == "-" else str(snapshot)
     except snap.SnapshotError as exc:
         raise UserError(f"cannot use snapshot {exc}", EXIT_USAGE, "input") from None
 

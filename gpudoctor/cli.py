@@ -94,7 +94,7 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     "snapshot_path",
     type=FILE_NAME,
     metavar="FILE",
-    help="Check a recorded snapshot instead of this machine.",
+    help="Check a recorded snapshot instead of this machine (- reads it from standard input).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: gpudoctor/schemas).")
 @click.option("--junit", "junit_path", type=FILE_NAME, metavar="FILE", help="Also write the findings as JUnit XML.")

@@ -561,11 +561,27 @@ def loads(text: str) -> Snapshot:
 MAX_SNAPSHOT_BYTES = 32 << 20
 
 
+def _read_stdin(limit: int) -> str:
+    """Standard input's text (`--snapshot -`, at most `limit` bytes); a terminal is refused, not waited on."""
+    import sys
+
+    stream = sys.stdin.buffer if sys.stdin is not None else None
+    if stream is None or stream.isatty():
+        raise SnapshotError(
+            "standard input is a terminal, not a snapshot: pipe one in (`gpudoctor snapshot -o - | ...`)"
+        )
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise SnapshotError(f"is larger than {limit >> 20} MiB")
+    return data.decode("utf-8")
+
+
 def load(path: str | Path) -> Snapshot:
+    """The snapshot in file `path`, or on standard input for "-"."""
     from gpudoctor.safe_io import InputFileError, read_text
 
     try:
-        text = read_text(path, MAX_SNAPSHOT_BYTES)
+        text = _read_stdin(MAX_SNAPSHOT_BYTES) if str(path) == "-" else read_text(path, MAX_SNAPSHOT_BYTES)
     except InputFileError as exc:
         raise SnapshotError(f"{path}: {exc.strerror}") from None
     except FileNotFoundError:
