@@ -348,11 +348,14 @@ def rank_env(
     On one node with GPUs, rank i must drive exactly the GPU gpudoctor names for it: the ranks
     get CUDA_VISIBLE_DEVICES=<UUIDs in rank order> (so cuda:i is the i-th UUID, whatever the
     user's CUDA_DEVICE_ORDER would have made of indices) and CUDA_DEVICE_ORDER=PCI_BUS_ID. On one
-    node with gloo (CPU), GLOO_SOCKET_IFNAME names the loopback interface: gloo otherwise listens
-    on the address the host name resolves to (a public one on most servers) for the whole run.
-    Its pair sockets then listen on loopback, reachable by local users, but the addresses they
-    trust come from the rendezvous store, which is a private file (`private_store`). Under
-    torchrun/srun the user's (and launcher's) environment is left as it is.
+    node, GLOO_SOCKET_IFNAME names the loopback interface (gloo carries the CPU runs and the GPU
+    runs' side groups): gloo otherwise listens on the address the host name resolves to (a public
+    one on most servers) for the whole run. Its pair sockets then listen on loopback, reachable
+    by local users, but the addresses they trust come from the rendezvous store, which is a
+    private file (`private_store`). NCCL's bootstrap sockets go to loopback the same way unless
+    the user named an interface (NCCL_SOCKET_IFNAME is their training's setting, and GD24x judge
+    it): one node needs no network. Under torchrun/srun the user's (and launcher's) environment
+    is left as it is.
     """
     env = dict(environ)
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -361,8 +364,10 @@ def rank_env(
     if device == "cuda" and not under_launcher and uuids and all(_is_uuid(u) for u in uuids):
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = ",".join(uuids)
-    if device == "cpu" and not under_launcher:
+    if not under_launcher:
         env["GLOO_SOCKET_IFNAME"] = loopback_interface()
+        if device == "cuda" and not env.get("NCCL_SOCKET_IFNAME", "").strip():
+            env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"]
     return env
 
 

@@ -132,3 +132,14 @@ def test_single_node_cpu_ranks_use_loopback_for_gloo() -> None:
     assert env["GLOO_SOCKET_IFNAME"] in ("lo", "lo0")
     launched = rank_env({"GLOO_SOCKET_IFNAME": "eth0"}, device="cpu", gpu_uuids=None, under_launcher=True)
     assert launched["GLOO_SOCKET_IFNAME"] == "eth0", "torchrun/srun runs keep the user's interface"
+
+
+def test_single_node_gpu_ranks_keep_nccl_and_gloo_sockets_on_loopback() -> None:
+    """NCCL's bootstrap and gloo's side groups listen on loopback, not on the host's public address;
+    an interface the user named for NCCL is their training's setting and stays."""
+    env = rank_env({}, device="cuda", gpu_uuids=["GPU-aaaa"], under_launcher=False)
+    assert env["NCCL_SOCKET_IFNAME"] in ("lo", "lo0") and env["GLOO_SOCKET_IFNAME"] in ("lo", "lo0")
+    named = rank_env({"NCCL_SOCKET_IFNAME": "=ib0"}, device="cuda", gpu_uuids=["GPU-aaaa"], under_launcher=False)
+    assert named["NCCL_SOCKET_IFNAME"] == "=ib0"
+    launched = rank_env({}, device="cuda", gpu_uuids=["GPU-aaaa"], under_launcher=True)
+    assert "NCCL_SOCKET_IFNAME" not in launched and "GLOO_SOCKET_IFNAME" not in launched
