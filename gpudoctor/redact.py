@@ -11,7 +11,10 @@ program and the shape of the command; what it replaces with `[redacted]` (MARKER
   `--sort-key loss` is not: a name ending in "key" hides only a value that looks like a key
   (`key_like`: `--wandb-key <40 hex digits>`). A name whose last word is file/path/dir/filename
   points at a secret and keeps its value (`--password-file /run/secrets/db`, `--key-file
-  ~/.ssh/id`); plurals are counts (`--max-tokens 4096`);
+  ~/.ssh/id`); plurals are counts (`--max-tokens 4096`); a name whose last word describes the
+  secret keeps its value (`--auth-mode none`, `token_type`, `--secret-name`, `--token-url`:
+  `_DESCRIPTOR_WORDS`), and so do null, boolean and `<pad>`-like values; `pw` counts as the last
+  word only (`--pw x`, `db_pw`; not `--pw-kernel`);
 - the value of a `name=value` pair whose name says so, also inside a longer value
   (`mlx5_0:1,token=x`, `...?access_token=x&n=1`, an Azure SAS's `&sig=x`, `env PGPASSWORD=x`),
   quoted or spaced in code (`python -c "login(token='x')"`, `password = "x"`), of a quoted
@@ -67,7 +70,6 @@ _SECRET_WORDS = frozenset(
         "passphrase",
         "pass",
         "pwd",
-        "pw",  # `--pw x`, `db_pw=x`
         "token",
         "secret",
         "secrets",
@@ -115,6 +117,16 @@ _KEY_QUALIFIERS = frozenset(
 )
 
 
+# The last word of a name that describes a secret rather than holds it (`--auth-mode none`,
+# `token_type: bpe`, `--secret-name my-secret`, `--token-url https://...`).
+_DESCRIPTOR_WORDS = frozenset(
+    {"type", "types", "mode", "kind", "format", "length", "len", "size", "count", "limit", "policy", "method"}
+    | {"style", "strategy", "name", "names", "url", "uri", "endpoint", "host", "port", "version", "timeout", "ttl"}
+)
+# Values that hold no secret whatever the name: a null or a boolean, a tokenizer's special token.
+_NO_SECRET_VALUE = re.compile(r"(?i:none|null|nil|true|false|undefined)|<[^<>\s]{1,20}>")
+
+
 def _words(name: str) -> list[str]:
     return [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
 
@@ -128,9 +140,9 @@ def _secret_word(word: str) -> bool:
 def secret_name(name: str) -> bool:
     """Whether an option or key name says its value is a secret (case and separators ignored)."""
     words = _words(name)
-    if not words or words[-1] in _REFERENCE_WORDS:
+    if not words or words[-1] in _REFERENCE_WORDS or (len(words) > 1 and words[-1] in _DESCRIPTOR_WORDS):
         return False
-    if any(_secret_word(w) for w in words):
+    if any(_secret_word(w) for w in words) or words[-1] == "pw":  # `--pw`, `db_pw`; not `--pw-kernel`
         return True
     if words == ["key"]:
         return True
@@ -159,7 +171,9 @@ def key_like(value: str) -> bool:
 
 def secret_pair(name: str, value: str) -> bool:
     """Whether `value`, given as the value of option or key `name`, is to be redacted."""
-    return bool(value) and value != MARKER and (secret_name(name) or (key_name(name) and key_like(value)))
+    if not value or value == MARKER or _NO_SECRET_VALUE.fullmatch(value):
+        return False
+    return secret_name(name) or (key_name(name) and key_like(value))
 
 
 @cache
@@ -167,9 +181,15 @@ def _rules() -> dict[str, re.Pattern[str]]:
     """The patterns, compiled on first use (importing this module is on `check --quick`'s path)."""
     return {
         # `name=value` inside a text; the value runs to the next separator of a list or query string.
-        # (`token='x'` and `password = "x"` in code given to `python -c`: the quote and spaces stay)
+        # Or a string literal in code given to `python -c`, to its closing quote, the quotes and
+        # spaces kept: `token='x'`, `password = "a b"`, `os.environ['HF_TOKEN']='x'`; an unquoted
+        # value after spaces is code (`key = jax.random.PRNGKey(0)`), and `==` a comparison.
+        # A name starts only where a run of name characters starts (the lookbehind), so a long
+        # run is tried once, not from each of its characters.
         "assignment": re.compile(
-            r"(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)(?P<sep>[ \t]*=[ \t]*['\"]?)(?P<value>[^\s,;&'\"]+)"
+            r"(?<![A-Za-z0-9_.\-])(?P<name>-*[A-Za-z][A-Za-z0-9_.\-]*)(?P<close>['\"]?\]?)"
+            r"(?:(?P<sep>[ \t]*=(?!=)[ \t]*[rRbBuUfF]{0,2})(?:'(?P<v1>[^'\n]*)'|\"(?P<v2>[^\"\n]*)\")"
+            r"|(?P<eq>=)(?!=)(?P<value>[^\s,;&'\"]+))"
         ),
         # A quoted pair of JSON or a Python dict (`'{"api_key": "x"}'`).
         "quoted_pair": re.compile(
@@ -179,12 +199,17 @@ def _rules() -> dict[str, re.Pattern[str]]:
         # OpenSSL's pass phrase argument (`-passin pass:x`, `-passout pass:x`; openssl-passphrase-options(1):
         # "pass:password ... the actual password is password"); `env:`, `file:`, `fd:` name where it is.
         "openssl_pass": re.compile(r"(?<![A-Za-z0-9_])(?P<pre>pass:)(?P<pw>[^\s'\"]+)"),
-        # `Name: value` as an HTTP header passed on a command line (`curl -H 'X-Api-Key: ...'`).
-        "header": re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9\-]*):\s*(?P<value>[^'\"\n]+)"),
+        # `Name: value` as an HTTP header passed on a command line (`curl -H 'X-Api-Key: ...'`), or
+        # YAML's `password: "x"` (the opening quote kept).
+        "header": re.compile(
+            r"(?<![A-Za-z0-9\-])(?P<name>[A-Za-z][A-Za-z0-9\-]*):\s*(?P<q>['\"]?)(?P<value>[^'\"\n]+)"
+        ),
         # user:password@host in a URL or a bare address; not a container image's `name:tag@sha256:...`.
+        # (The user starts only after a space, `/@,;` or a quote: `x:x:x:...` is tried once.)
         "userinfo": re.compile(
             # (`redis://:password@host`: a URL may give a password with no user)
-            r"(?P<pre>[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@,;'\"]*|[^\s:/@,;'\"]+):(?P<pw>[^\s@/'\"]+)@(?=[^\s@])(?!sha\d+:)"
+            r"(?P<pre>(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@,;'\"]*|(?<![^\s/@,;'\"])[^\s:/@,;'\"]+)"
+            r":(?P<pw>[^\s@/'\"]+)@(?=[^\s@])(?!sha\d+:)"
         ),
         # HTTP authorization schemes; a plain English word after "Basic" ("Basic checks") is not one.
         "scheme": re.compile(r"\b(?P<pre>(?:Bearer|bearer|Basic)\s+)(?P<cred>[A-Za-z0-9._~+/\-]{8,}=*)"),
@@ -219,19 +244,29 @@ def looks_random(run: str) -> bool:
     return switches >= MIN_SWITCHES and switches >= MIN_SWITCH_RATE * len(chars)
 
 
+def _assigned(match: re.Match[str]) -> tuple[str, str, str, str]:
+    """An assignment's parts: everything up to the value, the value, what follows it, the name."""
+    name = match.group("name")
+    if match.group("eq"):
+        return match.group("name") + match.group("close") + "=", match.group("value"), "", name.lstrip("-")
+    quote = "'" if match.group("v1") is not None else '"'
+    value = match.group("v1") if quote == "'" else match.group("v2")
+    return name + match.group("close") + match.group("sep") + quote, value, quote, name.lstrip("-")
+
+
 def _redact_assignment(match: re.Match[str]) -> str:
-    name, sep, value = match.group("name"), match.group("sep"), match.group("value")
+    head, value, tail, name = _assigned(match)
     if secret_pair(name, value):
-        return f"{name}{sep}{MARKER}"
+        return f"{head}{MARKER}{tail}"
     if "=" in value:  # `--env=HF_TOKEN=...`, `--set=auth.password=...`: the pair inside is judged too
-        return f"{name}{sep}{_rules()['assignment'].sub(_redact_inner_assignment, value)}"
+        return f"{head}{_rules()['assignment'].sub(_redact_inner_assignment, value)}{tail}"
     return match.group()
 
 
 def _redact_inner_assignment(match: re.Match[str]) -> str:
     """The pair inside another's value: judged once, not again inside itself (`a=a=a=...` stays linear)."""
-    name, sep, value = match.group("name"), match.group("sep"), match.group("value")
-    return f"{name}{sep}{MARKER}" if secret_pair(name, value) else match.group()
+    head, value, tail, name = _assigned(match)
+    return f"{head}{MARKER}{tail}" if secret_pair(name, value) else match.group()
 
 
 def _redact_quoted_pair(match: re.Match[str]) -> str:
@@ -241,9 +276,10 @@ def _redact_quoted_pair(match: re.Match[str]) -> str:
 
 
 def _redact_header(match: re.Match[str]) -> str:
-    if not secret_pair(match.group("name"), match.group("value").strip()):
-        return match.group()
-    return f"{match.group('name')}: {MARKER}"
+    value = match.group("value").strip()
+    if value.startswith(MARKER) or not secret_pair(match.group("name"), value):
+        return match.group()  # (`pass:[redacted] -in req.pem`: the pass phrase rule took it)
+    return f"{match.group('name')}: {match.group('q')}{MARKER}"
 
 
 def _redact_scheme(match: re.Match[str]) -> str:
@@ -264,12 +300,12 @@ def text(value: str) -> str:
     if len(value) > MAX_TEXT:
         return text(value[:MAX_TEXT]) + "...[cut]"
     rules = _rules()
-    out = rules["userinfo"].sub(lambda m: f"{m.group('pre')}:{MARKER}@", value)
+    out = rules["userinfo"].sub(lambda m: f"{m.group('pre')}:{MARKER}@", value) if "@" in value else value
+    out = rules["openssl_pass"].sub(lambda m: f"{m.group('pre')}{MARKER}", out)
     out = rules["header"].sub(_redact_header, out)
     out = rules["scheme"].sub(_redact_scheme, out)
     out = rules["quoted_pair"].sub(_redact_quoted_pair, out)
     out = rules["assignment"].sub(_redact_assignment, out)
-    out = rules["openssl_pass"].sub(lambda m: f"{m.group('pre')}{MARKER}", out)
     out = rules["aws_key_id"].sub(lambda m: f"{m.group('pre')}{MARKER}", out)
     out = rules["run"].sub(lambda m: MARKER if looks_random(m.group()) else m.group(), out)
     if "-" not in out or not rules["space"].search(out):

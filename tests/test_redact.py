@@ -79,7 +79,7 @@ SECRETS = [
     (["curl", "-H", "X-Auth-Token:abcdefgh", "https://x"], ["curl", "-H", f"X-Auth-Token: {M}", "https://x"]),
     # Shapes the last closing note listed as gaps: OpenSSL's pass phrase argument, Samba's and lftp's
     # user/password separators, `--pw`, a password in code given to `python -c`, a JSON pair.
-    (["openssl", "pkcs12", "-passout", "pass:hunter2"], ["openssl", "pkcs12", "-passout", f"pass: {M}"]),
+    (["openssl", "pkcs12", "-passout", "pass:hunter2"], ["openssl", "pkcs12", "-passout", f"pass:{M}"]),
     (["smbclient", "//h/s", "-U", "DOM\\bob%hunter2"], ["smbclient", "//h/s", "-U", f"DOM\\bob%{M}"]),
     (["smbclient", "--user=bob%hunter2"], ["smbclient", f"--user=bob%{M}"]),
     (["lftp", "-u", "bob,hunter2", "sftp://h"], ["lftp", "-u", f"bob,{M}", "sftp://h"]),
@@ -197,6 +197,44 @@ def test_the_program_is_never_redacted() -> None:
 )
 def test_values_keep_everything_but_their_credentials(value: str, expected: str) -> None:
     assert redact.text(value) == expected
+
+
+# review5: string literals in code and YAML (to the closing quote), keys written through a subscript.
+CODE_SECRETS = [
+    ('password = "correct horse battery staple"', f'password = "{M}"'),
+    ("export PASSWORD='hunter2 two'", f"export PASSWORD='{M}'"),
+    ("password='a,b'", f"password='{M}'"),
+    ('password: "hunter2"', f'password: "{M}"'),
+    ("api_key: 'abc'", f"api_key: '{M}'"),
+    ("import os; os.environ['HF_TOKEN']='hunter2'", f"import os; os.environ['HF_TOKEN']='{M}'"),
+    ("data['token'] = 'abc'", f"data['token'] = '{M}'"),
+    ("token=r'abc'", f"token=r'{M}'"),
+    (
+        "openssl req -passin pass:x1 -in req.pem -out r.csr && echo done",
+        f"openssl req -passin pass:{M} -in req.pem -out r.csr && echo done",
+    ),
+]
+# review5: code, comparisons and configs that only look like secrets.
+CODE_UNTOUCHED = [
+    "    if self.token == other.token:",
+    "assert password == 'x'",
+    "key = jax.random.PRNGKey(0)",
+    "tokenizer.pad_token = tokenizer.eos_token",
+    "password = os.environ['PW']",
+    "token = None",
+    '{"pad_token": "<pad>", "eos_token": "</s>", "token_type": "bpe", "auth": "none"}',
+    "python train.py --pw-kernel 1 --pw_groups=4 model.pw_conv=true --auth-mode none",
+]
+
+
+@pytest.mark.parametrize(("value", "expected"), CODE_SECRETS)
+def test_string_literals_in_code_are_redacted_to_their_closing_quote(value: str, expected: str) -> None:
+    assert redact.text(value) == expected
+
+
+@pytest.mark.parametrize("value", CODE_UNTOUCHED)
+def test_code_and_configs_that_hold_no_secret_are_untouched(value: str) -> None:
+    assert redact.text(value) == value
 
 
 @pytest.mark.parametrize(
