@@ -329,7 +329,7 @@ def _snapshot(snapshot: str | Path | Snapshot | None) -> tuple[Snapshot, str]:
     if isinstance(snapshot, snap.Snapshot):
         return snapshot, "snapshot"
     try:
-        return snap.load(snapshot), "stdin" if str(snapshot) == "-" else str(snapshot)
+        return snap.load(snapshot), "stdin" if snapshot == "-" else str(snapshot)
     except snap.SnapshotError as exc:
         raise UserError(f"cannot use snapshot {exc}", EXIT_USAGE, "input") from None
 

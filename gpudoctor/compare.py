@@ -176,6 +176,8 @@ def load_side(path: str | Path) -> Side:
     """A saved report or snapshot, refused in one line when it is neither or too new."""
     from gpudoctor.user_files import UserFileError, read_json
 
+    if path == "-":
+        raise _refuse("-", "a saved report or snapshot is read from a file (only `check --snapshot -` reads stdin)")
     try:
         data = read_json(path)
     except UserFileError as exc:
