@@ -352,10 +352,11 @@ def rank_env(
     runs' side groups): gloo otherwise listens on the address the host name resolves to (a public
     one on most servers) for the whole run. Its pair sockets then listen on loopback, reachable
     by local users, but the addresses they trust come from the rendezvous store, which is a
-    private file (`private_store`). NCCL's bootstrap sockets go to loopback the same way unless
-    the user named an interface (NCCL_SOCKET_IFNAME is their training's setting, and GD24x judge
-    it): one node needs no network. Under torchrun/srun the user's (and launcher's) environment
-    is left as it is.
+    private file (`private_store`). NCCL's bootstrap sockets go to loopback the same way
+    (`NCCL_SOCKET_IFNAME==lo`, an exact name) unless the user named an interface, in the
+    environment or in an NCCL config file (`nccl_names_interface`): that is their training's
+    setting, and GD626 judges it. One node needs no network. Under torchrun/srun the user's (and
+    launcher's) environment is left as it is.
     """
     env = dict(environ)
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -366,9 +367,36 @@ def rank_env(
         env["CUDA_VISIBLE_DEVICES"] = ",".join(uuids)
     if not under_launcher:
         env["GLOO_SOCKET_IFNAME"] = loopback_interface()
-        if device == "cuda" and not env.get("NCCL_SOCKET_IFNAME", "").strip():
-            env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"]
+        if device == "cuda" and not nccl_names_interface(env):
+            env["NCCL_SOCKET_IFNAME"] = "=" + env["GLOO_SOCKET_IFNAME"]
     return env
+
+
+NCCL_CONF_MAX_BYTES = 1 << 20
+
+
+def nccl_names_interface(env: Mapping[str, str]) -> bool:
+    """Whether NCCL would use an interface the user named: NCCL_SOCKET_IFNAME of two or more
+    characters (NCCL ignores shorter values) in the environment, or else in the config file NCCL
+    reads (NCCL_CONF_FILE, or ~/.nccl.conf, then /etc/nccl.conf; the environment wins). NCCL's
+    `ncclFindInterfaces` and `initEnv` (src/misc/socket.cc, src/misc/param.cc;
+    tests/reference/nccl_env_variables.md)."""
+    if "NCCL_SOCKET_IFNAME" in env:
+        return len(env["NCCL_SOCKET_IFNAME"]) > 1
+    conf = env.get("NCCL_CONF_FILE", "")
+    home = env.get("HOME", "")
+    files = [conf] if conf else ([f"{home}/.nccl.conf"] if home else [])
+    for name in [*files, "/etc/nccl.conf"]:
+        try:
+            with open(name, "rb") as f:
+                text = f.read(NCCL_CONF_MAX_BYTES).decode("utf-8", "replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, eq, value = line.strip().partition("=")
+            if eq and not key.startswith("#") and key.strip() == "NCCL_SOCKET_IFNAME" and len(value.strip()) > 1:
+                return True
+    return False
 
 
 def loopback_interface() -> str:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -134,12 +135,24 @@ def test_single_node_cpu_ranks_use_loopback_for_gloo() -> None:
     assert launched["GLOO_SOCKET_IFNAME"] == "eth0", "torchrun/srun runs keep the user's interface"
 
 
-def test_single_node_gpu_ranks_keep_nccl_and_gloo_sockets_on_loopback() -> None:
+def test_single_node_gpu_ranks_keep_nccl_and_gloo_sockets_on_loopback(tmp_path: Path) -> None:
     """NCCL's bootstrap and gloo's side groups listen on loopback, not on the host's public address;
     an interface the user named for NCCL is their training's setting and stays."""
-    env = rank_env({}, device="cuda", gpu_uuids=["GPU-aaaa"], under_launcher=False)
-    assert env["NCCL_SOCKET_IFNAME"] in ("lo", "lo0") and env["GLOO_SOCKET_IFNAME"] in ("lo", "lo0")
-    named = rank_env({"NCCL_SOCKET_IFNAME": "=ib0"}, device="cuda", gpu_uuids=["GPU-aaaa"], under_launcher=False)
-    assert named["NCCL_SOCKET_IFNAME"] == "=ib0"
-    launched = rank_env({}, device="cuda", gpu_uuids=["GPU-aaaa"], under_launcher=True)
+
+    def ranks(env: dict[str, str], under_launcher: bool = False) -> dict[str, str]:
+        return rank_env(env, device="cuda", gpu_uuids=["GPU-aaaa"], under_launcher=under_launcher)
+
+    none = str(tmp_path / "none.conf")  # no config file names an interface
+    env = ranks({"NCCL_CONF_FILE": none})
+    assert env["NCCL_SOCKET_IFNAME"] in ("=lo", "=lo0") and env["GLOO_SOCKET_IFNAME"] in ("lo", "lo0")
+    assert ranks({"NCCL_SOCKET_IFNAME": "=ib0"})["NCCL_SOCKET_IFNAME"] == "=ib0"
+    # NCCL ignores a value of one character and picks an interface itself: loopback instead.
+    assert ranks({"NCCL_SOCKET_IFNAME": "^", "NCCL_CONF_FILE": none})["NCCL_SOCKET_IFNAME"].startswith("=lo")
+    # An interface named in NCCL's config file is the training's too (review5).
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("# site settings\nNCCL_DEBUG=WARN\nNCCL_SOCKET_IFNAME = ens5\n")
+    assert "NCCL_SOCKET_IFNAME" not in ranks({"NCCL_CONF_FILE": str(conf)})
+    (tmp_path / ".nccl.conf").write_text("NCCL_SOCKET_IFNAME=bond0\n")
+    assert "NCCL_SOCKET_IFNAME" not in ranks({"HOME": str(tmp_path)})
+    launched = ranks({}, under_launcher=True)
     assert "NCCL_SOCKET_IFNAME" not in launched and "GLOO_SOCKET_IFNAME" not in launched
