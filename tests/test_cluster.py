@@ -339,6 +339,20 @@ def test_cpu_runs_report_without_a_verdict_but_still_isolate() -> None:
     assert ("GD680", "pass", "host") in codes(fs) and ("GD681", "fail", "node:h#1") in codes(fs)
 
 
+def test_pair_tests_the_ranks_could_not_run_are_a_skip_not_a_pass() -> None:
+    keys = [f"h#{i}" for i in range(4)]
+    data = run_data({k: 10.0 for k in keys}, 3.0, 384.0)
+    data["intra"] = {}
+    data["isolation"] = {"ran": False, "skipped": True, "why": "the ranks make process groups differently"}
+    [slow] = [f for f in judge_keys(data, keys) if f.code == "GD681"]
+    assert slow.status is Status.SKIP and "pairwise tests not run: the ranks make" in slow.message
+
+
+def judge_keys(data: dict[str, Any], keys: list[str]) -> list[Finding]:
+    ctx = CheckContext(h100_nvswitch_8x(), CheckOptions())
+    return bandwidth_findings(ctx, data, {k: k for k in keys}, False)
+
+
 def test_node_faults_parse_and_apply_to_every_rank_of_that_node() -> None:
     assert parse("node2:slownet,1:hang") == [Fault(None, "slownet", "joined", 2), Fault(1, "hang", "joined")]
     assert Faults(5, "node2:slownet", node=2).has("slownet")

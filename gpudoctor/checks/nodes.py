@@ -603,6 +603,8 @@ def bandwidth_findings(ctx: CheckContext, data: dict[str, Any], labels: dict[str
                 {"typical_pair_gbps": analysis.typical, "retested": len(iso.get("retests") or [])},
             )
         )
+    elif iso.get("skipped"):
+        out.append(Finding(SLOW_NODE.code, Status.SKIP, "host", f"pairwise tests not run: {iso.get('why')}", "", {}))
     elif not iso.get("ran") and len(labels) > 2:
         out.append(Finding(SLOW_NODE.code, Status.PASS, "host", f"pairwise tests not needed: {iso.get('why')}", "", {}))
     for node, ratio in sorted(ratios.items()):

@@ -3,8 +3,9 @@ and when it is low, find the slow node or pair with pairwise tests in rounds of 
 
 Steps, in every rank (the same decisions everywhere, from the same gathered numbers):
 
-1. A gather (JSON, to every rank) of who is where (a node is hostname + node rank) and of each node's NIC
-   expectation, so every rank takes the same decisions.
+1. A gather (JSON, to every rank) of who is where (a node is hostname + node rank), of each node's NIC
+   expectation, so every rank takes the same decisions, and of how each rank makes process groups
+   (`group_state`): ranks that would name a subgroup differently skip steps 3 and 4 and say why.
 2. The whole group's all-reduce at one size (nccl-tests' busbw), each iteration timed, the group's
    time the slowest rank's, the figure the median iteration. (Node and pair figures below take the
    best iteration instead: a slow link is slow every time, a scheduling hiccup only once.)
@@ -154,6 +155,21 @@ def subgroup(groups: list[list[int]], rank: int, world: int) -> Any:
     return made if rank in placed else None  # a group of its own only keeps the count even
 
 
+def group_state() -> str:
+    """How this rank makes subgroups (`subgroup`'s branch) and how many groups it holds: ranks whose
+    states differ would name the same group differently (an odd torch version on one node, a group
+    another task made on some ranks only) and wait for each other until the deadline."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    default = distributed_c10d._get_default_group()
+    if getattr(default, "bound_device_id", None) is None:
+        mode = "local"
+    else:
+        mode = "split" if hasattr(dist, "split_group") else "every"
+    return f"{mode}/{len(distributed_c10d._world.pg_names)}"
+
+
 def _nodes(members: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per node, in node-rank order: key, host, node_rank, ranks."""
     nodes: dict[str, dict[str, Any]] = {}
@@ -203,7 +219,14 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
     key = f"{host}#{node_rank}"
     faults = Faults(ctx.rank, node=node_rank)
     # Who is where (small, to every rank: the decisions below are taken alike everywhere).
-    me = {"key": key, "host": host, "node_rank": node_rank, "rank": ctx.rank, "expected": params.get("expected_gbps")}
+    me = {
+        "key": key,
+        "host": host,
+        "node_rank": node_rank,
+        "rank": ctx.rank,
+        "expected": params.get("expected_gbps"),
+        "groups": group_state(),
+    }
     gathered = ctx.all_gather_json(me)
     nodes = _nodes(gathered)
     mine = next(n for n in nodes if n["key"] == key)
@@ -217,8 +240,14 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
         ctx.progress(f"inter-node all-reduce over {len(nodes)} nodes")
         t, _ = timer.allreduce(None, inter=True)
         out["full"] = {"ranks": ctx.world_size, "time_s": t, "busbw_gbps": busbw(size, t, ctx.world_size)}
-        out["intra"] = _intra(ctx, timer, nodes, mine)
-        out["isolation"] = _isolate(ctx, timer, nodes, out["full"]["busbw_gbps"], expected, params)
+        states = sorted({str(m.get("groups")) for m in gathered})
+        if len(states) == 1:
+            out["intra"] = _intra(ctx, timer, nodes, mine)
+            out["isolation"] = _isolate(ctx, timer, nodes, out["full"]["busbw_gbps"], expected, params)
+        else:  # subgroups would not meet: say so rather than wait for the deadline
+            why = f"the ranks make process groups differently ({', '.join(states)}: torch versions or earlier groups)"
+            out["intra"] = {}
+            out["isolation"] = {"ran": False, "skipped": True, "why": why, "rounds": [], "retests": []}
     # Every node's facts and counters (read now, after the traffic) to rank 0 only: kilobytes a
     # node, sent by its local rank 0.
     after = _counters_now() if ctx.local_rank == 0 else None
