@@ -191,10 +191,11 @@ def _rules() -> dict[str, re.Pattern[str]]:
             r"(?:(?P<sep>[ \t]*=(?!=)[ \t]*[rRbBuUfF]{0,2})(?:'(?P<v1>[^'\n]*)'|\"(?P<v2>[^\"\n]*)\")"
             r"|(?P<eq>=)(?!=)(?P<value>[^\s,;&'\"]+))"
         ),
-        # A quoted pair of JSON or a Python dict (`'{"api_key": "x"}'`).
+        # A quoted pair of JSON or a Python dict (`'{"api_key": "x"}'`), its quotes maybe escaped
+        # (`"{\"api_key\": \"x\"}"` inside a shell string).
         "quoted_pair": re.compile(
-            r"(?P<pre>(?P<q>['\"])(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)(?P=q)[ \t]*:[ \t]*(?P<q2>['\"]))"
-            r"(?P<value>[^'\"\n]+)(?P=q2)"
+            r"(?P<pre>\\?(?P<q>['\"])(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)\\?(?P=q)[ \t]*:[ \t]*\\?(?P<q2>['\"]))"
+            r"(?P<value>[^'\"\n\\]+)\\?(?P=q2)"
         ),
         # OpenSSL's pass phrase argument (`-passin pass:x`, `-passout pass:x`; openssl-passphrase-options(1):
         # "pass:password ... the actual password is password"); `env:`, `file:`, `fd:` name where it is.
@@ -272,7 +273,8 @@ def _redact_inner_assignment(match: re.Match[str]) -> str:
 def _redact_quoted_pair(match: re.Match[str]) -> str:
     if not secret_pair(match.group("name"), match.group("value")):
         return match.group()
-    return f"{match.group('pre')}{MARKER}{match.group('q2')}"
+    close = match.group()[len(match.group("pre")) + len(match.group("value")) :]
+    return f"{match.group('pre')}{MARKER}{close}"
 
 
 def _redact_header(match: re.Match[str]) -> str:
@@ -343,6 +345,8 @@ _PROGRAM_OPTIONS: dict[str, dict[str, str]] = {
     "zip": {"-P": "value"},
     "unzip": {"-P": "value"},
     "lftp": {"-u": "userinfo,", "--user": "userinfo,"},
+    "open": {"-u": "userinfo,", "--user": "userinfo,"},  # lftp's own command, in `lftp -c 'open -u ...'`
+    "openssl": {"-k": "value"},  # `openssl enc -k password` (openssl-enc(1))
     **dict.fromkeys(("smbclient", "rpcclient", "smbcacls", "smbget", "smbtree", "net"), _SAMBA),
     "7z": {"-p": "glued"},
     "7za": {"-p": "glued"},

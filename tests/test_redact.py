@@ -209,6 +209,9 @@ CODE_SECRETS = [
     ("import os; os.environ['HF_TOKEN']='hunter2'", f"import os; os.environ['HF_TOKEN']='{M}'"),
     ("data['token'] = 'abc'", f"data['token'] = '{M}'"),
     ("token=r'abc'", f"token=r'{M}'"),
+    ('{\\"api_key\\": \\"abc\\", \\"lr\\": 1}', f'{{\\"api_key\\": \\"{M}\\", \\"lr\\": 1}}'),
+    ("lftp -c 'open -u bob,hunter2 sftp://h; mirror'", f"lftp -c 'open -u bob,{M} sftp://h; mirror'"),
+    ("openssl enc -aes-256-cbc -k hunter2 -in a", f"openssl enc -aes-256-cbc -k {M} -in a"),
     (
         "openssl req -passin pass:x1 -in req.pem -out r.csr && echo done",
         f"openssl req -passin pass:{M} -in req.pem -out r.csr && echo done",
