@@ -128,7 +128,8 @@ _NO_SECRET_VALUE = re.compile(r"(?i:none|null|nil|true|false|undefined)|<[^<>\s]
 
 
 def _words(name: str) -> list[str]:
-    return [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    """The words of a name, lower case, leading digits dropped (`0sig`, a prefix glued by a log)."""
+    return [w for w in (w.lstrip("0123456789") for w in re.split(r"[^a-z0-9]+", name.lower())) if w]
 
 
 def _secret_word(word: str) -> bool:
@@ -184,18 +185,19 @@ def _rules() -> dict[str, re.Pattern[str]]:
         # Or a string literal in code given to `python -c`, to its closing quote, the quotes and
         # spaces kept: `token='x'`, `password = "a b"`, `os.environ['HF_TOKEN']='x'`; an unquoted
         # value after spaces is code (`key = jax.random.PRNGKey(0)`), and `==` a comparison.
-        # A name starts only where a run of name characters starts (the lookbehind), so a long
-        # run is tried once, not from each of its characters.
+        # A name starts only where a run of name characters starts (the lookbehind; `_SECRET`,
+        # `0token` and `--api-key` whole), so a long run is tried once, not from each character.
         "assignment": re.compile(
-            r"(?<![A-Za-z0-9_.\-])(?P<name>-*[A-Za-z][A-Za-z0-9_.\-]*)(?P<close>['\"]?\]?)"
-            r"(?:(?P<sep>[ \t]*=(?!=)[ \t]*[rRbBuUfF]{0,2})(?:'(?P<v1>[^'\n]*)'|\"(?P<v2>[^\"\n]*)\")"
+            r"(?<![A-Za-z0-9_.\-])(?P<name>[0-9_.\-]*[A-Za-z][A-Za-z0-9_.\-]*)(?P<close>['\"]?\]?)"
+            r"(?:(?P<sep>[ \t]*=(?!=)[ \t]*[rRbBuUfF]{0,2})(?:'(?P<v1>[^'\n]*)'?|\"(?P<v2>[^\"\n]*)\"?)"
             r"|(?P<eq>=)(?!=)(?P<value>[^\s,;&'\"]+))"
         ),
         # A quoted pair of JSON or a Python dict (`'{"api_key": "x"}'`), its quotes maybe escaped
         # (`"{\"api_key\": \"x\"}"` inside a shell string).
         "quoted_pair": re.compile(
-            r"(?P<pre>\\?(?P<q>['\"])(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)\\?(?P=q)[ \t]*:[ \t]*\\?(?P<q2>['\"]))"
-            r"(?P<value>[^'\"\n\\]+)\\?(?P=q2)"
+            r"(?P<pre>\\?(?P<q>['\"])(?P<name>[0-9_.\-]*[A-Za-z][A-Za-z0-9_.\-]*)\\?(?P=q)"
+            r"[ \t]*:[ \t]*\\?(?P<q2>['\"]))"
+            r"(?P<value>[^'\"\n\\]+)(?:\\?(?P=q2))?"  # (a text cut inside the value has no closing quote)
         ),
         # OpenSSL's pass phrase argument (`-passin pass:x`, `-passout pass:x`; openssl-passphrase-options(1):
         # "pass:password ... the actual password is password"); `env:`, `file:`, `fd:` name where it is.
@@ -203,7 +205,7 @@ def _rules() -> dict[str, re.Pattern[str]]:
         # `Name: value` as an HTTP header passed on a command line (`curl -H 'X-Api-Key: ...'`), or
         # YAML's `password: "x"` (the opening quote kept).
         "header": re.compile(
-            r"(?<![A-Za-z0-9\-])(?P<name>[A-Za-z][A-Za-z0-9\-]*):\s*(?P<q>['\"]?)(?P<value>[^'\"\n]+)"
+            r"(?<![A-Za-z0-9_\-])(?P<name>[0-9_\-]*[A-Za-z][A-Za-z0-9_\-]*):\s*(?P<q>['\"]?)(?P<value>[^'\"\n]+)"
         ),
         # user:password@host in a URL or a bare address; not a container image's `name:tag@sha256:...`.
         # (The user starts only after a space, `/@,;` or a quote: `x:x:x:...` is tried once.)
@@ -249,10 +251,11 @@ def _assigned(match: re.Match[str]) -> tuple[str, str, str, str]:
     """An assignment's parts: everything up to the value, the value, what follows it, the name."""
     name = match.group("name")
     if match.group("eq"):
-        return match.group("name") + match.group("close") + "=", match.group("value"), "", name.lstrip("-")
-    quote = "'" if match.group("v1") is not None else '"'
-    value = match.group("v1") if quote == "'" else match.group("v2")
-    return name + match.group("close") + match.group("sep") + quote, value, quote, name.lstrip("-")
+        return name + match.group("close") + "=", match.group("value"), "", name.lstrip("-")
+    group = "v1" if match.group("v1") is not None else "v2"
+    quote = "'" if group == "v1" else '"'
+    closed = quote if match.end(group) < match.end() else ""  # (a text cut inside the literal)
+    return name + match.group("close") + match.group("sep") + quote, match.group(group), closed, name.lstrip("-")
 
 
 def _redact_assignment(match: re.Match[str]) -> str:

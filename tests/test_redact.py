@@ -209,6 +209,7 @@ CODE_SECRETS = [
     ("import os; os.environ['HF_TOKEN']='hunter2'", f"import os; os.environ['HF_TOKEN']='{M}'"),
     ("data['token'] = 'abc'", f"data['token'] = '{M}'"),
     ("token=r'abc'", f"token=r'{M}'"),
+    ("_SECRET=abc env _PW=x 0sig=abc", f"_SECRET={M} env _PW={M} 0sig={M}"),
     ('{\\"api_key\\": \\"abc\\", \\"lr\\": 1}', f'{{\\"api_key\\": \\"{M}\\", \\"lr\\": 1}}'),
     ("lftp -c 'open -u bob,hunter2 sftp://h; mirror'", f"lftp -c 'open -u bob,{M} sftp://h; mirror'"),
     ("openssl enc -aes-256-cbc -k hunter2 -in a", f"openssl enc -aes-256-cbc -k {M} -in a"),
@@ -330,3 +331,23 @@ def test_no_input_can_stall_redaction() -> None:
     cut = text("a=" * 60000)
     assert cut.endswith("...[cut]") and len(cut) <= MAX_TEXT + len("...[cut]")
     assert text("token=" + "x" * 10000).startswith(f"token={M}")
+
+
+def test_a_secret_value_never_survives_whatever_surrounds_its_name() -> None:
+    """Names that say "secret" with the separators, prefixes and endings that code, logs, YAML,
+    JSON and shells put around them (review5 found `_SECRET=x` and `0sig=x` passed through)."""
+    import random
+
+    names = ["token", "password", "api_key", "HF_TOKEN", "_SECRET", "PGPASSWORD", "secret", "--password"]
+    names += ["--api-key", "db_pw", "X-Api-Key", "access_token", "sig", "key", "client_secret", "mytoken"]
+    seps = ["=", ": ", ":", " = '", "='", '="']  # (`name = value` unquoted is code: kept)
+    before = ["", " ", "export ", "env ", "x,", "?", "&", "(", "a.", "_", "0"]
+    shapes = [(b, s) for b in before for s in seps]
+    shapes += [("{'", "':'"), ('{"', '": "'), ("os.environ['", "']='"), ("data['", "'] = '"), ('\\"', '\\": \\"')]
+    after = ["", "'", '"', ")", ",n=1", " --lr 3", "&x=1", ";", "\n", "]"]
+    rng = random.Random(0)
+    for _ in range(3000):
+        opening, sep = rng.choice(shapes)
+        line = opening + rng.choice(names) + sep + "Zq9xSecretVal0123456789ab" + rng.choice(after)
+        for shown in (line, f'python -c "{line}"'):
+            assert "Zq9xSecretVal0123456789ab" not in redact.text(shown), shown
