@@ -41,6 +41,8 @@ ADVERSARIAL = {
     "base64url": "QUJDRGVmZ2hpams_LW5vcHFyc3R1dnd4eXo0NTY3ODk" * 100,
     "a:b@a:b@...": "a:b@" * (MAX_TEXT // 4),
     "Name: Name: ...": "Name: " * (MAX_TEXT // 6),
+    ",a:,a:...@": (",a:" * (MAX_TEXT // 3))[: MAX_TEXT - 1] + "@",  # review6
+    "password: x, ...": "password: x, " * (MAX_TEXT // 13),
 }
 
 

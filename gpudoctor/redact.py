@@ -13,8 +13,10 @@ program and the shape of the command; what it replaces with `[redacted]` (MARKER
   points at a secret and keeps its value (`--password-file /run/secrets/db`, `--key-file
   ~/.ssh/id`); plurals are counts (`--max-tokens 4096`); a name whose last word describes the
   secret keeps its value (`--auth-mode none`, `token_type`, `--secret-name`, `--token-url`:
-  `_DESCRIPTOR_WORDS`), and so do null, boolean and `<pad>`-like values; `pw` counts as the last
-  word only (`--pw x`, `db_pw`; not `--pw-kernel`);
+  `_DESCRIPTOR_WORDS`), and so do null, boolean and special-token values (`<pad>`, `[PAD]`,
+  `<|eot_id|>`) and values that name a file (`-key server.key`, `--token ~/t.txt`); `pw` counts
+  as the last word only (`--pw x`, `db_pw`; not `--pw-kernel`); digits around a word do not
+  hide it (`PASSWORD2`, `0sig`);
 - the value of a `name=value` pair whose name says so, also inside a longer value
   (`mlx5_0:1,token=x`, `...?access_token=x&n=1`, an Azure SAS's `&sig=x`, `env PGPASSWORD=x`),
   quoted or spaced in code (`python -c "login(token='x')"`, `password = "x"`), of a quoted
@@ -27,7 +29,9 @@ program and the shape of the command; what it replaces with `[redacted]` (MARKER
 - the password options of a few programs whose option names do not say so (`_PROGRAM_OPTIONS`:
   `curl -u bob:pw` keeps `bob`, `smbclient -U bob%pw`, `lftp -u bob,pw`, `redis-cli -a`,
   `zip -P`), also after a wrapper (`env X=y mysql -pSECRET`, `sudo curl ...`), and inside a
-  text (`bash -c "mysql -pSECRET db"`, a log line);
+  text (`bash -c "mysql -pSECRET db"`, a log line). A program met on the way adds its rules to
+  those already met, never replaces them (a database or URL called `open`), and `&&`, `|`, `;`
+  start the next command afresh;
 - the password of a URL or address with user info (`https://user:pw@host`, `user:pw@10.0.0.1`);
   the user name stays;
 - the credential after `Bearer ` / `Basic ` (an HTTP authorization scheme);
@@ -124,12 +128,15 @@ _DESCRIPTOR_WORDS = frozenset(
     | {"style", "strategy", "name", "names", "url", "uri", "endpoint", "host", "port", "version", "timeout", "ttl"}
 )
 # Values that hold no secret whatever the name: a null or a boolean, a tokenizer's special token.
-_NO_SECRET_VALUE = re.compile(r"(?i:none|null|nil|true|false|undefined)|<[^<>\s]{1,20}>")
+# A value that names a file holds no secret itself (`openssl req -key server.key`, `--token ~/t.txt`).
+_FILE_VALUE = re.compile(r"(?:~|\.{1,2})/.*|[^\s=:]*\.(?:key|pem|crt|cer|der|p12|pfx|jks|json|ya?ml|txt|conf|cfg|ini)")
+_NO_SECRET_VALUE = re.compile(r"(?i:none|null|nil|true|false|undefined)|</?\|?[A-Za-z_]{1,40}\|?>|\[[A-Z]{2,8}\]")
 
 
 def _words(name: str) -> list[str]:
-    """The words of a name, lower case, leading digits dropped (`0sig`, a prefix glued by a log)."""
-    return [w for w in (w.lstrip("0123456789") for w in re.split(r"[^a-z0-9]+", name.lower())) if w]
+    """The words of a name, lower case, leading and trailing digits dropped (`0sig`, a prefix glued
+    by a log; `PASSWORD2`, `token1`)."""
+    return [w for w in (w.strip("0123456789") for w in re.split(r"[^a-z0-9]+", name.lower())) if w]
 
 
 def _secret_word(word: str) -> bool:
@@ -172,7 +179,7 @@ def key_like(value: str) -> bool:
 
 def secret_pair(name: str, value: str) -> bool:
     """Whether `value`, given as the value of option or key `name`, is to be redacted."""
-    if not value or value == MARKER or _NO_SECRET_VALUE.fullmatch(value):
+    if not value or value == MARKER or _NO_SECRET_VALUE.fullmatch(value) or _FILE_VALUE.fullmatch(value):
         return False
     return secret_name(name) or (key_name(name) and key_like(value))
 
@@ -181,16 +188,21 @@ def secret_pair(name: str, value: str) -> bool:
 def _rules() -> dict[str, re.Pattern[str]]:
     """The patterns, compiled on first use (importing this module is on `check --quick`'s path)."""
     return {
-        # `name=value` inside a text; the value runs to the next separator of a list or query string.
-        # Or a string literal in code given to `python -c`, to its closing quote, the quotes and
-        # spaces kept: `token='x'`, `password = "a b"`, `os.environ['HF_TOKEN']='x'`; an unquoted
-        # value after spaces is code (`key = jax.random.PRNGKey(0)`), and `==` a comparison.
+        # A string literal assigned in code given to `python -c`, to its closing quote, the quotes
+        # and spaces kept: `token='x'`, `password = "a b"`, `os.environ['HF_TOKEN']='x'`,
+        # `OpenAI(api_key="x")`; `==` is a comparison. Only a secret name's literal is replaced; any
+        # other is left for the next rule to look inside (`cmd = "run --env=PGPASSWORD=x"`).
         # A name starts only where a run of name characters starts (the lookbehind; `_SECRET`,
         # `0token` and `--api-key` whole), so a long run is tried once, not from each character.
+        "literal": re.compile(
+            r"(?<![A-Za-z0-9_.\-])(?P<name>[0-9_.\-]*[A-Za-z][A-Za-z0-9_.\-]*)(?P<close>['\"]?\]?)"
+            r"(?P<sep>[ \t]*=(?!=)[ \t]*[rRbBuUfF]{0,2})(?:'(?P<v1>[^'\n]*)'?|\"(?P<v2>[^\"\n]*)\"?)"
+        ),
+        # `name=value` inside a text; the value runs to the next separator of a list or query
+        # string. With spaces around `=` and no quote it is code (`key = jax.random.PRNGKey(0)`).
         "assignment": re.compile(
             r"(?<![A-Za-z0-9_.\-])(?P<name>[0-9_.\-]*[A-Za-z][A-Za-z0-9_.\-]*)(?P<close>['\"]?\]?)"
-            r"(?:(?P<sep>[ \t]*=(?!=)[ \t]*[rRbBuUfF]{0,2})(?:'(?P<v1>[^'\n]*)'?|\"(?P<v2>[^\"\n]*)\"?)"
-            r"|(?P<eq>=)(?!=)(?P<value>[^\s,;&'\"]+))"
+            r"=(?![rRbBuUfF]{1,2}['\"])(?P<value>[^\s,;&'\"]+)"  # (`r'...'` is the literal rule's)
         ),
         # A quoted pair of JSON or a Python dict (`'{"api_key": "x"}'`), its quotes maybe escaped
         # (`"{\"api_key\": \"x\"}"` inside a shell string).
@@ -205,17 +217,19 @@ def _rules() -> dict[str, re.Pattern[str]]:
         # `Name: value` as an HTTP header passed on a command line (`curl -H 'X-Api-Key: ...'`), or
         # YAML's `password: "x"` (the opening quote kept).
         "header": re.compile(
-            r"(?<![A-Za-z0-9_\-])(?P<name>[0-9_\-]*[A-Za-z][A-Za-z0-9_\-]*):\s*(?P<q>['\"]?)(?P<value>[^'\"\n]+)"
+            r"(?<![A-Za-z0-9\-])(?P<name>[0-9\-]*[A-Za-z][A-Za-z0-9\-]*):[ \t]*"
+            r"(?=(?P<q>['\"]?)(?P<value>[^'\"\n]{1,80}))"
         ),
         # user:password@host in a URL or a bare address; not a container image's `name:tag@sha256:...`.
         # (The user starts only after a space, `/@,;` or a quote: `x:x:x:...` is tried once.)
         "userinfo": re.compile(
             # (`redis://:password@host`: a URL may give a password with no user)
             r"(?P<pre>(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@,;'\"]*|(?<![^\s/@,;'\"])[^\s:/@,;'\"]+)"
-            r":(?P<pw>[^\s@/'\"]+)@(?=[^\s@])(?!sha\d+:)"
+            r":(?P<pw>[^\s@/'\"]{1,256})@(?=[^\s@])(?!sha\d+:)"
         ),
         # HTTP authorization schemes; a plain English word after "Basic" ("Basic checks") is not one.
         "scheme": re.compile(r"\b(?P<pre>(?:Bearer|bearer|Basic)\s+)(?P<cred>[A-Za-z0-9._~+/\-]{8,}=*)"),
+        "to_line_end": re.compile(r"[^'\"\n]*"),
         "run": re.compile(r"[A-Za-z0-9+]{20,}"),
         "hex": re.compile(r"[0-9a-f]+|[0-9A-F]+"),
         "space": re.compile(r"(\s+)"),
@@ -247,30 +261,29 @@ def looks_random(run: str) -> bool:
     return switches >= MIN_SWITCHES and switches >= MIN_SWITCH_RATE * len(chars)
 
 
-def _assigned(match: re.Match[str]) -> tuple[str, str, str, str]:
-    """An assignment's parts: everything up to the value, the value, what follows it, the name."""
-    name = match.group("name")
-    if match.group("eq"):
-        return name + match.group("close") + "=", match.group("value"), "", name.lstrip("-")
+def _redact_literal(match: re.Match[str]) -> str:
     group = "v1" if match.group("v1") is not None else "v2"
+    if not secret_pair(match.group("name").lstrip("-"), match.group(group)):
+        return match.group()
     quote = "'" if group == "v1" else '"'
     closed = quote if match.end(group) < match.end() else ""  # (a text cut inside the literal)
-    return name + match.group("close") + match.group("sep") + quote, match.group(group), closed, name.lstrip("-")
+    return f"{match.group('name')}{match.group('close')}{match.group('sep')}{quote}{MARKER}{closed}"
 
 
 def _redact_assignment(match: re.Match[str]) -> str:
-    head, value, tail, name = _assigned(match)
-    if secret_pair(name, value):
-        return f"{head}{MARKER}{tail}"
+    head, value = match.group("name") + match.group("close") + "=", match.group("value")
+    if secret_pair(match.group("name").lstrip("-"), value):
+        return f"{head}{MARKER}"
     if "=" in value:  # `--env=HF_TOKEN=...`, `--set=auth.password=...`: the pair inside is judged too
-        return f"{head}{_rules()['assignment'].sub(_redact_inner_assignment, value)}{tail}"
+        return f"{head}{_rules()['assignment'].sub(_redact_inner_assignment, value)}"
     return match.group()
 
 
 def _redact_inner_assignment(match: re.Match[str]) -> str:
     """The pair inside another's value: judged once, not again inside itself (`a=a=a=...` stays linear)."""
-    head, value, tail, name = _assigned(match)
-    return f"{head}{MARKER}{tail}" if secret_pair(name, value) else match.group()
+    if secret_pair(match.group("name").lstrip("-"), match.group("value")):
+        return f"{match.group('name')}{match.group('close')}={MARKER}"
+    return match.group()
 
 
 def _redact_quoted_pair(match: re.Match[str]) -> str:
@@ -280,11 +293,25 @@ def _redact_quoted_pair(match: re.Match[str]) -> str:
     return f"{match.group('pre')}{MARKER}{close}"
 
 
-def _redact_header(match: re.Match[str]) -> str:
-    value = match.group("value").strip()
-    if value.startswith(MARKER) or not secret_pair(match.group("name"), value):
-        return match.group()  # (`pass:[redacted] -in req.pem`: the pass phrase rule took it)
-    return f"{match.group('name')}: {match.group('q')}{MARKER}"
+def _redact_headers(value: str) -> str:
+    """`Name: value` pairs whose name says secret, the value to the end of the line replaced. The
+    pattern only looks ahead at the value, so a pair that is not secret (`ERROR: auth failed,
+    password: x`) does not hide the pairs after it."""
+    rules = _rules()
+    out: list[str] = []
+    done = 0
+    for match in rules["header"].finditer(value):
+        if match.start() < done:
+            continue  # inside a value already replaced
+        # The decision reads the value's first 80 characters, so that each `Name:` costs a bounded
+        # look; only a value that is replaced is read to its end.
+        shown = match.group("value").strip()
+        if shown.startswith(MARKER) or not secret_pair(match.group("name"), shown):
+            continue  # (`pass:[redacted] -in req.pem`: the pass phrase rule took it)
+        out += [value[done : match.start()], f"{match.group('name')}: {match.group('q')}{MARKER}"]
+        end = rules["to_line_end"].match(value, match.start("value"))
+        done = end.end() if end else match.end("value")
+    return "".join(out) + value[done:] if out else value
 
 
 def _redact_scheme(match: re.Match[str]) -> str:
@@ -307,9 +334,10 @@ def text(value: str) -> str:
     rules = _rules()
     out = rules["userinfo"].sub(lambda m: f"{m.group('pre')}:{MARKER}@", value) if "@" in value else value
     out = rules["openssl_pass"].sub(lambda m: f"{m.group('pre')}{MARKER}", out)
-    out = rules["header"].sub(_redact_header, out)
+    out = _redact_headers(out)
     out = rules["scheme"].sub(_redact_scheme, out)
     out = rules["quoted_pair"].sub(_redact_quoted_pair, out)
+    out = rules["literal"].sub(_redact_literal, out)
     out = rules["assignment"].sub(_redact_assignment, out)
     out = rules["aws_key_id"].sub(lambda m: f"{m.group('pre')}{MARKER}", out)
     out = rules["run"].sub(lambda m: MARKER if looks_random(m.group()) else m.group(), out)
@@ -349,8 +377,8 @@ _PROGRAM_OPTIONS: dict[str, dict[str, str]] = {
     "unzip": {"-P": "value"},
     "lftp": {"-u": "userinfo,", "--user": "userinfo,"},
     "open": {"-u": "userinfo,", "--user": "userinfo,"},  # lftp's own command, in `lftp -c 'open -u ...'`
-    "openssl": {"-k": "value"},  # `openssl enc -k password` (openssl-enc(1))
-    **dict.fromkeys(("smbclient", "rpcclient", "smbcacls", "smbget", "smbtree", "net"), _SAMBA),
+    "openssl": {"-k": "next"},  # `openssl enc -k password` (openssl-enc(1)); `-key`, `-keyout` are others
+    **dict.fromkeys(("smbclient", "rpcclient", "smbcacls", "smbget", "smbtree"), _SAMBA),
     "7z": {"-p": "glued"},
     "7za": {"-p": "glued"},
     **dict.fromkeys(("mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlshow", "mysqlcheck"), _MYSQL),
@@ -372,7 +400,7 @@ def _value_rule(option: str, how: str | None) -> Callable[[str], str] | None:
     """How the argument after `option` is shown, or None when it is an argument like any other."""
     if how is not None and how.startswith("userinfo"):
         return lambda value: _shown_value(how, value)
-    if how == "value":
+    if how in ("value", "next"):
         return lambda value: MARKER
     name = option.lstrip("-")
     if option == "-p":
@@ -406,6 +434,9 @@ def argv(args: Iterable[str]) -> list[str]:
     return [items[0], *_tokens(items[1:], _PROGRAM_OPTIONS.get(_program(items[0]), {}), text)]
 
 
+_SHELL_SEPARATORS = frozenset({"&&", "||", "|", ";", "&"})
+
+
 def _tokens(items: list[str], table: dict[str, str], plain: Callable[[str], str]) -> list[str]:
     """The option-aware pass over the arguments of a command (or the words of a text): options
     whose values are secrets, `-p WORD`, the password options of a program named in `table` or
@@ -420,11 +451,19 @@ def _tokens(items: list[str], table: dict[str, str], plain: Callable[[str], str]
             continue
         pending = None
         if name is None:
-            table = _PROGRAM_OPTIONS.get(_program(arg), table)  # a program started by a wrapper
             out.append(plain(arg))
+            if arg in _SHELL_SEPARATORS or arg.endswith(";"):
+                table = {}  # the next command's program starts afresh
+            else:  # a program started by a wrapper (`env X=y mysql`, `bash -c "mysql`): its rules are
+                # added, never in place of the rules met so far (a database or URL named `open`)
+                table = {**_PROGRAM_OPTIONS.get(_program(arg.lstrip("'\"(`")), {}), **table}
             continue
         option, eq, value = arg.partition("=")
-        glued = next((o for o in table if len(o) == 2 and arg.startswith(o) and len(arg) > 2 and not eq), None)
+        glued = next(
+            (o for o, how in table.items() if len(o) == 2 and how != "next" and arg.startswith(o) and len(arg) > 2),
+            None,
+        )
+        glued = None if eq else glued
         if glued is not None:  # -pSECRET, -ubob:pw
             out.append(glued + _shown_value(table[glued], arg[2:]))
             continue
@@ -454,7 +493,7 @@ def _clustered(arg: str, table: dict[str, str]) -> tuple[int, str] | None:
         return None
     for at in range(1, len(arg)):
         how = table.get(f"-{arg[at]}")
-        if how is not None and how != "glued":
+        if how is not None and how not in ("glued", "next"):
             return at, how
         if not arg[at].isalpha():
             return None

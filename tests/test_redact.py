@@ -218,6 +218,51 @@ CODE_SECRETS = [
         f"openssl req -passin pass:{M} -in req.pem -out r.csr && echo done",
     ),
 ]
+# review6: a word like `open` or `net` among a program's arguments, a literal that holds a pair, a
+# value starting with `=`, a later `password:` on a log line, a quoted program, a numbered name.
+REVIEW6_ARGV = [
+    (["curl", "https://h/v1/net", "-u", "bob:hunter2"], ["curl", "https://h/v1/net", "-u", f"bob:{M}"]),
+    (["mysql", "-u", "root", "-D", "open", "-phunter2"], ["mysql", "-u", "root", "-D", "open", f"-p{M}"]),
+    (
+        ["python", "-c", 'cmd = "docker run --env=PGPASSWORD=hunter2pw img"'],
+        ["python", "-c", f'cmd = "docker run --env=PGPASSWORD={M} img"'],
+    ),
+    (["python", "-c", 'import os;c=OpenAI(api_key="hunter2")'], ["python", "-c", f'import os;c=OpenAI(api_key="{M}")']),
+    (["docker", "run", "--env", "PASSWORD==xhunter2"], ["docker", "run", "--env", f"PASSWORD={M}"]),
+    (['sh -c "mysql -pX db && curl -u bob:pw h"'], [f'sh -c "mysql -p{M} db && curl -u bob:{M} h"']),
+    (
+        ["openssl", "req", "-key", "server.key", "-keyout", "k.pem"],
+        ["openssl", "req", "-key", "server.key", "-keyout", "k.pem"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), REVIEW6_ARGV, ids=[" ".join(a)[:40] for a, _ in REVIEW6_ARGV])
+def test_review6_command_lines(argv: list[str], expected: list[str]) -> None:
+    assert redact.argv(argv) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2024-05-01 ERROR: auth failed, password: hunter2", f"2024-05-01 ERROR: auth failed, password: {M}"),
+        ("db_key: hunter2", f"db_key: {M}"),
+        ('bash -c "mysql -pSECRET db"', f'bash -c "mysql -p{M} db"'),
+        ("PASSWORD2=x API_KEY2=y", f"PASSWORD2={M} API_KEY2={M}"),
+        ("password=<hunter2secret>", f"password={M}"),
+        # kept: metrics with `pass`/`token`/`sig` in their names, special tokens
+        ("humaneval pass_at_1: 0.42, pass_at_10: 0.6", "humaneval pass_at_1: 0.42, pass_at_10: 0.6"),
+        ("val_token_acc: 0.51 pad_token_id: 0 sig_figs: 3", "val_token_acc: 0.51 pad_token_id: 0 sig_figs: 3"),
+        (
+            "t.pad_token = '[PAD]'; pad_token='<|finetune_right_pad_id|>'",
+            "t.pad_token = '[PAD]'; pad_token='<|finetune_right_pad_id|>'",
+        ),
+    ],
+)
+def test_review6_texts(value: str, expected: str) -> None:
+    assert redact.text(value) == expected
+
+
 # review5: code, comparisons and configs that only look like secrets.
 CODE_UNTOUCHED = [
     "    if self.token == other.token:",
