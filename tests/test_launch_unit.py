@@ -146,8 +146,11 @@ def test_a_running_group_gets_sigterm_and_its_leader_is_reaped() -> None:
 
 
 def test_a_group_ignoring_sigterm_is_killed_after_the_grace() -> None:
-    leader = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 60"], start_new_session=True)
-    time.sleep(0.3)  # let the shell set its trap
+    leader = subprocess.Popen(
+        ["sh", "-c", "trap '' TERM; echo ready; exec sleep 60"], start_new_session=True, stdout=subprocess.PIPE
+    )
+    assert leader.stdout is not None and leader.stdout.readline() == b"ready\n"  # the trap is set (a loaded CI host)
+    leader.stdout.close()
     start = time.monotonic()
     assert procs.terminate_group(leader, grace_s=0.5) is True
     assert leader.returncode == -signal.SIGKILL

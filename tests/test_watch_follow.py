@@ -105,9 +105,26 @@ def test_interrupting_gpudoctor_stops_the_child_and_its_children(tmp_path: Path)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "stopped the command" in err
-    time.sleep(0.2)
-    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    assert alive == []
+    assert _all_gone(pids)
+
+
+def _all_gone(pids: list[int], within_s: float = 10.0) -> bool:
+    """Every one of `pids` ended (or is a zombie) within `within_s` (polled: a loaded host is slow to reap)."""
+
+    def alive() -> list[int]:
+        out = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    out.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    deadline = time.monotonic() + within_s
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive() == []
 
 
 def test_sigterm_stops_the_child_too() -> None:
@@ -258,7 +275,9 @@ def _start_job_then(sig: signal.Signals, tmp_path: Path) -> tuple[int | None, li
         deadline = time.monotonic() + 20
         while not started.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(0.3)  # sleep 100 has started
+        deadline = time.monotonic() + 20  # `sleep 100` has started (polled: a loaded CI host is slow)
+        while not any("sleep" in " ".join(p.cmdline()) for p in _marked(marker)) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert any("sleep" in " ".join(p.cmdline()) for p in _marked(marker))
         proc.send_signal(sig)
         code = proc.wait(timeout=30)
