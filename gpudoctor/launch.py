@@ -386,11 +386,12 @@ def nccl_names_interface(env: Mapping[str, str]) -> bool:
     conf = env.get("NCCL_CONF_FILE", "")
     home = env.get("HOME", "")
     files = [conf] if conf else ([f"{home}/.nccl.conf"] if home else [])
+    from gpudoctor.safe_io import read_text
+
     for name in [*files, "/etc/nccl.conf"]:
-        try:
-            with open(name, "rb") as f:
-                text = f.read(NCCL_CONF_MAX_BYTES).decode("utf-8", "replace")
-        except OSError:
+        try:  # a regular file only: a FIFO planted as ~/.nccl.conf would block the open
+            text = read_text(name, NCCL_CONF_MAX_BYTES)
+        except (OSError, UnicodeDecodeError):
             continue
         for line in text.splitlines():
             key, eq, value = line.strip().partition("=")

@@ -122,14 +122,16 @@ _KEY_QUALIFIERS = frozenset(
 
 
 # The last word of a name that describes a secret rather than holds it (`--auth-mode none`,
-# `token_type: bpe`, `--secret-name my-secret`, `--token-url https://...`).
+# `token_type: bpe`, `--secret-name my-secret`, `--token-url https://...`); a heuristic list.
 _DESCRIPTOR_WORDS = frozenset(
     {"type", "types", "mode", "kind", "format", "length", "len", "size", "count", "limit", "policy", "method"}
     | {"style", "strategy", "name", "names", "url", "uri", "endpoint", "host", "port", "version", "timeout", "ttl"}
 )
-# Values that hold no secret whatever the name: a null or a boolean, a tokenizer's special token.
-# A value that names a file holds no secret itself (`openssl req -key server.key`, `--token ~/t.txt`).
+# A value that names a file holds no secret itself (`openssl req -key server.key`, `--token ~/t.txt`);
+# the extensions are a heuristic list of key, certificate and config files.
 _FILE_VALUE = re.compile(r"(?:~|\.{1,2})/.*|[^\s=:]*\.(?:key|pem|crt|cer|der|p12|pfx|jks|json|ya?ml|txt|conf|cfg|ini)")
+# Values that hold no secret whatever the name (a heuristic): a null or a boolean, a tokenizer's
+# special token (`<pad>`, `</s>`, `<|eot_id|>`, `[PAD]`).
 _NO_SECRET_VALUE = re.compile(r"(?i:none|null|nil|true|false|undefined)|</?\|?[A-Za-z_]{1,40}\|?>|\[[A-Z]{2,8}\]")
 
 
@@ -184,6 +186,12 @@ def secret_pair(name: str, value: str) -> bool:
     return secret_name(name) or (key_name(name) and key_like(value))
 
 
+# A key or option name in a text. It starts only where a run of name characters starts (the
+# lookbehind; `_SECRET`, `0token` and `--api-key` whole), so a long run is tried once, not from
+# each of its characters; a subscript's closing quote and bracket may follow (`environ['X']=`).
+_NAME = r"(?<![A-Za-z0-9_.\-])(?P<name>[0-9_.\-]*[A-Za-z][A-Za-z0-9_.\-]*)(?P<close>['\"]?\]?)"
+
+
 @cache
 def _rules() -> dict[str, re.Pattern[str]]:
     """The patterns, compiled on first use (importing this module is on `check --quick`'s path)."""
@@ -192,17 +200,13 @@ def _rules() -> dict[str, re.Pattern[str]]:
         # and spaces kept: `token='x'`, `password = "a b"`, `os.environ['HF_TOKEN']='x'`,
         # `OpenAI(api_key="x")`; `==` is a comparison. Only a secret name's literal is replaced; any
         # other is left for the next rule to look inside (`cmd = "run --env=PGPASSWORD=x"`).
-        # A name starts only where a run of name characters starts (the lookbehind; `_SECRET`,
-        # `0token` and `--api-key` whole), so a long run is tried once, not from each character.
         "literal": re.compile(
-            r"(?<![A-Za-z0-9_.\-])(?P<name>[0-9_.\-]*[A-Za-z][A-Za-z0-9_.\-]*)(?P<close>['\"]?\]?)"
-            r"(?P<sep>[ \t]*=(?!=)[ \t]*[rRbBuUfF]{0,2})(?:'(?P<v1>[^'\n]*)'?|\"(?P<v2>[^\"\n]*)\"?)"
+            _NAME + r"(?P<sep>[ \t]*=(?!=)[ \t]*[rRbBuUfF]{0,2})(?:'(?P<v1>[^'\n]*)'?|\"(?P<v2>[^\"\n]*)\"?)"
         ),
         # `name=value` inside a text; the value runs to the next separator of a list or query
         # string. With spaces around `=` and no quote it is code (`key = jax.random.PRNGKey(0)`).
         "assignment": re.compile(
-            r"(?<![A-Za-z0-9_.\-])(?P<name>[0-9_.\-]*[A-Za-z][A-Za-z0-9_.\-]*)(?P<close>['\"]?\]?)"
-            r"=(?![rRbBuUfF]{1,2}['\"])(?P<value>[^\s,;&'\"]+)"  # (`r'...'` is the literal rule's)
+            _NAME + r"=(?![rRbBuUfF]{1,2}['\"])(?P<value>[^\s,;&'\"]+)"  # (`r'...'` is the literal rule's)
         ),
         # A quoted pair of JSON or a Python dict (`'{"api_key": "x"}'`), its quotes maybe escaped
         # (`"{\"api_key\": \"x\"}"` inside a shell string).
@@ -215,13 +219,15 @@ def _rules() -> dict[str, re.Pattern[str]]:
         # "pass:password ... the actual password is password"); `env:`, `file:`, `fd:` name where it is.
         "openssl_pass": re.compile(r"(?<![A-Za-z0-9_])(?P<pre>pass:)(?P<pw>[^\s'\"]+)"),
         # `Name: value` as an HTTP header passed on a command line (`curl -H 'X-Api-Key: ...'`), or
-        # YAML's `password: "x"` (the opening quote kept).
+        # YAML's `password: "x"` (the opening quote kept). The 80 characters looked at are a
+        # heuristic bound on what the decision needs (`_redact_headers`).
         "header": re.compile(
             r"(?<![A-Za-z0-9\-])(?P<name>[0-9\-]*[A-Za-z][A-Za-z0-9\-]*):[ \t]*"
             r"(?=(?P<q>['\"]?)(?P<value>[^'\"\n]{1,80}))"
         ),
         # user:password@host in a URL or a bare address; not a container image's `name:tag@sha256:...`.
-        # (The user starts only after a space, `/@,;` or a quote: `x:x:x:...` is tried once.)
+        # (The user starts only after a space, `/@,;` or a quote: `x:x:x:...` is tried once; a
+        # password of at most 256 characters, a heuristic bound that keeps `,a:,a:...@` linear.)
         "userinfo": re.compile(
             # (`redis://:password@host`: a URL may give a password with no user)
             r"(?P<pre>(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@,;'\"]*|(?<![^\s/@,;'\"])[^\s:/@,;'\"]+)"
@@ -263,7 +269,7 @@ def looks_random(run: str) -> bool:
 
 def _redact_literal(match: re.Match[str]) -> str:
     group = "v1" if match.group("v1") is not None else "v2"
-    if not secret_pair(match.group("name").lstrip("-"), match.group(group)):
+    if not secret_pair(match.group("name"), match.group(group)):
         return match.group()
     quote = "'" if group == "v1" else '"'
     closed = quote if match.end(group) < match.end() else ""  # (a text cut inside the literal)
@@ -272,7 +278,7 @@ def _redact_literal(match: re.Match[str]) -> str:
 
 def _redact_assignment(match: re.Match[str]) -> str:
     head, value = match.group("name") + match.group("close") + "=", match.group("value")
-    if secret_pair(match.group("name").lstrip("-"), value):
+    if secret_pair(match.group("name"), value):
         return f"{head}{MARKER}"
     if "=" in value:  # `--env=HF_TOKEN=...`, `--set=auth.password=...`: the pair inside is judged too
         return f"{head}{_rules()['assignment'].sub(_redact_inner_assignment, value)}"
@@ -281,7 +287,7 @@ def _redact_assignment(match: re.Match[str]) -> str:
 
 def _redact_inner_assignment(match: re.Match[str]) -> str:
     """The pair inside another's value: judged once, not again inside itself (`a=a=a=...` stays linear)."""
-    if secret_pair(match.group("name").lstrip("-"), match.group("value")):
+    if secret_pair(match.group("name"), match.group("value")):
         return f"{match.group('name')}{match.group('close')}={MARKER}"
     return match.group()
 

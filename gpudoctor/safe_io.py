@@ -39,7 +39,15 @@ from typing import IO
 
 FIFO_READER_GRACE_S = 2.0  # how long a FIFO output waits for its reader to open it
 
-__all__ = ["InputFileError", "check_target", "open_input", "open_stream", "read_text", "write_text"]
+__all__ = [
+    "InputFileError",
+    "check_target",
+    "open_input",
+    "open_stream",
+    "read_stdin_text",
+    "read_text",
+    "write_text",
+]
 
 MIB = 1 << 20
 
@@ -221,16 +229,52 @@ def read_text(path: str | Path, limit: int) -> str:
     """
     fd = _open_regular(path)
     try:
-        chunks = []
-        total = 0
-        while total <= limit:  # the size stat gives may change while we read (a file being written)
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > limit:
-            raise InputFileError(errno.EFBIG, f"is larger than {limit // MIB} MiB")
+        return _read_all(fd, limit).decode("utf-8")
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("utf-8")
+
+
+def read_stdin_text(limit: int) -> str:
+    """Standard input's UTF-8 text to its end (`--snapshot -`), at most `limit` bytes, with the
+    errors of `read_text`. A terminal or a closed standard input is refused rather than waited on;
+    a non-blocking pipe is waited on like a blocking one; an in-memory `sys.stdin` (the Python API
+    under a test harness) is read as it is."""
+    import sys
+
+    stream = sys.stdin
+    try:
+        fd = stream.fileno()
+    except (AttributeError, ValueError, OSError):  # None, closed, or a Python object with no descriptor
+        fd = -1
+    if fd >= 0:
+        if os.isatty(fd):
+            raise InputFileError(errno.ENOTTY, "standard input is a terminal: pipe the input in")
+        return _read_all(fd, limit).decode("utf-8")
+    if stream is None or getattr(stream, "closed", True) or not hasattr(stream, "read"):
+        raise InputFileError(errno.EBADF, "standard input is closed")
+    data = stream.read(limit + 1)
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    if len(raw) > limit:
+        raise InputFileError(errno.EFBIG, f"is larger than {limit // MIB} MiB")
+    return raw.decode("utf-8")
+
+
+def _read_all(fd: int, limit: int) -> bytes:
+    """Everything `fd` gives until its end, refusing more than `limit` bytes (InputFileError)."""
+    import select
+
+    chunks = []
+    total = 0
+    while total <= limit:  # the size stat gives may change while we read (a file being written)
+        try:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+        except BlockingIOError:  # a pipe its writer made non-blocking: wait for data, not spin
+            select.select([fd], [], [])
+            continue
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    if total > limit:
+        raise InputFileError(errno.EFBIG, f"is larger than {limit // MIB} MiB")
+    return b"".join(chunks)

@@ -561,54 +561,12 @@ def loads(text: str) -> Snapshot:
 MAX_SNAPSHOT_BYTES = 32 << 20
 
 
-def _read_stdin(limit: int) -> str:
-    """Standard input's text to its end (`--snapshot -`, at most `limit` bytes). A terminal is
-    refused rather than waited on; a non-blocking pipe is waited on like a blocking one."""
-    import os
-    import select
-    import sys
-
-    stream = sys.stdin
-    try:
-        fd = stream.fileno() if stream is not None else -1
-    except (AttributeError, ValueError, OSError):  # closed, or a Python object with no descriptor
-        fd = -1
-    if fd < 0:
-        if stream is None or getattr(stream, "closed", True) or not hasattr(stream, "read"):
-            raise SnapshotError("standard input is closed")
-        data = stream.read(limit + 1)  # an in-memory stream (the Python API under a test harness)
-        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    else:
-        if os.isatty(fd):
-            raise SnapshotError("standard input is a terminal, not a snapshot: pipe one in (`... snapshot -o - |`)")
-        chunks: list[bytes] = []
-        total = 0
-        while total <= limit:
-            try:
-                chunk = os.read(fd, min(1 << 20, limit + 1 - total))
-            except BlockingIOError:
-                select.select([fd], [], [])
-                continue
-            except OSError as exc:
-                raise SnapshotError(f"cannot read standard input: {exc.strerror}") from None
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        raw = b"".join(chunks)
-    if len(raw) > limit:
-        raise SnapshotError(f"is larger than {limit >> 20} MiB")
-    return raw.decode("utf-8")
-
-
 def load(path: str | Path) -> Snapshot:
     """The snapshot in file `path`, or on standard input for "-"."""
-    from gpudoctor.safe_io import InputFileError, read_text
+    from gpudoctor.safe_io import InputFileError, read_stdin_text, read_text
 
     try:
-        text = _read_stdin(MAX_SNAPSHOT_BYTES) if path == "-" else read_text(path, MAX_SNAPSHOT_BYTES)
-    except SnapshotError as exc:  # standard input's own refusals
-        raise SnapshotError(f"{path}: {exc}") from None
+        text = read_stdin_text(MAX_SNAPSHOT_BYTES) if path == "-" else read_text(path, MAX_SNAPSHOT_BYTES)
     except InputFileError as exc:
         raise SnapshotError(f"{path}: {exc.strerror}") from None
     except FileNotFoundError:

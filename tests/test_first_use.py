@@ -152,6 +152,8 @@ def test_single_node_gpu_ranks_keep_nccl_and_gloo_sockets_on_loopback(tmp_path: 
     conf = tmp_path / "nccl.conf"
     conf.write_text("# site settings\nNCCL_DEBUG=WARN\nNCCL_SOCKET_IFNAME = ens5\n")
     assert "NCCL_SOCKET_IFNAME" not in ranks({"NCCL_CONF_FILE": str(conf)})
+    os.mkfifo(tmp_path / "fifo.conf")  # planted: reading it would block; it names nothing
+    assert ranks({"NCCL_CONF_FILE": str(tmp_path / "fifo.conf")})["NCCL_SOCKET_IFNAME"].startswith("=lo")
     (tmp_path / ".nccl.conf").write_text("NCCL_SOCKET_IFNAME=bond0\n")
     assert "NCCL_SOCKET_IFNAME" not in ranks({"HOME": str(tmp_path)})
     launched = ranks({}, under_launcher=True)

@@ -123,6 +123,18 @@ class _Timer:
         return self.size / min(times) / 1e9
 
 
+def group_mode() -> str:
+    """How this rank makes subgroups: "local" (new_group with local synchronization: no device
+    bound), "split" (one ncclCommSplit for all groups: NCCL bound to a device) or "every" (an
+    older torch without split_group: every rank makes every group)."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    if getattr(distributed_c10d._get_default_group(), "bound_device_id", None) is None:
+        return "local"
+    return "split" if hasattr(dist, "split_group") else "every"
+
+
 def subgroup(groups: list[list[int]], rank: int, world: int) -> Any:
     """This rank's group among the disjoint `groups` (None when it is in none of them).
 
@@ -133,41 +145,33 @@ def subgroup(groups: list[list[int]], rank: int, world: int) -> Any:
     other's keys until the timeout. So the ranks in no group each get a group of their own, and
     every rank makes exactly one group per call.
 
-    Where NCCL is bound to a device: one ncclCommSplit for all groups (torch's split_group; with
-    new_group every rank would join a split per group, N/2 collectives a round). Elsewhere
-    new_group with local synchronization, which only each group's members call.
+    "split" (`group_mode`): with new_group every rank would join a split per group, N/2
+    collectives a round; "local": only each group's members call new_group.
     """
     import torch.distributed as dist
-    from torch.distributed import distributed_c10d
 
     placed = {r for g in groups for r in g}
-    default = distributed_c10d._get_default_group()
-    if getattr(default, "bound_device_id", None) is None:
+    mode = group_mode()
+    if mode == "local":
         mine = next((g for g in groups if rank in g), [rank])
         made = dist.new_group(sorted(mine), use_local_synchronization=True)
-    elif hasattr(dist, "split_group"):
+    elif mode == "split":
         made = dist.split_group(
             split_ranks=[sorted(g) for g in groups] + [[r] for r in range(world) if r not in placed]
         )
-    else:  # an older torch: every rank makes every group, named from a count they all share
+    else:  # every rank makes every group, named from a count they all share
         every = [dist.new_group(g) for g in groups]
         made = next((m for g, m in zip(groups, every, strict=True) if rank in g), None)
     return made if rank in placed else None  # a group of its own only keeps the count even
 
 
 def group_state() -> str:
-    """How this rank makes subgroups (`subgroup`'s branch) and how many groups it holds: ranks whose
-    states differ would name the same group differently (an odd torch version on one node, a group
-    another task made on some ranks only) and wait for each other until the deadline."""
-    import torch.distributed as dist
+    """`group_mode` and how many groups this rank holds: ranks whose states differ would name the
+    same group differently (an odd torch version on one node, a group another task made on some
+    ranks only) and wait for each other until the deadline."""
     from torch.distributed import distributed_c10d
 
-    default = distributed_c10d._get_default_group()
-    if getattr(default, "bound_device_id", None) is None:
-        mode = "local"
-    else:
-        mode = "split" if hasattr(dist, "split_group") else "every"
-    return f"{mode}/{len(distributed_c10d._world.pg_names)}"
+    return f"{group_mode()}/{len(distributed_c10d._world.pg_names)}"
 
 
 def _nodes(members: list[dict[str, Any]]) -> list[dict[str, Any]]:
