@@ -127,12 +127,6 @@ _DESCRIPTOR_WORDS = frozenset(
     {"type", "types", "mode", "kind", "format", "length", "len", "size", "count", "limit", "policy", "method"}
     | {"style", "strategy", "name", "names", "url", "uri", "endpoint", "host", "port", "version", "timeout", "ttl"}
 )
-# A value that names a file holds no secret itself (`openssl req -key server.key`, `--token ~/t.txt`);
-# the extensions are a heuristic list of key, certificate and config files.
-_FILE_VALUE = re.compile(r"(?:~|\.{1,2})/.*|[^\s=:]*\.(?:key|pem|crt|cer|der|p12|pfx|jks|json|ya?ml|txt|conf|cfg|ini)")
-# Values that hold no secret whatever the name (a heuristic): a null or a boolean, a tokenizer's
-# special token (`<pad>`, `</s>`, `<|eot_id|>`, `[PAD]`).
-_NO_SECRET_VALUE = re.compile(r"(?i:none|null|nil|true|false|undefined)|</?\|?[A-Za-z_]{1,40}\|?>|\[[A-Z]{2,8}\]")
 
 
 def _words(name: str) -> list[str]:
@@ -181,7 +175,13 @@ def key_like(value: str) -> bool:
 
 def secret_pair(name: str, value: str) -> bool:
     """Whether `value`, given as the value of option or key `name`, is to be redacted."""
-    if not value or value == MARKER or _NO_SECRET_VALUE.fullmatch(value) or _FILE_VALUE.fullmatch(value):
+    rules = _rules()
+    if (
+        not value
+        or value == MARKER
+        or rules["no_secret_value"].fullmatch(value)
+        or rules["file_value"].fullmatch(value)
+    ):
         return False
     return secret_name(name) or (key_name(name) and key_like(value))
 
@@ -235,6 +235,16 @@ def _rules() -> dict[str, re.Pattern[str]]:
         ),
         # HTTP authorization schemes; a plain English word after "Basic" ("Basic checks") is not one.
         "scheme": re.compile(r"\b(?P<pre>(?:Bearer|bearer|Basic)\s+)(?P<cred>[A-Za-z0-9._~+/\-]{8,}=*)"),
+        # A value that names a file holds no secret itself (`openssl req -key server.key`, `--token
+        # ~/t.txt`); the extensions are a heuristic list of key, certificate and config files.
+        "file_value": re.compile(
+            r"(?:~|\.{1,2})/.*|[^\s=:]*\.(?:key|pem|crt|cer|der|p12|pfx|jks|json|ya?ml|txt|conf|cfg|ini)"
+        ),
+        # Values that hold no secret whatever the name (a heuristic): a null or a boolean, a
+        # tokenizer's special token (`<pad>`, `</s>`, `<|eot_id|>`, `[PAD]`).
+        "no_secret_value": re.compile(
+            r"(?i:none|null|nil|true|false|undefined)|</?\|?[A-Za-z_]{1,40}\|?>|\[[A-Z]{2,8}\]"
+        ),
         "to_line_end": re.compile(r"[^'\"\n]*"),
         "run": re.compile(r"[A-Za-z0-9+]{20,}"),
         "hex": re.compile(r"[0-9a-f]+|[0-9A-F]+"),
