@@ -30,7 +30,7 @@ _spec.loader.exec_module(active_overhead)
 
 
 def planned_load(duration: float) -> float:
-    from gpudoctor.checks.deep_common import budget
+    from gpudoctor.checks.deep.common import budget
 
     return budget(("deep_gemm", "deep_allreduce", "deep_memory"), duration, gpus=0, pairs=0).total_s
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpudoctor.redact import MAX_TEXT, text  # noqa: E402
+from gpudoctor.safety.redact import MAX_TEXT, text  # noqa: E402
 
 TARGET_RATIO = 10.0
 ORDINARY = (

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from gpudoctor.checks.scaling import DEFAULT_SIZES, DEFAULT_STEPS
+from gpudoctor.checks.active.scaling import DEFAULT_SIZES, DEFAULT_STEPS
 
 RANK = """
 import json, os, sys, torch, torch.distributed as dist

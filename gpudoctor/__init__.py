@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from gpudoctor.version import __version__
 
 if TYPE_CHECKING:
     from gpudoctor.api import PreflightError, diff_report, preflight, run_checks

@@ -11,11 +11,11 @@ import sys
 
 
 def main() -> None:
-    from gpudoctor import signals
+    from gpudoctor.safety import signals
 
     signals.install()
     try:
-        from gpudoctor.cli import run
+        from gpudoctor.cli.main import run
     except KeyboardInterrupt as exc:  # stopped while importing: cli's own handling is not loaded yet
         from gpudoctor.errors import error_document, wants_json
 

@@ -12,13 +12,13 @@ tests/reference/config-discovery.md):
 Command-line flags win over the file. Every key is the long option's name where one exists
 (`fail-on`, `expect-gpus`, `min-busbw`, ...). A bad file is a usage error (exit 2) that names the
 file, the line and the key: an unknown key, a value of the wrong type, an unknown finding code.
-Checks never read this file: its values reach them through `CheckOptions` (registry.py).
+Checks never read this file: its values reach them through `CheckOptions` (engine/context.py).
+Its keys, their types and bounds are the option table's (engine/options.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import stat
@@ -28,8 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.engine.options import BUSBW, BY_POLICY_KEY
+from gpudoctor.engine.values import SEVERITIES, _choice, _number, parse_busbw, reader
 from gpudoctor.errors import EXIT_USAGE, UserError
-from gpudoctor.user_files import shown
+from gpudoctor.safety.user_files import shown
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -39,7 +41,6 @@ else:  # pragma: no cover  (3.10: the same parser, from PyPI; declared in pyproj
 DEDICATED = "gpudoctor.toml"
 PYPROJECT = "pyproject.toml"
 TABLE = ("tool", "gpudoctor")
-SEVERITIES = ("warn", "fail")
 
 
 class PolicyError(UserError):
@@ -155,7 +156,7 @@ def _world_writable(directory: Path) -> bool:
 
 def _read(path: Path, *, named: bool) -> tuple[str | None, str]:
     """(why it is not trusted, or None; its text). The checks are made on the file that is read."""
-    from gpudoctor.user_files import UserFileError, read_text
+    from gpudoctor.safety.user_files import UserFileError, read_text
 
     try:
         return None, read_text(path, trust=lambda st: _distrust(path, st, named=named))
@@ -273,119 +274,13 @@ def parse_text(text: str, path: Path, *, named: bool = False) -> Policy:
 # Reading the keys
 
 
-def _finite(value: Any) -> bool:
-    """A number a float holds: not a bool, NaN or infinity, nor an integer of 400 digits."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return False
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:
-        return False
-
-
-def parse_share(value: Any, what: str = "a share") -> float:
-    """'10%', 0.1 or '0.1' -> 0.1. A bare number of 1 or more is refused: 10 could mean 10% or 1000%."""
-    usage = f"{what} is a fraction (0.1) or a percentage ('10%'), got {shown(value)}"
-    percent = isinstance(value, str) and value.strip().endswith("%")
-    if isinstance(value, str):  # "10%", or "0.05" as the command line gives a fraction
-        try:
-            number = float(value.strip().removesuffix("%")) / (100 if percent else 1)
-        except ValueError:
-            raise ValueError(usage) from None
-    elif _finite(value):
-        number = float(value)
-    else:
-        raise ValueError(usage)
-    if not math.isfinite(number):
-        raise ValueError(usage)
-    if not percent and number >= 1:
-        raise ValueError(f"{what} {shown(value)} is ambiguous: write a fraction (0.1) or a percentage ('10%')")
-    if not 0 < number < 1:
-        raise ValueError(f"{what} must be above 0% and below 100%, got {shown(value)}")
-    return number
-
-
-def parse_busbw(value: Any) -> tuple[float | None, float | None]:
-    """min-busbw: a number of GB/s, or 'NN%' of the expected busbw -> (absolute, share)."""
-    usage = f"expected GB/s (a number) or a share of the expectation ('80%'), got {shown(value)}"
-    if isinstance(value, str) and value.strip().endswith("%"):
-        text = value.strip()[:-1]
-        try:
-            share = float(text) / 100
-        except ValueError:
-            raise ValueError(usage) from None
-        if not (0 < share <= 1) or not math.isfinite(share):
-            raise ValueError(f"a share of the expected busbw must be above 0% and at most 100%, got {shown(value)}")
-        return None, share
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise ValueError(usage) from None
-    if not _finite(value) or value < 0:
-        raise ValueError(f"expected GB/s (a finite number, at least 0) or a share ('80%'), got {shown(value)}")
-    return float(value), None
-
-
-def _number(minimum: float, *, integer: bool = False, above: bool = False) -> Callable[[Any], float]:
-    def read(value: Any) -> float:
-        kind = "an integer" if integer else "a number"
-        if integer and (not isinstance(value, int) or isinstance(value, bool)):
-            raise ValueError(f"expected {kind}, got {shown(value)}")
-        if not _finite(value):
-            raise ValueError(f"expected a finite number, got {shown(value)}")
-        if value < minimum or (above and value == minimum):
-            raise ValueError(f"expected {kind} {'above' if above else 'at least'} {minimum:g}, got {shown(value)}")
-        return int(value) if integer else float(value)
-
-    return read
-
-
-def _choice(*choices: str) -> Callable[[Any], str]:
-    def read(value: Any) -> str:
-        if value not in choices:
-            raise ValueError(f"expected one of {', '.join(repr(c) for c in choices)}, got {shown(value)}")
-        return value
-
-    return read
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected a non-empty string, got {shown(value)}")
-    return value.strip()
-
-
-def _flag(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {shown(value)}")
-    return value
-
-
-def _strings(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        raise ValueError(f"expected a list of strings, got {shown(value)}")
-    return tuple(v.strip() for v in value)
-
-
-# key -> (Policy field, reader). Keys are the long option names, kebab-case like ruff's.
+# key -> (Policy field, reader), from the option table (engine/options.py): the keys are the long
+# option names, kebab-case like ruff's. min-busbw sets two fields (an absolute floor or a share).
 SCALARS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "fail-on": ("fail_on", _choice("warn", "fail")),
-    "expect-gpus": ("expect_gpus", _number(1, integer=True)),
-    "expect-model": ("expect_model", _text),
-    "ram-per-gpu": ("ram_per_gpu_gb", _number(0)),
-    "min-shm": ("min_shm_gb", _number(0, above=True)),
-    "timeout": ("timeout_s", _number(1)),
-    "allow-mig": ("allow_mig", _flag),
-    "select": ("select", _strings),
-    "ignore": ("ignore", _strings),
-    "tolerance": ("tolerance", lambda v: parse_share(v, "tolerance")),
-    "collectives": ("collectives", _strings),
+    key: (opt.policy_field, reader(opt)) for key, opt in BY_POLICY_KEY.items() if opt.kind != BUSBW
 }
 TABLES = ("severity", "watch")
-KEYS = (*SCALARS, "min-busbw", *TABLES)
+KEYS = (*BY_POLICY_KEY, *TABLES)
 
 
 def watch_keys() -> dict[str, tuple[str, type]]:
@@ -472,29 +367,20 @@ class _Reader:
 
     def check_codes(self, policy: Policy) -> None:
         """Codes and check names must exist: a typo would silently select or ignore nothing."""
-        from gpudoctor.registry import CHECKS, CODES, Selection, SelectionError, load_all
+        from gpudoctor.catalogue import catalogue
+        from gpudoctor.engine.selection import Selection, SelectionError
 
-        load_all()
+        reg = catalogue()
         for key, tokens in (("select", policy.select), ("ignore", policy.ignore)):
             for token in tokens:
                 try:
-                    Selection((token,)).validate()
+                    Selection((token,), registry=reg).validate()
                 except SelectionError as exc:
                     raise self.fail((key,), str(exc)) from None
         for code in policy.severity:
-            if code not in CODES:
-                what = "a check name" if code.lower() in CHECKS else "an unknown finding code"
+            if code not in reg.codes:
+                what = "a check name" if code.lower() in reg.checks else "an unknown finding code"
                 raise self.fail(("severity", code), f"{what}: severity keys are finding codes like GD503")
-        if policy.collectives is not None:
-            known = collective_names()
-            for name in policy.collectives:
-                if name not in known:
-                    raise self.fail(("collectives",), f"unknown collective {name!r} (known: {', '.join(known)})")
-
-
-def collective_names() -> tuple[str, ...]:
-    """The collectives `check` can judge (issue 12's all-gather and reduce-scatter beside all-reduce)."""
-    return ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "broadcast", "send/recv")
 
 
 # ---------------------------------------------------------------------------------------------

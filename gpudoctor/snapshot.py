@@ -563,7 +563,7 @@ MAX_SNAPSHOT_BYTES = 32 << 20
 
 def load(path: str | Path) -> Snapshot:
     """The snapshot in file `path`, or on standard input for "-"."""
-    from gpudoctor.safe_io import InputFileError, read_stdin_text, read_text
+    from gpudoctor.safety.safe_io import InputFileError, read_stdin_text, read_text
 
     try:
         text = read_stdin_text(MAX_SNAPSHOT_BYTES) if path == "-" else read_text(path, MAX_SNAPSHOT_BYTES)
@@ -586,7 +586,7 @@ def load(path: str | Path) -> Snapshot:
 
 
 def write(snapshot: Snapshot, path: str | Path) -> None:
-    """Write a snapshot file whole, through gpudoctor.safe_io (no link followed, never half a file)."""
-    from gpudoctor.safe_io import write_text
+    """Write a snapshot file whole, through gpudoctor.safety.safe_io (no link followed, never half a file)."""
+    from gpudoctor.safety.safe_io import write_text
 
     write_text(path, dumps(snapshot))

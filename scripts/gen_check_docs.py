@@ -1,7 +1,10 @@
-"""Write docs/checks/GDxxx.md for every registered finding code (and an index).
+"""Write docs/checks/GDxxx.md for every finding code, retired ones included (and an index).
 
-python scripts/gen_check_docs.py           write the pages, remove pages of codes that are gone
+python scripts/gen_check_docs.py           write the pages
 python scripts/gen_check_docs.py --check   write nothing; exit 1 and list the pages that are stale
+
+A code that vanished from the code without being listed as retired (gpudoctor/engine/codes.py
+RETIRED) is an error, never a page silently deleted: a removed code keeps its page, which says so.
 """
 
 from __future__ import annotations
@@ -10,21 +13,31 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpudoctor.explain import explain_text
-from gpudoctor.registry import CODE_OWNER, CODES, load_all
+from gpudoctor.catalogue import catalogue, explain_text
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "checks"
 
 
 def pages() -> dict[str, str]:
-    load_all()
-    out = {f"{code}.md": explain_text(code) or "" for code in sorted(CODES)}
+    reg = catalogue()
+    every = sorted({*reg.codes, *reg.retired})
+    out = {f"{code}.md": explain_text(code) or "" for code in every}
     index = ["# Finding codes\n", "| code | name | check | title |", "|---|---|---|---|"]
-    for code in sorted(CODES):
-        c = CODES[code]
-        index.append(f"| [{code}]({code}.md) | {c.name} | {CODE_OWNER[code]} | {c.title} |")
+    for code in every:
+        if code in reg.codes:
+            c = reg.codes[code]
+            index.append(f"| [{code}]({code}.md) | {c.name} | {reg.owner[code]} | {c.title} |")
+        else:
+            r = reg.retired[code]
+            index.append(f"| [{code}]({code}.md) | {r.name} | retired in {r.removed_in} | {r.title} |")
     out["README.md"] = "\n".join(index) + "\n"
     return out
+
+
+def vanished(docs: Path = DOCS, wanted: dict[str, str] | None = None) -> list[str]:
+    """Pages of codes that are neither given nor listed as retired: a code removed by mistake."""
+    wanted = pages() if wanted is None else wanted
+    return sorted(p.name for p in docs.glob("GD*.md") if p.name not in wanted) if docs.is_dir() else []
 
 
 def stale_pages(docs: Path = DOCS, wanted: dict[str, str] | None = None) -> list[str]:
@@ -41,10 +54,13 @@ def stale_pages(docs: Path = DOCS, wanted: dict[str, str] | None = None) -> list
 
 def write(docs: Path = DOCS, wanted: dict[str, str] | None = None) -> int:
     wanted = pages() if wanted is None else wanted
+    gone = vanished(docs, wanted)
+    if gone:
+        raise SystemExit(
+            f"codes vanished without being retired: {', '.join(n[:-3] for n in gone)}; list each in "
+            "gpudoctor/engine/codes.py RETIRED (a code is never reused) instead of deleting its page"
+        )
     docs.mkdir(parents=True, exist_ok=True)
-    for stale in docs.glob("GD*.md"):
-        if stale.name not in wanted:
-            stale.unlink()
     for name, text in wanted.items():
         (docs / name).write_text(text, encoding="utf-8")
     return len(wanted)

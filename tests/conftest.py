@@ -1,5 +1,13 @@
 """Shared test set-up: the `gpu` marker skips cleanly on machines without an NVIDIA GPU; the
-orphan scan that the workload tests run after each test."""
+orphan-rank scan; and the fixtures tests in every folder receive:
+
+- `gpudoctor_cli`: run `python -m gpudoctor ARGS` as a separate process (clean environment,
+  repository root, timeout), tests/helpers/processes.py;
+- `snapshot_of`: a recorded machine from tests/fixtures/ as a snapshot, tests/helpers/snapshots.py;
+- `no_orphans`: after the test, no rank process of this session is left (modules that start ranks
+  use it for every test: `pytestmark = pytest.mark.usefixtures("no_orphans")`);
+- `no_policy`: the test runs in a fresh directory, with no policy file above it and no CI variables.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +15,17 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import pytest
 
-FIXTURES = Path(__file__).parent / "fixtures"
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers.processes import GpudoctorCli, run_gpudoctor
+
+if TYPE_CHECKING:
+    from tests.helpers.snapshots import SnapshotOf
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -44,21 +56,30 @@ def leftover_ranks(within: float = 0.0) -> list[psutil.Process]:
         time.sleep(0.1)
 
 
-def _have_gpu() -> bool:
+def _gpu_count() -> int:
+    """NVML's GPU count; 0 without a driver."""
     if shutil.which("nvidia-smi") is None and not Path("/proc/driver/nvidia").exists():
-        return False
+        return 0
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-        pynvml.nvmlShutdown()
-        return count > 0
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
     except Exception:  # noqa: BLE001
-        return False
+        return 0
 
 
-HAVE_GPU = _have_gpu()
+GPU_COUNT = _gpu_count()
+HAVE_GPU = GPU_COUNT > 0
+
+
+def usable_gpus() -> int:
+    """The GPUs a run started now can use: NVML's count, capped by CUDA_VISIBLE_DEVICES."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return GPU_COUNT if visible is None else min(GPU_COUNT, len([v for v in visible.split(",") if v.strip()]))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -68,3 +89,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def gpudoctor_cli() -> GpudoctorCli:
+    """`gpudoctor_cli(*args, env=None, timeout=60, **options)`: the completed `python -m gpudoctor
+    ARGS`, run in a clean environment unless `env` is given (see run_gpudoctor)."""
+    return run_gpudoctor
+
+
+@pytest.fixture
+def snapshot_of() -> SnapshotOf:
+    """`snapshot_of(name, **env)`: tests/fixtures/NAME.json as a snapshot, `env` set in its environment."""
+    from tests.helpers.snapshots import load  # here, so that a broken package fails only its users
+
+    return load
+
+
+@pytest.fixture
+def no_orphans() -> Iterator[None]:
+    yield
+    assert leftover_ranks() == []
+
+
+@pytest.fixture
+def no_policy(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)  # no policy file above a fresh directory
+    for var in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY"):
+        monkeypatch.delenv(var, raising=False)

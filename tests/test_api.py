@@ -12,15 +12,14 @@ import pytest
 
 import gpudoctor
 from gpudoctor.findings import Report, Status
-from tests.clirun import REPO_ROOT, fixture
+from tests.helpers.snapshots import fixture
+from tests.paths import REPO
 
 H100 = fixture("h100_sxm_8x")
 MIXED = fixture("rtx4090_2x_rtx4080_1x")
 
 
-@pytest.fixture(autouse=True)
-def _no_policy(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("no_policy")
 
 
 def test_run_checks_returns_the_report_that_check_json_prints() -> None:
@@ -90,7 +89,7 @@ def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
         cwd=cwd,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
     )
 
 
@@ -203,7 +202,7 @@ def test_run_checks_that_skipped_everything_is_a_usage_error(capsys: pytest.Capt
     assert str(caught.value) == (
         "nothing was checked: every selected check skipped (deep_links: host links not measured: --device cpu)"
     )
-    from tests.clirun import run_cli
+    from tests.helpers.cli import run_cli
 
     r = run_cli(capsys, "check", "--level", "3", "--select", "deep_links", "--device", "cpu", "--json")
     assert r.exit_code == 2 and r.doc["error"]["kind"] == "usage" and "nothing was checked" in r.doc["error"]["message"]
@@ -213,7 +212,7 @@ def test_diff_of_two_reports_with_nothing_to_compare_is_a_usage_error(capsys: py
     v1 = fixture("reports/v1-h100-static")  # no facts, no measurements
     with pytest.raises(gpudoctor.UserError, match="nothing was compared: every selected check skipped"):
         gpudoctor.diff_report(v1, v1, use_config=False)
-    from tests.clirun import run_cli
+    from tests.helpers.cli import run_cli
 
     r = run_cli(capsys, "diff", str(v1), str(v1))
     assert r.exit_code == 2 and "records no machine facts" in r.err and r.err.count("\n") == 1

@@ -9,17 +9,9 @@ from pathlib import Path
 import pytest
 
 from gpudoctor import policy as pol
-from tests.clirun import fixture, run_cli
-
-H100 = str(fixture("h100_sxm_8x"))
-MIXED = str(fixture("rtx4090_2x_rtx4080_1x"))
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    path.chmod(0o644)  # a group-writable file is not trusted (test_policy_trust.py), whatever the umask
-    return path
+from tests.helpers.cli import run_cli
+from tests.helpers.files import write
+from tests.paths import H100, MIXED, REPO
 
 
 @pytest.fixture
@@ -141,13 +133,13 @@ def test_without_expect_model_the_policy_check_is_not_part_of_the_run(capsys: py
 
 
 def test_min_busbw_share_sets_the_fail_ratio() -> None:
-    from gpudoctor.api import check_options
+    from gpudoctor.pipeline import check_options
 
-    opts = check_options(pol.Policy(min_busbw_share=0.9), quick=True)
+    opts = check_options(pol.Policy(min_busbw_share=0.9), 1, {})
     assert opts.busbw_fail_ratio == 0.9 and opts.busbw_warn_ratio == 0.9 and opts.min_busbw_gbps is None
-    opts = check_options(pol.Policy(min_busbw_share=0.4), quick=True)
+    opts = check_options(pol.Policy(min_busbw_share=0.4), 1, {})
     assert opts.busbw_fail_ratio == 0.4 and opts.busbw_warn_ratio == 0.8
-    opts = check_options(pol.Policy(min_busbw_share=0.9), quick=True, min_busbw="300")
+    opts = check_options(pol.Policy(min_busbw_share=0.9), 1, {"min_busbw": "300"})
     assert opts.min_busbw_gbps == 300.0 and opts.busbw_fail_ratio == 0.5  # the flag replaces the policy's
 
 
@@ -196,7 +188,7 @@ BAD = [
     ("gpudoctor.toml", "[watch]\nmem-gap-share = 1.5\n", 2, "watch.mem-gap-share", "at most 1"),
     ("gpudoctor.toml", "min-busbw = '150%'\n", 1, "min-busbw", "at most 100%"),
     ("gpudoctor.toml", "tolerance = 10\n", 1, "tolerance", "ambiguous"),
-    ("gpudoctor.toml", 'collectives = ["all-reduce", "alltoall"]\n', 1, "collectives", "unknown collective 'alltoall'"),
+    ("gpudoctor.toml", 'collectives = ["all-reduce", "scatter"]\n', 1, "collectives", "unknown collective 'scatter'"),
     ("gpudoctor.toml", "expect-gpus = 8\nexpect-gpus = 4\n", 2, "", "not valid TOML"),
     ("gpudoctor.toml", "severity = 3\n", 1, "severity", "expected a table"),
     ("gpudoctor.toml", "timeout = nan\n", 1, "timeout", "finite"),
@@ -254,7 +246,7 @@ def test_key_lines_follow_tables_dotted_keys_and_skip_multiline_strings() -> Non
 
 
 def test_every_key_is_documented() -> None:
-    doc = (Path(__file__).parent.parent / "docs" / "gates.md").read_text()
+    doc = (REPO / "docs" / "gates.md").read_text()
     for key in pol.KEYS:
         assert re.search(rf"`{re.escape(key)}`", doc), key
     assert json.dumps(sorted(pol.KEYS))  # keys are plain strings

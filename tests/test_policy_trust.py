@@ -19,23 +19,16 @@ from pathlib import Path
 import pytest
 
 from gpudoctor import policy as pol
-from tests.clirun import fixture, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.files import write
+from tests.helpers.snapshots import fixture
+from tests.paths import H100
 
 NO_DRIVER = str(fixture("no_driver"))  # GD101 fails: NOT READY (exit 1) unless GD1 is ignored
-H100 = str(fixture("h100_sxm_8x"))
 PLANTED = 'ignore = ["GD1"]\n'
 NOBODY = 65534
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
-
-
-def write(path: Path, text: str, mode: int = 0o644, owner: int | None = None) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    path.chmod(mode)  # whatever the umask of the machine running the tests
-    if owner is not None:
-        os.chown(path, owner, -1)
-    return path
 
 
 @pytest.fixture

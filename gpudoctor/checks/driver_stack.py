@@ -6,11 +6,12 @@ mismatch"; the checks here only run when NVML answered, so nothing is reported t
 
 from __future__ import annotations
 
-import re
-
-from gpudoctor.checks.targets import gpu_list, target_gpus, version_text, version_tuple
+from gpudoctor.checks.targets import target_gpus
+from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status, gpu_subject
-from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.knowledge.gpu_products import RTX40_FIXED_DRIVER, RTX40_RE
+from gpudoctor.knowledge.units import gpu_list
+from gpudoctor.knowledge.versions import version_text, version_tuple
 from gpudoctor.snapshot import Gpu, Snapshot, known
 
 KERNEL_MISMATCH = Code(
@@ -129,11 +130,9 @@ MIN_DRIVER_FOR_CUDA: dict[tuple[int, int], tuple[int, ...]] = {
 }
 # The oldest driver that runs any minor of a CUDA major (minor-version compatibility).
 MINOR_COMPAT_FLOOR: dict[int, tuple[int, ...]] = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580, 65, 6)}
-RTX40_FIXED_DRIVER = (550, 40, 7)  # Hugging Face accelerate, check_cuda_p2p_ib_support
 # The oldest NCCL whose kernels launch on an architecture, by compute-capability major:
 # Blackwell GeForce/workstation (12.x) needs 2.26.2 (NVIDIA/nccl#1637, NVIDIA/nccl-tests#287).
 MIN_NCCL_FOR_ARCH: dict[int, tuple[tuple[int, ...], str]] = {12: ((2, 26, 2), "Blackwell GeForce/workstation")}
-_RTX40_RE = re.compile(r"GeForce RTX 40\d\d")
 
 
 def _nvml_ok(snapshot: Snapshot) -> bool:
@@ -272,17 +271,9 @@ def driver_too_old(ctx: CheckContext) -> list[Finding]:
     ]
 
 
-def rtx40_p2p_broken(snapshot: Snapshot, gpus: list[Gpu]) -> bool:
-    """More than one GeForce RTX 40 card on a driver whose P2P is broken for them."""
-    if not known(snapshot.driver.driver_version):
-        return False
-    dv = version_tuple(str(snapshot.driver.driver_version))
-    return dv is not None and dv < RTX40_FIXED_DRIVER and sum(1 for g in gpus if _RTX40_RE.search(g.name)) > 1
-
-
 def rtx40_p2p(ctx: CheckContext) -> list[Finding]:
     snapshot = ctx.snapshot
-    cards = [g for g in target_gpus(ctx) if _RTX40_RE.search(g.name)]
+    cards = [g for g in target_gpus(ctx) if RTX40_RE.search(g.name)]
     if len(cards) < 2 or not known(snapshot.driver.driver_version):
         return []
     dv = version_tuple(str(snapshot.driver.driver_version))

@@ -7,8 +7,8 @@ visibility check (GD202), which exists without a policy too.
 from __future__ import annotations
 
 from gpudoctor.checks.targets import target_gpus
+from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status, gpu_subject
-from gpudoctor.registry import CheckContext, Code, check
 
 EXPECTED_MODEL = Code(
     "GD010",

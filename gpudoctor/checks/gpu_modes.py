@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.checks.targets import gpu_list, listed, target_gpus
+from gpudoctor.checks.targets import target_gpus
 from gpudoctor.checks.unread import unread, unreadable_finding
 from gpudoctor.checks.visibility import mig_view
+from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status, gpu_subject
-from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.knowledge.units import gpu_list, listed
+from gpudoctor.knowledge.visible_gpus import mig_gpus
 from gpudoctor.snapshot import Gpu, known
-from gpudoctor.visibility import mig_gpus
 
 MIG_ENABLED = Code(
     "GD820",

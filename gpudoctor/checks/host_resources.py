@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor.checks.targets import gpu_list, listed, target_gpus, version_tuple
+from gpudoctor.checks.targets import target_gpus
+from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status
-from gpudoctor.nccl_rules import nccl_int
-from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.knowledge.nccl_rules import nccl_int
+from gpudoctor.knowledge.units import MIB, gpu_list, listed, size
+from gpudoctor.knowledge.versions import version_tuple
 from gpudoctor.snapshot import Gpu, Snapshot, known
-from gpudoctor.units import MIB, size
 
 SHM_SMALL = Code(
     "GD510",

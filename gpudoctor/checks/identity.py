@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpudoctor.checks.health import ecc_expected_on
 from gpudoctor.checks.unread import unread, unreadable_finding
+from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status, gpu_subject
-from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.knowledge.gpu_products import ecc_expected_on
+from gpudoctor.knowledge.units import size_mib
 from gpudoctor.snapshot import Gpu, Missing
-from gpudoctor.units import size_mib
 
 MODEL = Code(
     "GD301",

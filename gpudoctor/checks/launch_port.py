@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status
-from gpudoctor.redact import redacted
-from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.safety.redact import redacted
 from gpudoctor.snapshot import Missing
 
 PORT_BUSY = Code(

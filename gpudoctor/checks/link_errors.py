@@ -27,10 +27,11 @@ import math
 from typing import Any
 
 from gpudoctor.checks.lost_gpus import readable
-from gpudoctor.checks.targets import gpu_list, listed, target_gpus
+from gpudoctor.checks.targets import target_gpus
 from gpudoctor.checks.unread import Reading, coverage, not_supported_finding, unread, unreadable_findings
+from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status, gpu_subject
-from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.knowledge.units import gpu_list, listed
 from gpudoctor.snapshot import NOT_COLLECTED, Gpu, Missing, NvLink, NvLinkErrors, known
 
 NVLINK_ERRORS = Code(

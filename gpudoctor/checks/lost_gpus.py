@@ -1,7 +1,7 @@
 """GD827: GPUs NVML cannot talk to, because they fell off the bus or never gave a handle.
 
 Such a GPU has no name, no memory size, no links, and CUDA does not enumerate it: visibility
-(gpudoctor/visibility.py) leaves it out of the GPUs the run sees, so every other check counts
+(gpudoctor/knowledge/visible_gpus.py) leaves it out of the GPUs the run sees, so every other check counts
 and compares only the GPUs that answer, and this is the one place that reports it. It fails when
 the run would use the GPU had it answered (CUDA_VISIBLE_DEVICES selects it, or is unset) and warns
 otherwise, and cites XID 79 ("GPU has fallen off the bus") where the kernel log has one for the
@@ -19,13 +19,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from gpudoctor.checks.targets import gpu_list
 from gpudoctor.checks.unread import REASON_TEXT, reason_hint, silent
+from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status, gpu_subject
-from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.knowledge.interconnect import normalize_bus_id
+from gpudoctor.knowledge.units import gpu_list
+from gpudoctor.knowledge.visible_gpus import unreadable
 from gpudoctor.snapshot import Gpu, Snapshot, known
-from gpudoctor.topology import normalize_bus_id
-from gpudoctor.visibility import unreadable
 
 GPU_LOST = Code(
     "GD827",

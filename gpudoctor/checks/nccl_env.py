@@ -11,15 +11,18 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
-from gpudoctor import nccl_rules, topology
-from gpudoctor.checks.driver_stack import rtx40_p2p_broken
-from gpudoctor.checks.targets import listed, target_gpus, version_tuple
-from gpudoctor.expectations import expected_busbw
+from gpudoctor.checks.targets import target_gpus
+from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status
-from gpudoctor.nccl_list import parse_nccl_list
-from gpudoctor.nccl_rules import nccl_int
-from gpudoctor.probe.environment import DCGM_DEBUG_VARS
-from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.knowledge import interconnect as topology
+from gpudoctor.knowledge import nccl_rules
+from gpudoctor.knowledge.debug_vars import DCGM_DEBUG_VARS
+from gpudoctor.knowledge.expectations import expected_busbw
+from gpudoctor.knowledge.gpu_products import rtx40_p2p_broken
+from gpudoctor.knowledge.nccl_list import parse_nccl_list
+from gpudoctor.knowledge.nccl_rules import nccl_int
+from gpudoctor.knowledge.units import listed
+from gpudoctor.knowledge.versions import version_tuple
 from gpudoctor.snapshot import Gpu, Snapshot, known
 
 LAUNCH_BLOCKING = Code(
@@ -543,7 +546,7 @@ def _ib_disable(env: dict[str, str], ifaces: list[str] | None) -> list[Finding]:
 
 def socket_ifname_matches(value: str, ifaces: list[str]) -> list[str]:
     """The interfaces NCCL would consider for NCCL_SOCKET_IFNAME: NCCL's own list syntax (prefix
-    match; '=' exact; '^' exclude), parsed as NCCL_IB_HCA is (gpudoctor.nccl_list)."""
+    match; '=' exact; '^' exclude), parsed as NCCL_IB_HCA is (gpudoctor.knowledge.nccl_list)."""
     spec = parse_nccl_list(value)
     return [i for i in ifaces if spec.selects(i)]
 

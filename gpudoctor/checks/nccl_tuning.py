@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudoctor import nccl_rules
 from gpudoctor.checks.nccl_env import pair_paths
+from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status
-from gpudoctor.nccl_rules import nccl_int
-from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.knowledge import nccl_rules
+from gpudoctor.knowledge.nccl_rules import nccl_int
 from gpudoctor.snapshot import Snapshot, known
 
 NET_GDR = Code(

@@ -11,14 +11,14 @@ from dataclasses import replace
 from itertools import combinations
 from typing import Any
 
-from gpudoctor import expectations
-from gpudoctor import topology as topo
 from gpudoctor.checks.unread import unread, unreadable_finding
-from gpudoctor.expectations import PCIE_GBPS_PER_LANE
+from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status, gpu_subject, pair_subject
-from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.knowledge import expectations
+from gpudoctor.knowledge import interconnect as topo
+from gpudoctor.knowledge.expectations import PCIE_GBPS_PER_LANE
+from gpudoctor.knowledge.visible_gpus import unreadable
 from gpudoctor.snapshot import Gpu, Missing, Snapshot
-from gpudoctor.visibility import unreadable
 
 MATRIX = Code(
     "GD401",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status
-from gpudoctor.registry import CheckContext, Code, check
 from gpudoctor.snapshot import Missing
 
 TORCH_MISSING = Code(

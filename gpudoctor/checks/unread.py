@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpudoctor.checks.targets import gpu_list
 from gpudoctor.findings import Finding, Status, gpu_subject
+from gpudoctor.knowledge.units import gpu_list
 from gpudoctor.snapshot import Gpu, Missing, known
 
 # How each reason reads in a message.

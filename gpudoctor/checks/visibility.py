@@ -7,11 +7,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from gpudoctor.checks.targets import gpu_list
+from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status
-from gpudoctor.registry import CheckContext, Code, check
+from gpudoctor.knowledge.units import gpu_list
+from gpudoctor.knowledge.visible_gpus import PCI_BUS_ID, Visibility, mig_gpus, parse, resolve
 from gpudoctor.snapshot import Gpu, Snapshot
-from gpudoctor.visibility import PCI_BUS_ID, Visibility, mig_gpus, parse, resolve
 
 VISIBLE = Code(
     "GD201",

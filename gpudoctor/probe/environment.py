@@ -2,7 +2,7 @@
 
 Snapshots are attached to tickets, so a variable is kept only when it is named below: prefixes
 would let `NCCL_PASSWORD`, `TORCH_SECRET_KEY` or a site's own `CUDA_TOKEN` through. The list is
-every variable a check reads (tests/test_probe_host.py scans the checks for them) and the
+every variable a check reads (tests/probe/test_host.py scans the checks for them) and the
 documented variables of the stack that change how a multi-GPU run behaves:
 
 - NCCL: the section titles of NCCL's user guide, docs/userguide/source/env.rst (NVIDIA/nccl
@@ -16,7 +16,7 @@ documented variables of the stack that change how a multi-GPU run behaves:
   debugger/profiler variables that slow or break a run (DCGM_DEBUG_VARS, which the lint reads).
 - Launchers: torchrun's and Slurm's job geometry.
 
-Values are kept with their credentials redacted (`gpudoctor.redact.text`): a `token=` inside
+Values are kept with their credentials redacted (`gpudoctor.safety.redact.text`): a `token=` inside
 NCCL_IB_HCA, a `user:password@` in MASTER_ADDR.
 """
 
@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpudoctor.redact import text as redact_text
+from gpudoctor.knowledge.debug_vars import DCGM_DEBUG_VARS
+from gpudoctor.safety.redact import text as redact_text
 
 NCCL_DOCUMENTED = frozenset(
     {
@@ -196,20 +197,6 @@ TORCH_DOCUMENTED = frozenset(
     }
 )
 
-# The CUDA debugger/profiler variables DCGM's diagnostic flags as slowing or breaking a run (the
-# GD1xx lint in checks/nccl_env.py reads this list; it is kept here so the names are listed once).
-DCGM_DEBUG_VARS = (
-    "NSIGHT_CUDA_DEBUGGER",
-    "CUDA_INJECTION32_PATH",
-    "CUDA_INJECTION64_PATH",
-    "CUDA_AUTO_BOOST",
-    "CUDA_ENABLE_COREDUMP_ON_EXCEPTION",
-    "CUDA_COREDUMP_FILE",
-    "CUDA_DEVICE_WAITS_ON_EXCEPTION",
-    "CUDA_PROFILE",
-    "COMPUTE_PROFILE",
-    "OPENCL_PROFILE",
-)
 
 CUDA_DOCUMENTED = frozenset(
     {

@@ -7,14 +7,14 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from gpudoctor.knowledge.units import MIB
+from gpudoctor.knowledge.xid import recovery_name
 from gpudoctor.probe.device import LOST, DeviceReader, bus_id, convert_value, text
 from gpudoctor.probe.fabric import fabric
 from gpudoctor.probe.links import nvlinks, pcie, read_error_counts, with_counts
 from gpudoctor.probe.nvml import Nvml
 from gpudoctor.probe.processes import processes
 from gpudoctor.snapshot import Gpu, MigDevice, Missing, RemapHistogram, RemappedRows, SramEcc
-from gpudoctor.units import MIB
-from gpudoctor.xid import recovery_name
 
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1

@@ -19,7 +19,7 @@ from gpudoctor.probe import cgroup
 from gpudoctor.probe.files import missing_from_oserror, parse_cpulist, read_text
 from gpudoctor.probe.kernel_log import xid_events
 from gpudoctor.probe.ports import TORCHRUN_DEFAULT_PORT, check_port
-from gpudoctor.redact import text as redact_text
+from gpudoctor.safety.redact import text as redact_text
 from gpudoctor.snapshot import Host, Missing, PortStatus
 
 T = TypeVar("T")

@@ -13,8 +13,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from gpudoctor.knowledge.interconnect import nvml_bus_id  # '0000:18:00' -> '00000000:18:00.0', as Gpu.pci_bus_id
 from gpudoctor.snapshot import Missing, XidEvent
-from gpudoctor.topology import nvml_bus_id  # '0000:18:00' -> '00000000:18:00.0', as Gpu.pci_bus_id
 
 # "NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus."
 # Old drivers omit "PCI:"; some lines carry the function ("0000:18:00.0").

@@ -7,9 +7,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gpudoctor.knowledge.interconnect import decode_nvml_nvlink_version
 from gpudoctor.probe.device import LOST, DeviceReader, bus_id, convert_value
 from gpudoctor.snapshot import Gpu, Missing, NvLink, NvLinkErrors
-from gpudoctor.topology import decode_nvml_nvlink_version
 
 NVLINK_MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS in nvml.h (13.x)
 
@@ -18,7 +18,7 @@ NVLINK_MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS in nvml.h (13.x)
 # 5, H100 -> 6), and some answer 7 (the enum's 5.0) for H100. The snapshot keeps the raw answer
 # (NvLink.version_raw) and records as `version` the generation of the GPU's architecture, read
 # from its compute capability; the raw answer decides only when the architecture is unknown.
-# See gpudoctor/topology.py (the tables) and gpudoctor/expectations.py (what uses them).
+# See gpudoctor/knowledge/interconnect.py (the tables) and gpudoctor/knowledge/expectations.py (what uses them).
 
 REMOTE_TYPES = {0: "gpu", 1: "ibmnpu", 2: "switch"}
 

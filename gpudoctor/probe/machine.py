@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from gpudoctor.knowledge.interconnect import nvml_bus_id
 from gpudoctor.probe.device import DeviceReader
 from gpudoctor.probe.driver import (
     SystemctlRunner,
@@ -28,7 +29,6 @@ from gpudoctor.probe.nvml import Nvml
 from gpudoctor.probe.pairs import read_pairs
 from gpudoctor.probe.software import read_software
 from gpudoctor.snapshot import SCHEMA_VERSION, Driver, Gpu, GpuPair, Missing, Snapshot, now_iso
-from gpudoctor.topology import nvml_bus_id
 
 
 def driver_bus_ids(root: Path) -> list[str]:

@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gpudoctor.nic_locality import sysfs_bus_id
+from gpudoctor.knowledge.nic_locality import sysfs_bus_id
 from gpudoctor.probe.files import missing_from_oserror
 from gpudoctor.snapshot import (
     RDMA_ERROR_COUNTERS,

@@ -6,7 +6,7 @@ import errno
 import socket
 
 from gpudoctor.probe.processes import command_line
-from gpudoctor.redact import text as redact_text
+from gpudoctor.safety.redact import text as redact_text
 from gpudoctor.snapshot import PortStatus
 
 TORCHRUN_DEFAULT_PORT = 29500

@@ -1,6 +1,6 @@
 """Compute processes on a GPU, with their owner and command line where we can see them.
 
-Command lines are other people's: `command_line` redacts their secrets (gpudoctor.redact) before
+Command lines are other people's: `command_line` redacts their secrets (gpudoctor.safety.redact) before
 they reach a snapshot, a report or a recording, and marks where it did.
 
 NVML reports host PIDs, also inside a container. In an isolated PID namespace those
@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from gpudoctor import redact
 from gpudoctor.probe.device import DeviceReader, convert_value
+from gpudoctor.safety import redact
 from gpudoctor.snapshot import GpuProcess, Missing
 
 MIB = 1 << 20

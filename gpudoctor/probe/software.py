@@ -13,8 +13,8 @@ import platform
 import re
 from pathlib import Path
 
-from gpudoctor import __version__
 from gpudoctor.snapshot import Missing, Software
+from gpudoctor.version import __version__
 
 NCCL_DISTRIBUTIONS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
 # torch/version.py: `cuda: Optional[str] = '12.4'` (older: `cuda = '11.8'`).

@@ -14,10 +14,3 @@ def report_document(report: Report) -> dict[str, Any]:
 
 def dumps(doc: dict[str, Any]) -> str:
     return json.dumps(doc, indent=2, default=str) + "\n"
-
-
-def report_schema() -> dict[str, Any]:
-    from importlib import resources  # lazy: only the tests and tools read the schema
-
-    text = resources.files("gpudoctor.schemas").joinpath("report.schema.json").read_text("utf-8")
-    return json.loads(text)

@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from gpudoctor.findings import Report, Status
-from gpudoctor.safe_io import write_text
+from gpudoctor.safety.safe_io import write_text
 
 # Outside XML 1.0's Char production (https://www.w3.org/TR/xml/#charsets).
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

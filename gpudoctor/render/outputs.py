@@ -17,7 +17,7 @@ from typing import IO
 
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
 from gpudoctor.findings import Report
-from gpudoctor.safe_io import check_target
+from gpudoctor.safety.safe_io import check_target
 
 
 @dataclass

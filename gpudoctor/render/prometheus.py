@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.findings import Report, Status
-from gpudoctor.safe_io import write_text
+from gpudoctor.safety.safe_io import write_text
 
 GB = 1e9  # nccl-tests' GB/s: algbw = bytes / 1e9 / seconds
 

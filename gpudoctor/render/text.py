@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from gpudoctor.findings import CheckResult, Finding, Report, Status
-from gpudoctor.safe_text import CONTROL, printable
+from gpudoctor.safety.safe_text import CONTROL, printable
 
 STYLE = {
     Status.PASS: "green",

@@ -11,18 +11,18 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpudoctor import clock_reasons
-from gpudoctor.checks.targets import gpu_list
+from gpudoctor.knowledge import clock_reasons
+from gpudoctor.knowledge.units import gpu_list
+from gpudoctor.knowledge.xid import classify, contained, describe
 from gpudoctor.watch import codes
 from gpudoctor.watch.model import LOST, RankReading, Sample, plural
-from gpudoctor.xid import classify, contained, describe
 
 # GD905 holds the hot GPU (thermal slowdown) and HW_SLOWDOWN, which the hardware engages for
 # heat among other causes; GD906 the power cap and the power brake (clock_reasons' classes).
 THERMAL_THROTTLE_BITS = clock_reasons.THERMAL_BITS | clock_reasons.HARDWARE_BITS
 POWER_THROTTLE_BITS = clock_reasons.POWER_BITS
 
-# What GD907 says per XID class (gpudoctor.xid.classify, the same classes as `gpudoctor check`).
+# What GD907 says per XID class (gpudoctor.knowledge.xid.classify, the same classes as `gpudoctor check`).
 # A hardware XID the driver contained (63 row remap, 94 contained ECC) warns, as in GD810.
 XID_HINTS = {
     "hardware": "Hardware XID: drain the node and run `gpudoctor check`.",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudoctor.registry import Code, register_codes
+from gpudoctor.engine.codes import Code
 
 STRAGGLER = Code(
     "GD901",
@@ -178,5 +178,3 @@ CODES: list[Code] = [
     INPUT_WAIT,
     STEPS_STALLED,
 ]
-
-register_codes("watch", CODES)

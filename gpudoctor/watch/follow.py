@@ -33,7 +33,7 @@ import psutil
 
 from gpudoctor.errors import EXIT_USAGE, UserError
 from gpudoctor.probe.processes import command_line  # one line, secrets redacted: it goes into recordings
-from gpudoctor.procs import terminate_group
+from gpudoctor.safety.procs import terminate_group
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h, since Linux 3.4
@@ -289,7 +289,7 @@ class Job:
     def stop(self, grace_s: float = STOP_GRACE_S, sig: signal.Signals = signal.SIGTERM) -> None:
         """End a job we started: `sig` (SIGTERM; SIGHUP when gpudoctor's terminal hung up, as a shell
         passes it on to its jobs) to its process group and descendants, then SIGKILL what is left after
-        `grace_s` (never another group that took over a reused PID: see gpudoctor.procs); then release
+        `grace_s` (never another group that took over a reused PID: see gpudoctor.safety.procs); then release
         the sentinel."""
         if self._popen is None:
             return

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from gpudoctor.safe_text import needs_cleaning, printable
+from gpudoctor.safety.safe_text import needs_cleaning, printable
 
 
 def plural(count: int, word: str, many: str | None = None) -> str:
@@ -181,7 +181,7 @@ class GpuReading:
     sm_clock: int | None = None  # MHz
     pcie_rx: int | None = None  # MB/s
     pcie_tx: int | None = None  # MB/s
-    throttle: int | None = None  # NVML clock event reasons bitmask (bits: gpudoctor.clock_reasons)
+    throttle: int | None = None  # NVML clock event reasons bitmask (bits: gpudoctor.knowledge.clock_reasons)
     xids: tuple[int, ...] = ()  # XID events since the previous sample
 
     def __post_init__(self) -> None:

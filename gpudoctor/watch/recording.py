@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
-from gpudoctor.safe_io import MIB, check_target, open_input, open_stream
+from gpudoctor.safety.safe_io import MIB, check_target, open_input, open_stream
 from gpudoctor.watch.model import Sample, plural
 
 FORMAT = "gpudoctor-watch"
@@ -129,7 +129,7 @@ def check_record_target(path: str, force: bool = False) -> None:
     """`--record FILE` never overwrites a file that holds something, unless told to (--force).
 
     An empty file is replaced by the recording; a FIFO or a device (/dev/null) is written in place;
-    a symbolic link or a directory is refused (gpudoctor.safe_io).
+    a symbolic link or a directory is refused (gpudoctor.safety.safe_io).
     """
     try:
         st = check_target(path)

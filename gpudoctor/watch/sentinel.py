@@ -17,7 +17,7 @@ against its recorded start time, so a reused PID is left alone): while the job's
 time gpudoctor recorded) is alive the group is reserved and `killpg` reaches exactly it; once the
 leader is gone, the group's remaining members are signalled one by one through psutil (which checks
 each PID's start time), and not at all if another process holds the number as its own PID (a group
-of ours would have kept the number reserved). See gpudoctor.procs for the same rule.
+of ours would have kept the number reserved). See gpudoctor.safety.procs for the same rule.
 
 Run as a script (`python -I sentinel.py PGID START_TIME GRACE [CHANNEL_DIR]`), it imports only the standard
 library, and psutil once it has work to do. It ignores SIGINT and SIGHUP (a closing terminal or a

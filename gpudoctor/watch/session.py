@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
-from gpudoctor import __version__
+from gpudoctor.version import __version__
 from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict
 from gpudoctor.watch.follow import Job
 from gpudoctor.watch.model import Sample

@@ -17,7 +17,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Protocol
 
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
-from gpudoctor.safe_text import printable
+from gpudoctor.safety.safe_text import printable
 from gpudoctor.watch.model import GpuReading, HostReading, ProcReading, Sample, clock
 from gpudoctor.watch.recording import Recording, RecordingStream
 
@@ -125,7 +125,7 @@ class NvmlSource(_Paced):
         self.available: tuple[int, ...] = ()
 
     def open(self) -> None:
-        from gpudoctor.checks.nvml import explain_init_failure
+        from gpudoctor.knowledge.nvml_status import explain_init_failure
         from gpudoctor.probe.sampler import NvmlSampler
 
         sampler = NvmlSampler(indices=self._gpus)

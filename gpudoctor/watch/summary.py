@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudoctor.safe_text import printable
+from gpudoctor.safety.safe_text import printable
 from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict, analyze
 from gpudoctor.watch.model import RankReading, Sample, clock, plural
 from gpudoctor.watch.recording import RecordingStream

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from gpudoctor.clock_reasons import HW_THERMAL_SLOWDOWN, SW_POWER_CAP
+from gpudoctor.knowledge.clock_reasons import HW_THERMAL_SLOWDOWN, SW_POWER_CAP
 from gpudoctor.watch.model import GpuReading, ProcReading, RankReading, Sample
 
 SCENARIOS = ("healthy", "straggler", "hung", "starved", "throttle", "memory", "idle", "xid", "lost")

@@ -2,9 +2,11 @@
 package's workload modules, only `WORKLOADS` and `known_errors`, which are torch-free).
 
 A workload is one function `run(ctx: RankContext, params: dict) -> dict` in a module of this
-package, listed in `WORKLOADS` by name. The launcher (`gpudoctor.launch`) starts the ranks, each
+package, listed in `WORKLOADS` by name. The launcher (`gpudoctor.launch.supervise`) starts the ranks, each
 rank joins the process group once, then runs the requested workloads in order in that same group
-and sends each one's JSON-able result back to the parent. See docs/active-checks.md.
+and sends each one's JSON-able result back to the parent (gpudoctor/launch/protocol.py: a
+workload reports only through `ctx.events`). A result that the parent reads in more than one
+place has its type in gpudoctor/launch/workload_results.py. See docs/active-checks.md.
 """
 
 from __future__ import annotations

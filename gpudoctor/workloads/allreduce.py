@@ -19,7 +19,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpudoctor.busbw import figure
+from gpudoctor.knowledge.busbw import figure
+from gpudoctor.launch.workload_results import AllreduceResult, AllreduceRow
 from gpudoctor.workloads.rank import RankContext
 
 # 64 row offsets make misplaced chunks visible, not only missing contributions.
@@ -73,7 +74,7 @@ def _verify(ctx: RankContext, buf: Any, view: Any, offsets: Any, n: int) -> tupl
     return sum(received), received, bad_inputs
 
 
-def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
+def run(ctx: RankContext, params: dict[str, Any]) -> AllreduceResult:
     import torch
     import torch.distributed as dist
 
@@ -85,7 +86,7 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
     budget_s = params.get("budget_s")
     plateau = params.get("plateau")
     offsets = (torch.arange(_ROWS, dtype=torch.float32, device=ctx.device) % 8).unsqueeze(1)
-    rows: list[dict[str, Any]] = []
+    rows: list[AllreduceRow] = []
     spent = 0.0
     stopped = ""
     unswept: list[int] = []
@@ -109,7 +110,7 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
         dist.all_reduce(stats, op=dist.ReduceOp.MAX)
         seconds = stats[0].item()
         algbw = size / seconds / 1e9
-        row: dict[str, Any] = {
+        row: AllreduceRow = {
             "bytes": size,
             "count": count,
             "iters": reps,

@@ -1,7 +1,7 @@
 """Collectives beyond all-reduce inside a rank: all-gather, reduce-scatter, all-to-all,
 broadcast, and send/recv between every pair of ranks, timed and verified like nccl-tests.
 
-Sizes are nccl-tests' S (gpudoctor/busbw.py), rounded down so that every rank's chunk is whole
+Sizes are nccl-tests' S (gpudoctor/knowledge/busbw.py), rounded down so that every rank's chunk is whole
 rows of the verification pattern. For each size: fill a known pattern, run the collective once
 and count the wrong elements per source rank (nccl-tests' #wrong, attributed), then warm up and
 time it with the device synchronised; the time of a size is the slowest rank's.
@@ -16,7 +16,7 @@ Send/recv runs one pair at a time (both directions at once, as nccl-tests' sendr
 GPUs); the other ranks wait in a barrier of a CPU (gloo) group, so no pair shares links with
 another and idle GPUs run no spinning kernel.
 
-params: "ops" (names from gpudoctor.busbw.OPS, without allreduce/sendrecv), "sizes" (bytes),
+params: "ops" (names from gpudoctor.knowledge.busbw.OPS, without allreduce/sendrecv), "sizes" (bytes),
 "warmup", "iters", "bytes_per_size" (fewer iterations for huge sizes), "pair_bytes" (0: no
 send/recv pairs).
 """
@@ -28,7 +28,9 @@ from collections.abc import Callable
 from itertools import combinations
 from typing import Any
 
-from gpudoctor.busbw import algbw_gbps, busbw_factor, figure
+from gpudoctor.knowledge.busbw import algbw_gbps, busbw_factor, figure
+from gpudoctor.launch.protocol import PAIR_SENDRECV
+from gpudoctor.launch.workload_results import CollectiveRow, CollectivesResult, CollectiveSweep, PairRow, PairsResult
 from gpudoctor.workloads.rank import RankContext, all_gather_json
 
 ROWS = 64  # pattern rows per chunk: misplaced chunks and rows show, not only missing data
@@ -218,7 +220,9 @@ def _cells(rows: list[list[int]]) -> list[list[int]]:
     return [[r, s, v] for r, row in enumerate(rows) for s, v in enumerate(row) if v]
 
 
-def _sweep(ctx: RankContext, op: str, sizes: list[int], params: dict[str, Any], budget: float | None) -> dict:
+def _sweep(
+    ctx: RankContext, op: str, sizes: list[int], params: dict[str, Any], budget: float | None
+) -> CollectiveSweep:
     import torch
 
     n = ctx.world_size
@@ -226,7 +230,8 @@ def _sweep(ctx: RankContext, op: str, sizes: list[int], params: dict[str, Any], 
     iters = int(params.get("iters", 5))
     per_size = float(params.get("bytes_per_size", 4e9))
     garble = ctx.faults.has("garble")
-    rows, skipped = [], []
+    rows: list[CollectiveRow] = []
+    skipped: list[int] = []
     for size in sizes:
         nbytes = aligned(size, n)
         if nbytes <= 0 or (budget is not None and nbytes * 3 > budget):
@@ -257,7 +262,7 @@ def _sweep(ctx: RankContext, op: str, sizes: list[int], params: dict[str, Any], 
     return {"rows": rows, "skipped_sizes": skipped, "busbw_factor": busbw_factor(op, n)}
 
 
-def _pairs(ctx: RankContext, nbytes: int, params: dict[str, Any], cpu_group: Any) -> dict[str, Any]:
+def _pairs(ctx: RankContext, nbytes: int, params: dict[str, Any], cpu_group: Any) -> PairsResult:
     """Send/recv between every pair of ranks, one pair at a time, both directions at once."""
     import torch
     import torch.distributed as dist
@@ -276,7 +281,7 @@ def _pairs(ctx: RankContext, nbytes: int, params: dict[str, Any], cpu_group: Any
         if me not in (a, b):
             continue
         peer = b if me == a else a
-        ctx.events.emit("phase", name=f"sendrecv:{a}-{b}")  # names the pair if it hangs
+        ctx.events.pair(PAIR_SENDRECV, a, b)  # names the pair if it hangs
 
         def exchange(peer: int = peer) -> None:
             ops = [dist.P2POp(dist.isend, send, peer), dist.P2POp(dist.irecv, recv, peer)]
@@ -292,9 +297,9 @@ def _pairs(ctx: RankContext, nbytes: int, params: dict[str, Any], cpu_group: Any
         wrong = _wrong(recv, _pattern(peer, me, dev))
         seconds = _timed(ctx, exchange, warmup, reps, slowest=False)
         mine.append({"a": a, "b": b, "receiver": me, "source": peer, "seconds": seconds, "wrong": wrong})
-    ctx.events.emit("phase", name="collectives")
+    ctx.events.phase("collectives")
     every = all_gather_json(mine, n, torch.device("cpu"), cpu_group)  # numpy-free, on the CPU group
-    rows = []
+    rows: list[PairRow] = []
     for a, b in combinations(range(n), 2):
         halves = [h for part in every for h in part if (h["a"], h["b"]) == (a, b)]
         seconds = max(h["seconds"] for h in halves)
@@ -312,14 +317,14 @@ def _pairs(ctx: RankContext, nbytes: int, params: dict[str, Any], cpu_group: Any
     return {"bytes": nbytes, "count": c, "iters": reps, "rows": rows}
 
 
-def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
+def run(ctx: RankContext, params: dict[str, Any]) -> CollectivesResult:
     import torch.distributed as dist
 
     n = ctx.world_size
     ops = [op for op in params.get("ops", COLLECTIVES) if op in _SETUP]
     sizes = [int(s) for s in params.get("sizes", [])]
     budget = _budget(ctx)
-    result: dict[str, Any] = {
+    result: CollectivesResult = {
         "world_size": n,
         "backend": ctx.backend,
         "device": ctx.device.type,

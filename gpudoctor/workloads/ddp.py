@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gpudoctor.launch.workload_results import DdpResult, ShardReport
 from gpudoctor.workloads.rank import RankContext
 
 FEATURES = 16
@@ -32,7 +33,7 @@ def _flat_grad(model: Any, x: Any, y: Any) -> Any:
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
-def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
+def run(ctx: RankContext, params: dict[str, Any]) -> DdpResult:
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -59,7 +60,7 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
     mine = list(sampler)
     shards = ctx.all_gather_json(mine)  # not all_gather_object: it needs numpy
     flat = [i for s in shards for i in s]
-    shard_report = {
+    shard_report: ShardReport = {
         "dataset": size,
         "per_rank": [len(s) for s in shards],
         "overlap": len(flat) - len(set(flat)),

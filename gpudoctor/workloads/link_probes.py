@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gpudoctor.launch.protocol import PAIR_P2P
 from gpudoctor.snapshot import Missing
 from gpudoctor.workloads.rank import RankContext
 
@@ -121,7 +122,7 @@ def p2p(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
     rows = []
     for a, b in params["pairs"]:
         ga, gb = gpus[a], gpus[b]
-        ctx.events.emit("phase", name=f"p2p:{ga}-{gb}")  # names the pair if this copy hangs
+        ctx.events.pair(PAIR_P2P, ga, gb)  # names the pair if this copy hangs
         rows.append({"a": ga, "b": gb, **_measure_pair(a, b, nbytes, iters)})
-    ctx.events.emit("phase", name="link_p2p")
+    ctx.events.phase("link_p2p")
     return {"pairs": rows, "bytes": nbytes, "iters": iters}

@@ -15,7 +15,7 @@ Steps, in every rank (the same decisions everywhere, from the same gathered numb
    (or there is no expectation, e.g. on CPU): `rounds` rounds of disjoint node pairs (the circle
    method of a round-robin, so every node meets a different partner each round and N nodes take
    `rounds` rounds, not N-1), all pairs of a round at once; a pair slow while both its nodes are
-   fast with others is measured again before it is blamed (gpudoctor/pair_isolation.py).
+   fast with others is measured again before it is blamed (gpudoctor/knowledge/pair_isolation.py).
 5. Each node's facts (`params["facts"]`, built by its parent from its snapshot) and its RDMA port
    error counters read again now (probe/network.py) gathered to rank 0 only, from the node's
    local rank 0.
@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.pair_isolation import RETESTS, analyse, disjoint_batches, merged, retested
-from gpudoctor.workloads.faults import Faults
+from gpudoctor.knowledge.pair_isolation import RETESTS, analyse, disjoint_batches, merged, retested
+from gpudoctor.launch.faults import Faults
 from gpudoctor.workloads.rank import RankContext, host_bytes
 
 SLOW_FACTOR = 10.0  # the slownet/slownode faults make a timed step take this many times as long (test-only)

@@ -3,8 +3,8 @@
 It guards itself first (dies with its parent, has its own deadline), reports every step as a
 JSON line in `<outdir>/rank<R>.jsonl`, sets its CUDA device before anything touches CUDA, joins
 the process group once, runs the requested workloads in that group and shuts the group down.
-Events: started, importing (stage "import", then "cuda_init" on GPUs), imported, joined, peers,
-phase, result, error, done.
+What it reads (the spec) and reports (the events, through `EventWriter`, also the workloads'
+`ctx.events`) is gpudoctor/launch/protocol.py, the definition the parent reads them with.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.workloads.faults import Faults
+from gpudoctor.launch.faults import Faults
+from gpudoctor.launch.protocol import RENDEZVOUS_ENV, EventWriter, Peer, RankSpec, Stage, events_path, read_spec
 
 PR_SET_PDEATHSIG = 1
 
@@ -57,18 +58,6 @@ def _self_deadline(deadline_epoch: float) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-class Events:
-    def __init__(self, path: Path) -> None:
-        self._f = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115  (lives as long as the rank)
-        self._lock = threading.Lock()
-
-    def emit(self, event: str, **data: Any) -> None:
-        line = json.dumps({"event": event, "t": time.time(), **data}, default=str)
-        with self._lock:
-            self._f.write(line + "\n")
-            self._f.flush()
-
-
 @dataclass
 class RankContext:
     """What a workload function gets: who it is, where it runs, and how to report."""
@@ -79,7 +68,7 @@ class RankContext:
     device: Any  # torch.device
     backend: str  # "nccl" or "gloo"
     faults: Faults
-    events: Events
+    events: EventWriter  # the rank's reports to the parent: `ctx.events.phase(name)` names a step
     hostname: str = field(default_factory=socket.gethostname)
 
     def sync(self) -> None:
@@ -90,7 +79,7 @@ class RankContext:
             torch.cuda.synchronize(self.device)
 
     def progress(self, message: str) -> None:
-        self.events.emit("progress", message=message)
+        self.events.progress(message)
 
     def all_gather_json(self, obj: Any) -> list[Any]:
         """Every rank's `obj` (JSON-able), in rank order: see `all_gather_json`."""
@@ -138,7 +127,7 @@ def all_gather_json(obj: Any, world: int, device: Any = None, group: Any = None)
 
 def _device_id_supported(version: str) -> bool:
     """init_process_group(device_id=) exists from 2.3 and hangs in 2.6.0 < torch < 2.7.1 (pytorch#153960)."""
-    from gpudoctor.checks.targets import version_tuple  # torch-free; the one version parser
+    from gpudoctor.knowledge.versions import version_tuple  # torch-free; the one version parser
 
     parsed = version_tuple(version) or (0,)
     v = (parsed + (0, 0, 0))[:3]
@@ -166,7 +155,7 @@ def _prewarm(task_names: Any) -> threading.Thread:
     return thread
 
 
-def _store(spec: dict[str, Any], world: int, timeout: timedelta) -> Any:
+def _store(spec: RankSpec, world: int, timeout: timedelta) -> Any:
     """The single-node rendezvous: a FileStore in the launcher's private directory.
 
     A TCPStore, even bound to 127.0.0.1, lets every local user connect and read or write the
@@ -188,19 +177,18 @@ def _store(spec: dict[str, Any], world: int, timeout: timedelta) -> Any:
 
 
 def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[0]).read_text())
+    spec = read_spec(argv[0])
     _die_with_parent(int(spec["parent_pid"]))
     _self_deadline(float(spec["deadline_epoch"]))
     rdzv = spec["rendezvous"]
-    env_mode = rdzv["mode"] == "env"
+    env_mode = rdzv["mode"] == RENDEZVOUS_ENV
     # Under torchrun/srun the launcher read (and checked) RANK, LOCAL_RANK and GROUP_RANK for us.
     rank = int(argv[1])
     world = int(spec["world_size"])
     local_rank = int(rdzv["local_rank"]) if env_mode else rank
     node_rank = int(rdzv.get("node_rank", 0))
-    events = Events(Path(spec["outdir"]) / f"rank{rank}.jsonl")
-    events.emit(
-        "started",
+    events = EventWriter(events_path(spec["outdir"], rank))
+    events.started(
         pid=os.getpid(),
         rank=rank,
         world_size=world,
@@ -209,19 +197,19 @@ def main(argv: list[str]) -> int:
         node_rank=node_rank,
     )
     faults = Faults(rank)
-    phase = "start"
+    phase: str = Stage.START
     try:
         faults.at("start")
-        phase = "import"
-        events.emit("importing", stage=phase)
+        phase = Stage.IMPORT
+        events.importing(phase)
         faults.at("import")
         t0 = time.perf_counter()
         import torch
         import torch.distributed as dist
 
         if spec["device"] == "cuda":
-            phase = "cuda_init"
-            events.emit("importing", stage=phase)
+            phase = Stage.CUDA_INIT
+            events.importing(phase)
             # Before anything else touches CUDA, so exclusive-process GPUs and the right device work.
             torch.cuda.set_device(local_rank)
             device = torch.device("cuda", local_rank)
@@ -229,10 +217,10 @@ def main(argv: list[str]) -> int:
             torch.backends.cudnn.allow_tf32 = False
         else:
             device = torch.device("cpu")
-        events.emit("imported", import_s=time.perf_counter() - t0, torch=torch.__version__)
+        events.imported(import_s=time.perf_counter() - t0, torch=torch.__version__)
         warm = _prewarm(task["name"] for task in spec["tasks"])
 
-        phase = "join"
+        phase = Stage.JOIN
         t0 = time.perf_counter()
         timeout = timedelta(seconds=float(spec["op_timeout_s"]))
         kwargs: dict[str, Any] = {"backend": spec["backend"], "timeout": timeout}
@@ -243,10 +231,10 @@ def main(argv: list[str]) -> int:
         else:
             store = _store(spec, world, timeout)
             dist.init_process_group(store=store, rank=rank, world_size=world, **kwargs)
-        events.emit("joined", join_s=time.perf_counter() - t0)
+        events.joined(join_s=time.perf_counter() - t0)
 
-        phase = "peers"
-        me = {
+        phase = Stage.PEERS
+        me: Peer = {
             "rank": rank,
             "local_rank": local_rank,
             "host": socket.gethostname(),
@@ -254,13 +242,13 @@ def main(argv: list[str]) -> int:
             "device": str(device),
         }
         peers = all_gather_json(me, world, device)
-        events.emit("peers", peers=peers)
+        events.peers(peers)
         faults.at("joined")  # after the first collective, so the peers are left waiting in the next
 
         ctx = RankContext(rank, world, local_rank, device, spec["backend"], faults, events)
         for task in spec["tasks"]:
             phase = task["name"]
-            events.emit("phase", name=phase)
+            events.phase(phase)
             if phase in _PREWARM:
                 warm.join()  # the import must be complete before the task imports the same modules
             from gpudoctor.workloads import WORKLOADS
@@ -268,17 +256,17 @@ def main(argv: list[str]) -> int:
             module, func = WORKLOADS[phase].split(":")
             t0 = time.perf_counter()
             result = getattr(import_module(module), func)(ctx, task.get("params", {}))
-            events.emit("result", task=phase, data=result, duration_s=time.perf_counter() - t0)
+            events.result(phase, result, time.perf_counter() - t0)
 
-        phase = "shutdown"
+        phase = Stage.SHUTDOWN
         t0 = time.perf_counter()
         done = all_gather_json(rank, world, device)  # every rank reached the end
         dist.destroy_process_group()
-        events.emit("done", shutdown_s=time.perf_counter() - t0, finished_ranks=done)
+        events.done(shutdown_s=time.perf_counter() - t0, finished_ranks=done)
         return 0
     except BaseException as exc:  # noqa: BLE001  (any failure is reported, then the rank exits)
         text = f"{type(exc).__name__}: {exc}"
-        events.emit("error", phase=phase, message=text.strip()[:4000], traceback=traceback.format_exc()[-4000:])
+        events.error(phase=phase, message=text.strip()[:4000], traceback=traceback.format_exc()[-4000:])
         return 1
 
 

@@ -40,7 +40,7 @@ MODELS = ("cnn", "transformer")
 
 
 def build_model(name: str, sizes: dict[str, int]) -> Any:
-    """The synthetic model `name` at `sizes` (see gpudoctor/checks/scaling.py DEFAULT_SIZES)."""
+    """The synthetic model `name` at `sizes` (see gpudoctor/checks/active/scaling.py DEFAULT_SIZES)."""
     import torch
     import torch.nn as nn
 
@@ -251,7 +251,7 @@ class _Trainer:
         import torch
         import torch.distributed as dist
 
-        from gpudoctor.busbw import algbw_gbps, busbw_factor
+        from gpudoctor.knowledge.busbw import algbw_gbps, busbw_factor
 
         numel = sum(p.numel() for p in self.model.parameters())
         buf = torch.zeros(numel, dtype=torch.float32, device=self.ctx.device)
@@ -378,7 +378,7 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
         runs = []
         params_count = 0
         for k in counts:
-            ctx.events.emit("phase", name=f"scaling {name} on {k} {unit}{'s' if k > 1 else ''}")
+            ctx.events.phase(f"scaling {name} on {k} {unit}{'s' if k > 1 else ''}")
             mine = _train(ctx, name, sizes, k, groups.get(k), cfg) if me < k else None
             every = all_gather_json(mine, n, torch.device("cpu"), cpu_group)  # numpy-free, on the CPU group
             done = [e for e in every[:k] if e is not None]
@@ -386,13 +386,13 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
             runs.append({"gpus": k, "ranks": [e["row"] for e in done], "grad_allreduce": done[0]["grad_allreduce"]})
         record: dict[str, Any] = {"model": name, "sizes": sizes, "params": params_count, "runs": runs}
         if cuda and n >= 2 and params.get("dataparallel", True):
-            ctx.events.emit("phase", name=f"dataparallel {name} on {n} GPUs")
+            ctx.events.phase(f"dataparallel {name} on {n} GPUs")
             mine = _dataparallel(ctx, name, sizes, n, cfg) if me == 0 else None
             torch.cuda.empty_cache()  # DataParallel's replicas and batches are gone with its frame
             every = all_gather_json(mine, n, torch.device("cpu"), cpu_group)  # the others wait here, on the CPU
             record["dataparallel"] = every[0]
         models.append(record)
-    ctx.events.emit("phase", name="scaling")
+    ctx.events.phase("scaling")
     return {
         "device": ctx.device.type,
         "backend": ctx.backend,

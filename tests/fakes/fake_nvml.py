@@ -27,9 +27,9 @@ from typing import Any
 
 import pynvml
 
+from gpudoctor.knowledge.units import MIB
 from gpudoctor.probe.nvml import NVML_RETURN_NAMES
 from gpudoctor.snapshot import Gpu, MigDevice, Missing, Snapshot
-from gpudoctor.units import MIB
 
 REASON_CODES = {
     "unsupported": pynvml.NVML_ERROR_NOT_SUPPORTED,

@@ -8,8 +8,6 @@ driver 550.54.15 with CUDA 12.4), and a PCIe box of RTX 4090s without NVLink or 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gpudoctor.snapshot import (
     SCHEMA_VERSION,
     Driver,
@@ -21,10 +19,9 @@ from gpudoctor.snapshot import (
     Missing,
     RemappedRows,
     Snapshot,
-    load,
 )
+from tests.helpers import snapshots
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 UNSUPPORTED = Missing("unsupported")
 CREATED = "2024-11-14T07:00:14+00:00"
 
@@ -36,7 +33,7 @@ def cpus(lo: int, hi: int) -> list[int]:
 def h100_nvswitch_8x() -> Snapshot:
     """The recorded 8x H100 HGX fixture (tests/fixtures/h100_sxm_8x.json), so the probe's round
     trip and the checks read one and the same machine."""
-    return load(FIXTURES / "h100_sxm_8x.json")
+    return snapshots.load("h100_sxm_8x")
 
 
 def rtx4090_gpu(index: int) -> Gpu:

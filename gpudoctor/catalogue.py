@@ -1,0 +1,155 @@
+"""Every finding code gpudoctor gives, and its words: `gpudoctor explain CODE`, `gpudoctor
+list-checks` and the docs/checks/ pages (one text, three places).
+
+`catalogue()` is the checks' registry with the codes raised outside a check run: the baseline
+comparison (GD011-GD019, which `check --baseline` runs, so --select takes them), the verdicts of
+`gpudoctor watch` (GD9xx) and of `gpudoctor bench scaling`, which `check --select` does not take.
+Retired codes (engine/codes.py RETIRED) are still explained, as removed.
+
+docs/checks/GDxxx.md is generated from the same text (`python scripts/gen_check_docs.py`);
+a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from gpudoctor.engine.registry import LEVELS, RUNNER, Registry
+
+
+@cache
+def catalogue() -> Registry:
+    """The checks of `gpudoctor check` and every code any command gives, by owner."""
+    from gpudoctor import checks
+    from gpudoctor.checks.active import scaling
+    from gpudoctor.compare import codes as baseline
+    from gpudoctor.watch import codes as watch
+
+    base = checks.registry()
+    return Registry(
+        base.checks.values(),
+        {"baseline": baseline.CODES, "watch": watch.CODES, "bench scaling": scaling.CODES},
+        runs=base.runs,
+        selectable={"baseline"},
+    )
+
+
+def _raised_by(code: str) -> dict[str, Any]:
+    """Who raises `code`: a check (static, active or deep), the check runner itself, the
+    comparison with a baseline, or another command (watch's verdicts)."""
+    reg = catalogue()
+    owner = reg.owner[code]
+    chk = reg.checks.get(owner)
+    if chk is not None:
+        return {"check": owner, "kind": LEVELS[chk.level], "level": chk.level, "selectable": True}
+    if owner == RUNNER:  # the check runner's own codes (GD001): never filtered out
+        return {"check": RUNNER, "kind": "runner", "level": None, "selectable": False}
+    return {"check": owner, "kind": owner, "level": None, "selectable": owner not in reg.outside}
+
+
+def code_rows() -> list[dict[str, Any]]:
+    """Every finding code, sorted by code, with who raises it and its title."""
+    codes = catalogue().codes
+    rows = []
+    for code in sorted(codes):
+        info = codes[code]
+        by = _raised_by(code)
+        rows.append(
+            {
+                "code": code,
+                "name": info.name,
+                "check": by["check"],
+                "kind": by["kind"],
+                "active": by["kind"] in ("active", "deep"),
+                "level": by["level"],
+                "selectable": by["selectable"],
+                "title": info.title,
+            }
+        )
+    return rows
+
+
+def explain_doc(code: str) -> dict[str, Any] | None:
+    """`explain CODE --json`: the code's texts and who raises it, or None for an unknown code."""
+    info = catalogue().codes.get(code)
+    if info is None:
+        return _retired_doc(code)
+    by = _raised_by(code)
+    return {
+        "schema_version": 1,
+        "command": "explain",
+        "code": info.code,
+        "name": info.name,
+        "title": info.title,
+        "raised_by": by["check"],
+        "kind": by["kind"],
+        "level": by["level"],
+        "selectable": by["selectable"],
+        "what": info.what,
+        "why": info.why,
+        "fix": info.fix,
+    }
+
+
+def _raised_line(code: str) -> str:
+    by = _raised_by(code)
+    select = f"Select or ignore it with `--select {code}` / `--ignore {code}`."
+    if by["kind"] == "runner":
+        return "Raised by `gpudoctor check` itself, for any check; --select and --ignore never hide it."
+    if by["kind"] == "baseline":
+        return f"Raised by `gpudoctor check --baseline FILE` and `gpudoctor diff A B`. {select}"
+    if not by["selectable"]:
+        also = " (and `gpudoctor report` on its recordings)" if by["check"] == "watch" else ""
+        return f"Raised by `gpudoctor {by['check']}`{also}; `gpudoctor check --select` does not take it."
+    kind = {
+        "static": "static",
+        "active": "active: runs a workload, skipped by --quick",
+        "deep": "deep: runs under sustained load, only with `--level 3`",
+    }[by["kind"]]
+    return f"Raised by check `{by['check']}` ({kind}). {select}"
+
+
+def explain_text(code: str) -> str | None:
+    info = catalogue().codes.get(code)
+    if info is None:
+        return _retired_text(code)
+    return (
+        f"# {info.code} {info.name}: {info.title}\n\n"
+        f"{_raised_line(code)}\n\n"
+        f"## What it checks\n\n{info.what}\n\n"
+        f"## Why it matters\n\n{info.why}\n\n"
+        f"## How to fix it\n\n{info.fix}\n"
+    )
+
+
+def _retired_doc(code: str) -> dict[str, Any] | None:
+    gone = catalogue().retired.get(code)
+    if gone is None:
+        return None
+    return {
+        "schema_version": 1,
+        "command": "explain",
+        "code": gone.code,
+        "name": gone.name,
+        "title": gone.title,
+        "raised_by": None,
+        "kind": "retired",
+        "level": None,
+        "selectable": False,
+        "removed_in": gone.removed_in,
+        "why": gone.why,
+        "replaced_by": list(gone.replaced_by),
+    }
+
+
+def _retired_text(code: str) -> str | None:
+    gone = catalogue().retired.get(code)
+    if gone is None:
+        return None
+    see = f" Its findings are now {', '.join(gone.replaced_by)}." if gone.replaced_by else ""
+    return (
+        f"# {gone.code} {gone.name}: {gone.title}\n\n"
+        f"Retired in gpudoctor {gone.removed_in}: gpudoctor no longer gives this code, and never will give it "
+        f"to anything else.{see}\n\n## Why it was removed\n\n{gone.why}\n"
+    )

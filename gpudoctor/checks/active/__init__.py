@@ -1,0 +1,1 @@
+"""Active checks (level 2): they run workloads in spawned ranks."""

@@ -1,0 +1,1 @@
+"""Deep checks (level 3): sustained load, silent data corruption, GPU memory, host links."""

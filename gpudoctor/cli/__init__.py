@@ -1,0 +1,1 @@
+"""The `gpudoctor` command line: click commands only; the work lives in the layers below."""

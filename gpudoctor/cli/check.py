@@ -1,0 +1,191 @@
+"""`gpudoctor check` and `gpudoctor diff`: the report commands. Their options come from the option
+table (gpudoctor/engine/options.py); the work is gpudoctor.api's."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from gpudoctor.cli.options import (
+    COLOR,
+    EXIT_CODES_HELP,
+    FILE_NAME,
+    JSON,
+    JUNIT,
+    NO_CONFIG,
+    QUIET,
+    split,
+    table_option,
+    table_options,
+)
+from gpudoctor.cli.output import print_report
+from gpudoctor.cli.types import OnceCommand
+from gpudoctor.errors import EXIT_USAGE, UserError
+
+
+@click.command(cls=OnceCommand, epilog=EXIT_CODES_HELP)
+@table_option("snapshot")
+@JSON
+@JUNIT
+@click.option(
+    "--prometheus",
+    "prometheus_path",
+    type=FILE_NAME,
+    metavar="FILE",
+    help="Also write metrics for node_exporter's textfile collector.",
+)
+@click.option(
+    "--github/--no-github",
+    "github",
+    default=None,
+    help="GitHub Actions job summary and annotations (default: on when GITHUB_ACTIONS=true).",
+)
+@table_options(
+    "quick",
+    "level",
+    "duration_s",
+    "mem_share",
+    "select",
+    "ignore",
+    "expect_gpus",
+    "expect_model",
+    "fail_on",
+    "device",
+    "ranks",
+    "timeout_s",
+    "min_busbw",
+    "allow_mig",
+    "collectives",
+    "ram_per_gpu_gb",
+    "baseline",
+    "tolerance",
+    "config",
+)
+@NO_CONFIG
+@click.option("-v", "--verbose", count=True, help="-v: every check with its tables; -vv: passing findings too.")
+@QUIET
+@COLOR
+def check(
+    snapshot_path: str | None,
+    as_json: bool,
+    junit_path: str | None,
+    prometheus_path: str | None,
+    github: bool | None,
+    config_path: str | None,
+    no_config: bool,
+    verbose: int,
+    quiet: bool,
+    color: str,
+    **options: Any,
+) -> None:
+    """Check that this machine (or a recorded snapshot) is ready for a multi-GPU run."""
+    from gpudoctor.api import run_checks
+    from gpudoctor.render.outputs import Outputs
+
+    if config_path and no_config:
+        raise UserError("--config and --no-config contradict each other", EXIT_USAGE, "usage")
+    quiet_or_verbose(quiet, verbose)
+    other_rank = quiet_rank(os.environ)
+    baseline = options["baseline"]
+    inputs = {"the --snapshot file": snapshot_path, "the --baseline file": baseline, "the --config file": config_path}
+    outputs = Outputs(junit_path, prometheus_path, github, inputs=inputs) if not other_rank else Outputs(github=False)
+    outputs.precheck()
+    options["select"], options["ignore"] = split(options["select"]), split(options["ignore"])
+    report = run_checks(
+        snapshot=snapshot_path,
+        config=config_path,
+        use_config=not no_config,
+        progress=progress_printer(as_json or quiet),
+        **options,
+    )
+    if other_rank:
+        # torchrun merges its local ranks' stdout: one report per node keeps --json parseable.
+        counts = ", ".join(f"{n} {s}" for s, n in report.counts().items() if n)
+        click.echo(f"gpudoctor: {other_rank}: {counts}; local rank 0 prints the report", err=True)
+        sys.exit(report.exit_code)
+    print_report(report, as_json, verbose, outputs, quiet, color)
+
+
+@click.command(cls=OnceCommand, epilog=EXIT_CODES_HELP)
+@click.argument("before", metavar="A")
+@click.argument("after", metavar="B")
+@JSON
+@table_option("tolerance", "Regression allowed from A to B.  [default: 10%]")
+@table_option("fail_on")
+@table_option("ignore", "Leave out these codes (GD011-GD019).")
+@JUNIT
+@click.option("--github/--no-github", "github", default=None, help="GitHub Actions summary and annotations.")
+@table_option("config", "Policy file for tolerance, fail-on, ignore, severity.")
+@NO_CONFIG
+@click.option("-v", "--verbose", count=True, help="-v: every comparison; -vv: passing findings too.")
+@QUIET
+@COLOR
+def diff(
+    before: str,
+    after: str,
+    as_json: bool,
+    tolerance: str | None,
+    fail_on: str | None,
+    ignore: tuple[str, ...],
+    junit_path: str | None,
+    github: bool | None,
+    config_path: str | None,
+    no_config: bool,
+    verbose: int,
+    quiet: bool,
+    color: str,
+) -> None:
+    """Compare two saved reports (`check --json`) or snapshots: A the reference, B the one judged.
+
+    Two nodes of a cluster, or one node before and after maintenance: GPU count, models, UUIDs,
+    driver, VBIOS and links, then busbw, DDP step time and P2P bandwidth beyond the tolerance.
+    """
+    from gpudoctor.api import diff_report
+    from gpudoctor.render.outputs import Outputs
+
+    if config_path and no_config:
+        raise UserError("--config and --no-config contradict each other", EXIT_USAGE, "usage")
+    quiet_or_verbose(quiet, verbose)
+    outputs = Outputs(
+        junit_path, None, github, inputs={"report A": before, "report B": after, "the --config file": config_path}
+    )
+    outputs.precheck()
+    report = diff_report(
+        before,
+        after,
+        tolerance=tolerance,
+        fail_on=fail_on,
+        ignore=split(ignore),
+        config=config_path,
+        use_config=not no_config,
+    )
+    print_report(report, as_json, verbose, outputs, quiet, color)
+
+
+def quiet_or_verbose(quiet: bool, verbose: int) -> None:
+    if quiet and verbose:
+        raise UserError("-q/--quiet and -v/--verbose ask for opposite things; give one", EXIT_USAGE, "usage")
+
+
+def quiet_rank(environ: Any) -> str | None:
+    """Under torchrun/srun, every local rank but 0 leaves the report to local rank 0."""
+    if "RANK" not in environ:  # not under a launcher: nothing to import (start-up time)
+        return None
+    from gpudoctor.launch import torchrun_env  # torch-free
+
+    if torchrun_env(environ) and environ.get("LOCAL_RANK", "0").strip() not in ("", "0"):
+        return f"rank {environ['RANK']} (local rank {environ['LOCAL_RANK']})"
+    return None
+
+
+def progress_printer(silent: bool) -> Any:
+    """Active checks say what they are doing; on stderr, so JSON on stdout stays clean."""
+
+    def progress(message: str) -> None:
+        if not silent:
+            click.echo(f"  ... {message}", err=True)
+
+    return progress

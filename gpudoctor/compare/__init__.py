@@ -1,0 +1,1 @@
+"""Two runs compared: `check --baseline FILE` and `gpudoctor diff A B`."""

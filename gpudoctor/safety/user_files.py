@@ -1,0 +1,102 @@
+"""Reading a file the user named (a policy, a baseline report): one-line reasons, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+class UserFileError(ValueError):
+    """Why a named file cannot be used, in a few words ("no such file", "not valid JSON: ...").
+
+    `untrusted`: the file was readable, but the caller's `trust` test refused it (read_text)."""
+
+    def __init__(self, message: str, *, untrusted: bool = False) -> None:
+        super().__init__(message)
+        self.untrusted = untrusted
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """A value from a user's file or call, as a one-line message quotes it: its repr, cut short.
+
+    A 400-digit number or a megabyte string is not printed whole; its length is said instead."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 10]}... ({len(text)} characters)"
+
+
+# A policy or a saved report is kilobytes; a file this large is something else (a log, /dev/zero).
+MAX_BYTES = 32 << 20
+
+
+def read_text(path: str | Path, trust: Callable[[os.stat_result], str | None] | None = None) -> str:
+    """The file's text: a regular file only (a FIFO would block, /dev/zero never end), at most MAX_BYTES.
+
+    `trust(stat)` judges the file that is actually read (its owner and mode, fstat of the open file,
+    so it cannot be swapped between the test and the read): a reason it returns is raised as an
+    UserFileError with `untrusted` set."""
+    from gpudoctor.safety.safe_io import InputFileError
+    from gpudoctor.safety.safe_io import read_text as read_regular
+
+    try:
+        if trust is None:
+            return read_regular(path, MAX_BYTES)
+        return _read_trusted(path, trust)
+    except InputFileError as exc:
+        raise UserFileError(exc.strerror) from None
+    except FileNotFoundError:
+        raise UserFileError("no such file") from None
+    except IsADirectoryError:
+        raise UserFileError("is a directory") from None
+    except PermissionError:
+        raise UserFileError("permission denied") from None
+    except UnicodeDecodeError:
+        raise UserFileError("not UTF-8 text") from None
+    except OSError as exc:
+        raise UserFileError(exc.strerror or str(exc)) from None
+
+
+def _read_trusted(path: str | Path, trust: Callable[[os.stat_result], str | None]) -> str:
+    """Open once, judge that open file, read it: nothing can be swapped in between."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the open
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(path)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) else "not a file"
+            raise UserFileError(f"is {kind}, not a regular file")
+        why = trust(st)
+        if why is not None:
+            raise UserFileError(why, untrusted=True)
+        chunks, total = [], 0
+        while total <= MAX_BYTES:
+            chunk = os.read(fd, min(1 << 20, MAX_BYTES + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_BYTES:
+        raise UserFileError(f"is larger than {MAX_BYTES >> 20} MiB")
+    return data.decode("utf-8")
+
+
+def _no_constants(name: str) -> Any:
+    raise UserFileError(f"not valid JSON: {name} is not a number JSON allows")
+
+
+def read_json(path: str | Path) -> Any:
+    """The file's JSON; NaN and Infinity (Python's extension, not JSON) are refused."""
+    text = read_text(path)
+    try:
+        return json.loads(text, parse_constant=_no_constants)
+    except json.JSONDecodeError as exc:
+        raise UserFileError(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise UserFileError("not valid JSON: nested too deeply") from None

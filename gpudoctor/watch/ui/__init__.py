@@ -1,0 +1,1 @@
+"""The Textual dashboard: the only code that imports textual."""

@@ -1,0 +1,511 @@
+"""The Textual dashboard. It draws what the session hands it and decides nothing itself.
+
+Samples arrive from the session's queue through a thread worker (so a stalled NVML call
+never blocks the UI); the only timer runs once per interval to notice stale readings.
+
+Layout, top to bottom: the status line, the host line, the GPUs, the training ranks (when the job
+publishes steps), the verdicts (the balance figures and the event log), the processes, the keys.
+Heights are shared out on every resize and whenever what must be shown changes: the status, host
+and key lines first, then the verdicts that hold now (never lost to the process table), then the
+GPUs (one line each, or the compact mode where that does not fit; the list scrolls past that), the
+ranks, the rest of the event log and its hints, and what is left to the processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import queue
+import signal
+import sys
+import time
+from collections import deque
+from typing import Any
+
+import psutil
+from rich.markup import escape
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Static
+from textual.worker import get_current_worker
+
+from gpudoctor.safety.signals import STOP_SIGNALS
+from gpudoctor.watch.model import ProcReading, Sample
+from gpudoctor.watch.session import End, Session, Update
+from gpudoctor.watch.sources import Notice
+from gpudoctor.watch.terminal import TerminalOutput
+from gpudoctor.watch.ui.widgets import (
+    HISTORY,
+    SORTS,
+    Lines,
+    ProcessTable,
+    balance_line,
+    event_lines,
+    gpu_grid,
+    gpu_rows,
+    grid_height,
+    host_line,
+    marks_for,
+    rank_rows,
+    status_text,
+)
+
+INTERRUPTED = "interrupted"  # what the app returns on Ctrl-C: gpudoctor exits 130, as without a dashboard
+MIN_PROCS = 4  # fewer lines than this for the process table: it is hidden
+KEYS = Text.assemble(
+    *(
+        part
+        for key, what in (
+            ("q", "quit"),
+            ("p", "pause"),
+            ("c", "compact"),
+            ("s", "sort"),
+            ("t", "SIGTERM"),
+            ("?", "help"),
+        )
+        for part in ((f" {key} ", "bold reverse"), (f" {what} ", ""))
+    )
+)
+
+HELP = """\
+[b]gpudoctor watch[/b]: are all my GPUs working evenly?
+
+  [b]q[/b]  quit (a command started by gpudoctor is stopped too)
+  [b]ctrl+c[/b]  interrupt: stop the command, exit 130
+  [b]p[/b]  pause / resume drawing (sampling and --record go on)
+  [b]c[/b]  compact GPU rows (several GPUs a line) / one row per GPU
+  [b]s[/b]  sort the process table: GPU memory, SM%, CPU%, PID, GPU
+  [b]up/down[/b]  select a process (the selection follows it across refreshes)
+  [b]t[/b] / [b]i[/b]  send SIGTERM / SIGINT to the selected process (asks first; only your own)
+  [b]?[/b]  this help
+
+GPU and rank numbers marked [yellow]*[/] are named by a verdict, [red]![/] by a failing one; a GPU
+that reported an XID or was lost keeps its [red]![/] to the end. A dimmed row is stale: NVML did
+not answer in time. n/a: not reported. The verdicts panel lists every verdict that fired, held
+ones first: when, how often, the worst figure. `gpudoctor explain GD901` ... GD911.
+
+Press any key to close."""
+
+
+class SampleArrived(Message):
+    def __init__(self, sample: Sample) -> None:
+        super().__init__()
+        self.sample = sample
+
+
+class NoticeArrived(Message):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class SourceEnded(Message):
+    def __init__(self, end: End) -> None:
+        super().__init__()
+        self.end = end
+
+
+class HelpScreen(ModalScreen[None]):
+    def compose(self) -> ComposeResult:
+        yield Static(HELP, id="help")
+
+    def on_key(self) -> None:
+        self.dismiss()
+
+
+class ConfirmSignal(ModalScreen[bool]):
+    """Send this signal to this process? y sends, anything else does not."""
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"{escape(self.question)}\n\n[b]y[/b] send it    any other key: do not", id="confirm")
+
+    def on_key(self, event: Any) -> None:
+        event.stop()
+        self.dismiss(event.key == "y")
+
+
+def terminal_driver(output: TerminalOutput) -> Any:
+    """Textual's Linux driver writing through `output` (None elsewhere: Textual's own)."""
+    if sys.platform == "win32":
+        return None
+    from textual.drivers.linux_driver import LinuxDriver
+
+    class Driver(LinuxDriver):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._file = output
+
+    return Driver
+
+
+def may_signal(p: ProcReading) -> str | None:
+    """Why the user may not signal this process (None: they may): only their own, still the same process."""
+    if p.note or not p.command:
+        return f"PID {p.pid} is not visible here"
+    try:
+        proc = psutil.Process(p.pid)
+        if p.started is not None and abs(proc.create_time() - p.started) > 0.05:
+            return f"PID {p.pid} is another process now"
+        if os.geteuid() != 0 and proc.uids().real != os.getuid():
+            return f"PID {p.pid} belongs to {proc.username()}, not to you"
+    except psutil.NoSuchProcess:
+        return f"PID {p.pid} has ended"
+    except psutil.Error as exc:
+        return f"PID {p.pid}: {exc}"
+    return None
+
+
+class WatchApp(App[str]):
+    CSS_PATH = "app.tcss"
+    TITLE = "gpudoctor watch"
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        # Textual's own ctrl+c only says "press ctrl+q to quit"; here it interrupts, as in a shell.
+        Binding("ctrl+c", "interrupt", "interrupt", show=False, priority=True),
+        Binding("p", "pause", "pause"),
+        Binding("c", "compact", "compact"),
+        Binding("s", "sort", "sort"),
+        Binding("t", "signal('SIGTERM')", "SIGTERM"),
+        Binding("i", "signal('SIGINT')", "SIGINT", show=False),
+        Binding("question_mark", "help", "help", key_display="?"),
+    ]
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        live: bool = True,
+        preload: list[Sample] | None = None,
+        duration: float | None = None,
+        driver_class: Any = None,
+        output: TerminalOutput | None = None,
+    ) -> None:
+        super().__init__(driver_class=driver_class)
+        self.output = output  # the terminal stream (run_app), told to stop waiting on a stop signal
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.session = session
+        self.live = live
+        self.preload = preload or []
+        self.duration = duration
+        self.paused = False
+        self.stale = False
+        self.ended: str | None = None
+        self.sort = next(iter(SORTS))
+        self.mode = "auto"  # GPU rows: "auto" (chosen by height), or "compact"/"full" pinned by the `c` key
+        self.last: Update | None = None
+        self.procs: tuple[ProcReading, ...] = ()
+        self.samples_seen = 0
+        self.started = time.monotonic()
+        self.signum: int | None = None  # the signal that ended the app (SIGTERM, SIGHUP), if one did
+        self.notice: str | None = None  # the latest thing the session said (a skipped gap in a replay)
+        self.history: dict[int, Any] = {}
+        self._heights: dict[str, Any] = {}
+        self._drawn_mode = "full"
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="status")
+        yield Lines(id="host")
+        with Vertical(id="main"):
+            with VerticalScroll(id="gpus"):
+                yield Lines(id="gpu-lines")
+            with VerticalScroll(id="ranks"):
+                yield Lines(id="rank-lines")
+            yield Lines(id="verdicts")
+            yield ProcessTable(id="procs")
+        yield Static(KEYS, id="keys")  # not Textual's Footer: a widget per key costs the first frame ~0.1 s
+
+    def on_mount(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self.signum is not None:  # a stop signal came while the app started
+            self.exit(INTERRUPTED)
+            return
+        self.query_one("#gpus").border_title = "GPUs"
+        self.query_one("#ranks").border_title = "training steps"
+        self.query_one("#verdicts").border_title = "verdicts"
+        self.query_one("#procs").border_title = "processes"
+        self.query_one(ProcessTable).focus()
+        for s in self.preload:
+            self._take(s)
+        self._draw()
+        if self.live:
+            self._pump()
+            self.set_interval(self.session.source.interval, self._check_stale)
+            if self.duration is not None:
+                self.set_timer(self.duration, lambda: self.exit("duration"))
+
+    @work(thread=True, exclusive=True, exit_on_error=False)
+    def _pump(self) -> None:
+        """Moves samples from the session queue to the UI thread as messages."""
+        worker = get_current_worker()
+        while not worker.is_cancelled:
+            try:
+                item = self.session.queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if item is None:  # on_unmount: the app is ending
+                return
+            if isinstance(item, End):
+                self.post_message(SourceEnded(item))
+                return
+            if isinstance(item, Notice):
+                self.post_message(NoticeArrived(item.text))
+                continue
+            self.post_message(SampleArrived(item))
+
+    def on_unmount(self) -> None:
+        if self.live:  # wake the pump now: the event loop waits for its thread on the way out
+            self.session.queue.put(None)
+
+    def on_sample_arrived(self, message: SampleArrived) -> None:
+        self._take(message.sample)
+        if self.stale:
+            self.stale = False
+        self._draw()
+
+    def on_notice_arrived(self, message: NoticeArrived) -> None:
+        self.notice = message.text
+        self._draw_status()
+
+    def on_source_ended(self, message: SourceEnded) -> None:
+        if message.end.reason == "job":
+            self.exit("job")
+        else:
+            damaged = self.session.damage or getattr(self.session.source, "damage", None)
+            self.ended = "recording ended" + ("" if damaged is None else " (damaged: see the summary)")
+            if message.end.detail:
+                self.ended = f"sampling stopped: {message.end.detail}"
+            self._draw()  # the final screen: every verdict that fired stays in the log
+
+    def on_resize(self) -> None:
+        self._draw()
+
+    def _take(self, sample: Sample) -> None:
+        self.last = self.session.handle(sample)
+        self.samples_seen += 1
+        for g in self.last.sample.gpus:
+            h = self.history.get(g.index)
+            if h is None:
+                h = self.history[g.index] = deque(maxlen=HISTORY)
+            if g.util is not None and g.alive:
+                h.append(g.util)
+        if self.last.sample.procs is not None:
+            self.procs = self.last.sample.procs
+            if not self.paused:
+                self.query_one(ProcessTable).show(self.procs, self.sort)
+
+    def _check_stale(self) -> None:
+        quiet = time.monotonic() - self.session.last_arrival
+        stale = self.ended is None and quiet >= self.session.stale_after
+        if stale != self.stale:
+            self.stale = stale
+            self._draw()
+
+    # -- drawing ---------------------------------------------------------------------------------
+    def _draw(self) -> None:
+        self._draw_status()
+        if self.paused or self.last is None:
+            return
+        width, height = self.size
+        inner = max(20, width - 4)  # borders and padding
+        update = self.last
+        builder = update.builder
+        sample = update.sample
+        sticky = {
+            k: "XID " + ",".join(map(str, sorted(st.xids))) if st.xids else "LOST"
+            for k, st in builder.gpu_stats.items()
+            if st.xids or st.lost
+        }
+        gpu_marks, rank_marks = marks_for(update.verdicts, sticky)
+        self.query_one("#host", Lines).show([host_line(sample.cpu, sample.host)])
+        events = builder.events()
+        active = [e for e in events if e.active]
+        n_gpus, ranks = len(sample.gpus), sample.ranks or ()
+        # Heights: status, host, keys; the held verdicts; GPUs; ranks; the rest of the log; processes.
+        free = height - 3
+        verdict_min = 2 + 1 + max(1, len(active))
+        gpu_full = 3 + n_gpus if n_gpus else 0
+        gpu_compact = 2 + grid_height(n_gpus, inner) if n_gpus else 0
+        rank_need = 3 + len(ranks) if ranks else 0
+        rank_min = min(rank_need, 5)
+        mode = self.mode
+        if mode == "auto":
+            mode = "full" if gpu_full <= free - verdict_min - rank_min else "compact"
+        gpu_need = gpu_full if mode == "full" else gpu_compact
+        gpu_h = max(min(gpu_need, free - verdict_min - rank_min), min(gpu_need, 4))
+        rank_h = max(0, min(rank_need, free - verdict_min - gpu_h))
+        left = free - gpu_h - rank_h
+        extra_log = len(events) - len(active)
+        verdict_h = max(verdict_min, min(left, verdict_min + extra_log + len(active)))
+        procs_h = left - verdict_h
+        if not n_gpus:  # no GPU: no GPU processes to list
+            procs_h = 0
+        elif procs_h < MIN_PROCS:
+            verdict_h, procs_h = left, 0
+        hints = verdict_h - 3 >= len(events) + len(active)
+        self._set_heights(gpu_h, rank_h, verdict_h, procs_h)
+        if n_gpus:
+            if mode == "full":
+                lines = gpu_rows(sample.gpus, self.history, gpu_marks, sticky, inner, self.stale)
+            else:
+                lines = gpu_grid(sample.gpus, gpu_marks, inner)
+            self.query_one("#gpu-lines", Lines).show(lines)
+        self._drawn_mode = mode
+        names = {g.name.removeprefix("NVIDIA ") for g in sample.gpus if g.name}
+        model = f" {names.pop()}" if len(names) == 1 else ""
+        how = "compact: c for rows" if mode == "compact" else "c: compact"
+        self.query_one("#gpus").border_subtitle = f"{n_gpus}x{model}, {how}"
+        if ranks:
+            rows = rank_rows(ranks, builder.balance.ranks, rank_marks, sample.t, inner)
+            self.query_one("#rank-lines", Lines).show(rows)
+        room = max(1, verdict_h - 3)
+        log = [balance_line(builder.balance, self.session.thresholds.window_s, inner)]
+        if not events:
+            text = "no verdicts yet" if builder.balance.warming is not None else "balanced: no verdicts"
+            if builder.balance.idle:
+                text = "no verdicts: the GPUs are idle"
+            log.append(Text(text, style="green"))
+        log += event_lines(events, inner, builder.start or sample.t, room, hints)
+        self.query_one("#verdicts", Lines).show(log)
+
+    def _set_heights(self, gpu_h: int, rank_h: int, verdict_h: int, procs_h: int) -> None:
+        wanted = {"#gpus": gpu_h, "#ranks": rank_h, "#verdicts": verdict_h, "#procs": procs_h}
+        for selector, h in wanted.items():
+            if self._heights.get(selector) == h:
+                continue
+            self._heights[selector] = h
+            widget = self.query_one(selector)
+            widget.display = h > 0
+            widget.styles.height = max(h, 0)
+
+    def _draw_status(self) -> None:
+        source = self.session.source
+        parts: list[tuple[str, str, bool]] = []
+        if self.stale:
+            parts.append(("STALE: no reading from NVML", "bold red", False))
+        if self.paused:
+            parts.append(("PAUSED", "bold yellow", False))
+        if self.ended:
+            parts.append((self.ended, "bold", True))
+        if self.session.record_error:
+            parts.append((self.session.record_error, "bold red", True))
+        if self.last is not None:
+            b = self.last.builder
+            elapsed = int((b.end or 0) - (b.start or 0))
+            parts.append((f"t+{elapsed // 60:02d}:{elapsed % 60:02d}", "bold", False))
+        else:
+            parts.append(("waiting for the first reading", "", False))
+        recorded = getattr(source, "recorded_interval", None)
+        speed = getattr(source, "speed", 1.0)
+        if recorded is not None:  # a replay or a demo: what the recording says, and how fast it plays
+            parts.append((f"every {recorded:g} s" + (f" at {speed:g}x" if speed != 1 else ""), "", False))
+        else:
+            parts.append((f"every {source.interval:g} s", "", False))
+        if self.notice:  # after the clock: a long note is cut, the clock is not
+            parts.append((self.notice, "yellow", True))
+        job = self.session.job
+        parts.append((source.label, "", True))
+        if job is not None:
+            parts.append((f"PID {job.root.pid}: {job.command}", "", True))
+        parts.append((f"processes by {self.sort}", "dim", False))
+        self.query_one("#status", Static).update(status_text(parts, max(20, self.size.width - 2)))
+
+    # -- keys ------------------------------------------------------------------------------------
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        if not self.paused:
+            self.query_one(ProcessTable).show(self.procs, self.sort)
+        self._draw()
+
+    def action_compact(self) -> None:
+        self.mode = "full" if self._drawn_mode == "compact" else "compact"
+        self._draw()
+
+    def action_sort(self) -> None:
+        keys = list(SORTS)
+        self.sort = keys[(keys.index(self.sort) + 1) % len(keys)]
+        self.query_one(ProcessTable).show(self.procs, self.sort)
+        self._draw_status()
+
+    def action_signal(self, name: str) -> None:
+        chosen = self.query_one(ProcessTable).selected
+        if chosen is None:
+            self.notify("no process selected", severity="warning")
+            return
+        if not self.live or not getattr(self.session.source, "real_processes", False):
+            self.notify("a recording or a demo: there is no live process to signal", severity="warning")
+            return
+        why = may_signal(chosen)
+        if why is not None:
+            self.notify(why, severity="warning")
+            return
+        sig = signal.Signals[name]
+
+        def send(yes: bool | None) -> None:
+            if not yes:
+                return
+            why = may_signal(chosen)  # again: it may have ended while the question was open
+            if why is not None:
+                self.notify(why, severity="warning")
+                return
+            try:
+                psutil.Process(chosen.pid).send_signal(sig)
+            except psutil.Error as exc:
+                self.notify(f"PID {chosen.pid}: {exc}", severity="error")
+                return
+            self.notify(f"sent {name} to PID {chosen.pid}")
+
+        self.push_screen(ConfirmSignal(f"Send {name} to PID {chosen.pid} ({chosen.command[:60]})?"), send)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    async def action_quit(self) -> None:
+        self.exit("quit")
+
+    def action_interrupt(self) -> None:
+        self.exit(INTERRUPTED)
+
+    def stop_signal(self, signum: int, frame: Any = None) -> None:
+        """The handler of SIGTERM, SIGHUP and SIGINT while the dashboard runs: end it like Ctrl-C.
+
+        A plain handler, not the event loop's (add_signal_handler): it also runs while the loop is
+        blocked in a write to a terminal nobody reads (it interrupts that wait in the main thread),
+        and tells the output to stop waiting for that terminal, so the loop gets to the exit. It only
+        sets flags and schedules the exit, never raises into the UI's code. The first signal is the
+        one that counts (SIGHUP: 129)."""
+        if self.signum is None:
+            self.signum = signum
+        if self.output is not None:
+            self.output.stopping = True
+        loop = self._loop
+        if loop is not None:  # else on_mount exits at once
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the app has ended already
+                loop.call_soon_threadsafe(self.exit, INTERRUPTED)
+
+
+def run_app(session: Session, duration: float | None = None) -> tuple[str | None, int | None]:
+    """Run the dashboard; returns why it ended and the signal that ended it (None: no signal).
+
+    SIGTERM, SIGHUP and SIGINT end it like Ctrl-C (`WatchApp.stop_signal`); an ignored one (nohup)
+    stays ignored. gpudoctor's own handlers are back when this returns."""
+    output = TerminalOutput(sys.__stderr__)  # where Textual's Linux driver writes
+    app = WatchApp(session, duration=duration, driver_class=terminal_driver(output), output=output)
+    taken = [sig for sig in (*STOP_SIGNALS, signal.SIGINT) if signal.getsignal(sig) is not signal.SIG_IGN]
+    previous = {sig: signal.signal(sig, app.stop_signal) for sig in taken}
+    try:
+        result = app.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        output.close()
+    return result, app.signum

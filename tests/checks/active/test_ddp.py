@@ -1,0 +1,119 @@
+"""The DDP sanity check run for real on CPU with gloo: verdicts and named failing ranks."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import jsonschema
+import psutil
+import pytest
+
+from gpudoctor.checks import context
+from gpudoctor.checks.active.common import Plan
+from gpudoctor.checks.active.ddp import ddp_sanity, failure_findings
+from gpudoctor.engine import CheckOptions
+from gpudoctor.findings import Status
+from gpudoctor.launch.results import LaunchResult, RankOutcome
+from gpudoctor.launch.supervise import KILL_SEQUENCE_S
+from gpudoctor.snapshot import Snapshot
+from tests.helpers.processes import HANG_TIMEOUT_S, GpudoctorCli
+from tests.paths import shipped_schema
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_orphans")]
+EMPTY = Snapshot(1, "2026-01-01T00:00:00+00:00", [])
+SCHEMA = shipped_schema("report")
+
+
+def run_check(ranks: int = 2, timeout_s: float = 60, progress: list[str] | None = None) -> list:  # type: ignore[type-arg]
+    opts = CheckOptions(device="cpu", ranks=ranks, timeout_s=timeout_s)
+    findings, _ = ddp_sanity(context(EMPTY, opts, progress=(progress if progress is not None else []).append))
+    return findings
+
+
+def test_cli_two_cpu_ranks_pass_and_the_json_validates(gpudoctor_cli: GpudoctorCli) -> None:
+    out = gpudoctor_cli("check", "--device", "cpu", "--ranks", "2", "--select", "allreduce,ddp", "--json", timeout=120)
+    doc = json.loads(out.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    assert out.returncode == 0, out.stdout
+    codes = {f["code"]: f["status"] for c in doc["checks"] for f in c["findings"]}
+    for code in ("GD601", "GD602", "GD701", "GD702", "GD703", "GD704", "GD705", "GD706"):
+        assert codes[code] == "pass", code
+    ddp = next(c for c in doc["checks"] if c["name"] == "ddp")
+    pids = [r["pid"] for r in ddp["details"]["launch"]["ranks"]]
+    assert len(pids) == 2 and not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids)
+
+
+def test_corrupted_gradients_fail_and_name_the_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUDOCTOR_FAULT", "2:corrupt")
+    progress: list[str] = []
+    findings = run_check(ranks=3, progress=progress)
+    assert any(m.startswith("running ddp (") and m.endswith(" s)") for m in progress)  # what runs, how long
+    bad = [f for f in findings if f.code == "GD704"]
+    assert [(f.status, f.subject) for f in bad] == [(Status.FAIL, "rank:2")]
+    assert [f.status for f in findings if f.code == "GD703"] == [Status.PASS]
+
+
+def test_a_hanging_rank_is_reported_as_timeout_within_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    monkeypatch.setenv("GPUDOCTOR_FAULT", "1:hang")
+    start = time.monotonic()
+    findings = run_check(timeout_s=HANG_TIMEOUT_S)
+    assert time.monotonic() - start < HANG_TIMEOUT_S + KILL_SEQUENCE_S + 1
+    timeouts = [f for f in findings if f.code == "GD711"]
+    assert [f.subject for f in timeouts] == ["rank:1"]
+    assert f"did not answer within the {HANG_TIMEOUT_S:g} s deadline" in timeouts[0].message
+
+
+def test_a_rank_still_importing_at_the_deadline_is_named_as_importing_not_as_not_joining() -> None:
+    ranks = [
+        RankOutcome(0, 0, None, state="hung", last_step="importing", phase="import"),
+        RankOutcome(1, 1, None, state="hung", last_step="imported", phase="join"),
+    ]
+    result = LaunchResult("cpu", "gloo", 2, ranks, 6.5, "tcpstore:port0", timed_out="import", deadline_s=6)
+    (f,) = failure_findings(result, Plan("cpu", 2, []))
+    assert (f.code, f.subject) == ("GD711", "rank:0")
+    assert f.message == "rank 0 did not finish importing torch within the 6 s deadline (last phase: import)"
+    assert f.evidence["others_stopped"] == [1] and f.evidence["timed_out"] == "import"
+
+
+def test_an_exiting_rank_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUDOCTOR_FAULT", "0:exit")
+    findings = run_check()
+    failed = [f for f in findings if f.code == "GD710"]
+    assert [f.subject for f in failed] == ["rank:0"]
+    assert "exited with status 17" in failed[0].message
+    # CPU ranks: no GPU to run alone; the hint points at the software setup instead.
+    assert "alone" not in failed[0].hint and "ran on the CPU (--device cpu)" in failed[0].hint
+
+
+def test_a_failed_gpu_rank_is_sent_to_run_its_gpu_alone_by_uuid() -> None:
+    ranks = [
+        RankOutcome(0, 0, 4, state="done", last_step="done", phase="done"),
+        RankOutcome(1, 1, 6, state="error", last_step="joined", phase="ddp", error="RuntimeError: CUDA error"),
+    ]
+    result = LaunchResult("cuda", "nccl", 2, ranks, 3.0, "tcpstore:port0")
+    on_gpus = Plan("cuda", 2, [4, 6], uuids=["GPU-aaaa", "GPU-bbbb"])
+    (f,) = failure_findings(result, on_gpus)
+    assert (f.code, f.subject) == ("GD710", "rank:1")
+    assert "`CUDA_VISIBLE_DEVICES=GPU-bbbb gpudoctor check --select ddp` with GPU 6 alone" in f.hint
+    (cpu,) = failure_findings(replace(result, device="cpu"), Plan("cpu", 2, []))
+    assert "CUDA_VISIBLE_DEVICES" not in cpu.hint and "not a GPU" in cpu.hint
+
+
+def test_a_busy_master_port_does_not_stop_the_local_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpudoctor's own ranks meet in a file, not on MASTER_PORT; a port that joining finds in use
+    (the launcher's, under torchrun) is still GD712."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]))
+        findings = run_check()
+    assert findings and {f.status for f in findings} == {Status.PASS}
+    bind_failed = RankOutcome(0, 0, None, state="error", phase="join", error_kind="port_in_use")
+    bind_failed.error = "DistNetworkError: failed to bind to [::]:29500 (errno: 98 - Address already in use)"
+    (f,) = failure_findings(LaunchResult("cpu", "gloo", 1, [bind_failed], 1.0, "env"), Plan("cpu", 1, []))
+    assert f.code == "GD712" and f.status is Status.FAIL

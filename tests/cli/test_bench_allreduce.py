@@ -1,0 +1,67 @@
+"""`gpudoctor bench allreduce` (the sweep printed whole), and what every bench shares: the failure
+path of a rank that dies, and running without numpy."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import leftover_ranks
+from tests.helpers.bench_docs import bench_doc
+from tests.helpers.cli import run_cli
+from tests.helpers.processes import GpudoctorCli, hiding
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--device", "cpu", "--min-bytes", "12Q"], "cannot read size '12Q'"),
+        (["--device", "cpu", "--min-bytes", "100"], "size '100' is too small"),
+        (["--ranks", "3"], "--ranks needs --device cpu"),
+    ],
+)
+def test_bad_sizes_and_options_are_one_line_usage_errors(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    r = run_cli(capsys, "bench", "allreduce", *args)
+    assert r.exit_code == 2 and message in r.err and r.err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_bench_allreduce_on_cpu_prints_the_sweep(capsys: pytest.CaptureFixture[str]) -> None:
+    r = run_cli(capsys, "bench", "allreduce", "--device", "cpu", "--ranks", "2", "--max-bytes", "256K", "--json")
+    assert r.exit_code == 0
+    doc = bench_doc(r.out)
+    assert [row["bytes"] for row in doc["results"]["allreduce"]["rows"]] == [64 << 10, 128 << 10, 256 << 10]
+    assert all(row["wrong"] == 0 for row in doc["results"]["allreduce"]["rows"])
+    assert leftover_ranks(within=5.0) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["collectives", "--max-bytes", "64K"], "GD653"),
+        (["scaling", "--model", "cnn"], "GD725"),
+    ],
+)
+def test_a_rank_that_dies_is_named_and_nothing_is_left_behind(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, args: list[str], code: str
+) -> None:
+    monkeypatch.setenv("GPUDOCTOR_FAULT", "1:exit")
+    r = run_cli(capsys, "bench", *args, "--device", "cpu", "--ranks", "2", "--json")
+    assert r.exit_code == 1
+    doc = bench_doc(r.out)
+    (finding,) = [f for c in doc["checks"] for f in c["findings"]]
+    assert finding["code"] == code and finding["status"] == "fail"
+    assert "rank 1" in finding["message"] and "exited with status 17" in finding["message"]
+    assert leftover_ranks(within=5.0) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["collectives", "--max-bytes", "64K"], ["scaling", "--model", "cnn", "--steps", "2"]])
+def test_the_benches_run_without_numpy(args: list[str], gpudoctor_cli: GpudoctorCli) -> None:
+    # torch's all_gather_object needs numpy; the ranks gather JSON instead (workloads/rank.py).
+    out = gpudoctor_cli("bench", *args, "--device", "cpu", "--ranks", "2", "--json", env=hiding("numpy"), timeout=200)
+    assert "Numpy is not available" not in out.stdout + out.stderr
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert bench_doc(out.stdout)["results"]["launch"]["ranks"][1]["state"] == "done"

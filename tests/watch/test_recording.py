@@ -1,0 +1,363 @@
+"""Recordings: record then replay gives the same samples; damage is reported; `gpudoctor report`."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import os
+import resource
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import jsonschema
+import psutil
+import pytest
+
+from gpudoctor.errors import UserError
+from gpudoctor.watch.follow import Job
+from gpudoctor.watch.headless import run_headless
+from gpudoctor.watch.recording import RecordWriter, read_recording
+from gpudoctor.watch.session import Session
+from gpudoctor.watch.sources import ReplaySource, SyntheticSource
+from gpudoctor.watch.summary import summarize_recording
+from gpudoctor.watch.synthetic import synthetic_run
+from tests.helpers.processes import GpudoctorCli, clean_env
+from tests.paths import FIXTURES, shipped_schema
+
+RECORDINGS = FIXTURES / "recordings"
+SCHEMA = shipped_schema("watch_summary")
+
+
+def test_record_then_replay_gives_the_same_samples(tmp_path: Path) -> None:
+    samples = synthetic_run("straggler", 25)
+    path = tmp_path / "run.jsonl"
+    writer = RecordWriter(str(path), {"interval": 1.0})
+    for s in samples:
+        writer.write(s)
+    writer.close()
+    rec = read_recording(str(path))
+    assert rec.samples == samples and rec.damage is None
+    # and through a live session: what the session records is what the replay source yields
+    out = tmp_path / "again.jsonl"
+    session = Session(ReplaySource(rec, speed=1000.0), record_path=str(out))
+    session.start()
+    try:
+        assert run_headless(session, open("/dev/null", "w")) == "source"
+    finally:
+        session.close()
+    assert read_recording(str(out)).samples == samples
+
+
+def test_recording_is_flushed_per_sample(tmp_path: Path) -> None:
+    path = tmp_path / "live.jsonl"
+    writer = RecordWriter(str(path), {})
+    for s in synthetic_run("healthy", 3):
+        writer.write(s)
+    # not closed: a reader (or a kill) sees every finished line already
+    assert len(read_recording(str(path)).samples) == 3
+    writer.close()
+
+
+def test_truncated_recording_replays_up_to_the_damage() -> None:
+    rec = read_recording(str(RECORDINGS / "truncated.jsonl"))
+    assert len(rec.samples) == 40
+    assert rec.damage is not None and "line 42" in rec.damage and "cut off mid-line" in rec.damage
+    full = read_recording(str(RECORDINGS / "healthy.jsonl"))
+    assert rec.samples == full.samples[:40]
+
+
+def test_not_a_recording_is_a_usage_error(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
+    bad = tmp_path / "x.jsonl"
+    bad.write_text('{"hello": 1}\n')
+    with pytest.raises(UserError, match="not a gpudoctor watch recording"):
+        read_recording(str(bad))
+    r = gpudoctor_cli("report", str(bad))
+    assert r.returncode == 2 and "not a gpudoctor watch recording" in r.stderr and "Traceback" not in r.stderr
+    r = gpudoctor_cli("report", str(tmp_path / "missing.jsonl"))
+    assert r.returncode == 2 and "cannot read recording" in r.stderr
+
+
+def test_report_text_names_the_straggler(gpudoctor_cli: GpudoctorCli) -> None:
+    r = gpudoctor_cli("report", str(RECORDINGS / "straggler.jsonl"))
+    assert r.returncode == 0, r.stderr
+    assert "GD901 straggler" in r.stdout and "GPU 3 runs" in r.stdout and "balance score:" in r.stdout
+
+
+def test_report_json_follows_the_schema_and_notes_damage(gpudoctor_cli: GpudoctorCli) -> None:
+    for name in ("hung", "truncated", "healthy"):
+        r = gpudoctor_cli("report", str(RECORDINGS / f"{name}.jsonl"), "--json")
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        jsonschema.validate(doc, SCHEMA)
+        if name == "hung":
+            assert [(v["code"], v["gpus"]) for v in doc["verdicts"]] == [("GD904", [5])]
+        if name == "truncated":
+            assert doc["samples"] == 40 and "line 42" in doc["damage"]
+        if name == "healthy":
+            assert doc["verdicts"] == [] and doc["balance_score"] >= 97
+
+
+def test_replay_headless_json_lines_end_with_a_summary(gpudoctor_cli: GpudoctorCli) -> None:
+    r = gpudoctor_cli("watch", "--replay", str(RECORDINGS / "truncated.jsonl"), "--speed", "1000", "--json")
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x["kind"] for x in lines] == ["sample"] * 40 + ["summary"]
+    jsonschema.validate(lines[-1], SCHEMA)
+    assert "line 42" in r.stderr  # the damage is said, and the 40 good samples still played
+
+
+def test_explain_watch_codes(gpudoctor_cli: GpudoctorCli) -> None:
+    r = gpudoctor_cli("explain", "GD904")
+    assert r.returncode == 0 and "hung-collective" in r.stdout and "gpudoctor watch" in r.stdout
+
+
+FAKE = clean_env(GPUDOCTOR_WATCH_FAKE="healthy:8", PYTHONUNBUFFERED="1")
+
+
+def _file_size_limit(limit: int):  # type: ignore[no-untyped-def]
+    def apply() -> None:  # in the child: writes past `limit` bytes fail with EFBIG (Python ignores SIGXFSZ)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_disk_full_stops_the_recording_not_the_watch(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
+    path = tmp_path / "run.jsonl"
+    r = gpudoctor_cli(
+        *["watch", "--no-tui", "--json", "--interval", "0.1", "--record", str(path)],
+        *["--", sys.executable, "-c", "import time; time.sleep(2.5); raise SystemExit(7)"],
+        env=FAKE,
+        preexec_fn=_file_size_limit(6000),  # noqa: PLW1509  (a few samples fit, then the "disk" is full)
+    )
+    # The followed command ran to its end and its exit code came back: the failed write ended nothing.
+    assert r.returncode == 7, r.stderr
+    assert "Traceback" not in r.stderr
+    said = [line for line in r.stderr.splitlines() if "recording" in line]
+    assert len(said) == 1 and "stopped after" in said[0] and "File too large" in said[0], r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    summary = lines[-1]
+    assert summary["kind"] == "summary" and summary["exit_code"] == 7
+    assert "File too large" in summary["damage"]
+    jsonschema.validate(summary, SCHEMA)
+    rec = read_recording(str(path))  # every line written before the failure is still there
+    assert 0 < len(rec.samples) < summary["samples"]
+    assert f"stopped after {len(rec.samples)} samples" in summary["damage"]
+
+
+def test_a_recording_that_cannot_be_started_is_exit_3(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
+    with pytest.raises(UserError, match="cannot write recording /dev/full: No space left on device"):
+        RecordWriter("/dev/full", {})
+    r = gpudoctor_cli("watch", "--no-tui", "--duration", "1", "--record", "/dev/full", env=FAKE)
+    assert r.returncode == 3 and r.stderr.strip().count("\n") == 0 and "No space left" in r.stderr
+
+
+def test_closing_a_session_always_stops_its_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken_close(self: RecordWriter) -> None:
+        raise RuntimeError("cannot close")
+
+    monkeypatch.setattr(RecordWriter, "close", broken_close)
+    job = Job.start([sys.executable, "-c", "import time; time.sleep(60)"])
+    session = Session(SyntheticSource(interval=0.1), record_path=str(tmp_path / "r.jsonl"), job=job)
+    session.start()
+    with pytest.raises(RuntimeError, match="cannot close"):
+        session.close()
+    assert job.poll() is not None  # stopped, not orphaned
+    assert not psutil.pid_exists(job.root.pid) or psutil.Process(job.root.pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_report_reads_a_recording_as_a_stream(tmp_path: Path) -> None:
+    base = synthetic_run("straggler", 60)
+    path = tmp_path / "long.jsonl"
+    writer = RecordWriter(str(path), {"interval": 1.0})
+    for i in range(800):
+        writer.write(dataclasses.replace(base[i % 60], t=1000.0 + i))
+    writer.close()
+    tracemalloc.start()
+    try:
+        summary = summarize_recording(str(path))
+        _, streamed = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        whole = read_recording(str(path))  # what `report` used to hold: every sample at once
+        _, listed = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert summary.samples == len(whole.samples) == 800 and summary.damage is None
+    assert [(sp.verdict.code, sp.verdict.gpus) for sp in summary.spans] == [("GD901", (3,))]
+    assert streamed < listed / 5, (streamed, listed)  # memory does not grow with the recording
+    damaged = summarize_recording(str(RECORDINGS / "truncated.jsonl"))
+    assert damaged.samples == 40 and damaged.damage and "line 42" in damaged.damage
+
+
+def _strict_json(text: str) -> object:
+    def refuse(name: str) -> object:
+        raise AssertionError(f"{name} in JSON output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _edited(tmp_path: Path, edits: dict[int, str], name: str = "edited") -> Path:
+    """healthy.jsonl (header + 90 samples) with some lines (1-based numbers) replaced."""
+    lines = (RECORDINGS / "healthy.jsonl").read_text().splitlines()
+    for number, text in edits.items():
+        lines[number - 1] = text
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _line(number: int) -> dict:  # type: ignore[type-arg]
+    return json.loads((RECORDINGS / "healthy.jsonl").read_text().splitlines()[number - 1])
+
+
+def test_a_nan_time_is_a_damaged_line_not_an_internal_error(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
+    bad = json.dumps(_line(11)).replace(str(_line(11)["t"]), "NaN", 1)
+    inf = json.dumps(_line(12)).replace(str(_line(12)["t"]), "Infinity", 1)
+    path = _edited(tmp_path, {11: bad, 12: inf})
+    r = gpudoctor_cli("report", str(path))
+    assert r.returncode == 0, r.stderr
+    assert "lines 11, 12 of" in r.stdout and "skipped them" in r.stdout and "88 samples" in r.stdout
+    r = gpudoctor_cli("report", str(path), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = _strict_json(r.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["samples"] == 88 and doc["duration_s"] == 89.0  # type: ignore[index]
+
+
+def test_one_damaged_line_in_the_middle_keeps_every_good_sample_after_it(
+    tmp_path: Path, gpudoctor_cli: GpudoctorCli
+) -> None:
+    path = _edited(tmp_path, {6: '{"t": 1700000004.0, "gpus": [{"ind', 30: "garbage", 31: '{"t": "soon", "gpus": []}'})
+    rec = read_recording(str(path))
+    assert len(rec.samples) == 90 - 3
+    full = read_recording(str(RECORDINGS / "healthy.jsonl")).samples
+    assert rec.samples == full[:4] + full[5:28] + full[30:]
+    assert rec.damage is not None and "lines 6, 30, 31 of" in rec.damage and "skipped them" in rec.damage
+    one = read_recording(str(_edited(tmp_path, {50: "{}"}, "one")))
+    assert len(one.samples) == 89 and one.damage and "line 50 of" in one.damage and "skipped it" in one.damage
+    # replay goes on past the damage too, and says it
+    r = gpudoctor_cli("watch", "--replay", str(path), "--speed", "1000", "--json")
+    assert r.returncode == 0 and "lines 6, 30, 31" in r.stderr
+    assert [_strict_json(x)["kind"] for x in r.stdout.splitlines()] == ["sample"] * 87 + ["summary"]  # type: ignore[index]
+
+
+def test_readings_outside_the_physical_range_are_ignored_and_said(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
+    edits = {}
+    for number in range(2, 92):
+        doc = _line(number)
+        doc["gpus"][0]["util"] = -5000  # every reading of GPU 0
+        doc["gpus"][1]["power"] = -1.0
+        if number == 5:
+            doc["gpus"][2]["util"] = 250
+            doc["gpus"][3]["mem_used"] = 10**9  # more than the GPU holds
+        edits[number] = json.dumps(doc)
+    path = _edited(tmp_path, edits)
+    r = gpudoctor_cli("report", str(path), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = _strict_json(r.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    gpus = {g["index"]: g for g in doc["gpus"]}  # type: ignore[index]
+    assert gpus[0]["mean_util"] is None  # no valid reading: n/a, not -5000
+    assert all(g["mean_util"] is None or 0 <= g["mean_util"] <= 100 for g in gpus.values())
+    assert gpus[3]["peak_mem_mib"] <= 81559
+    assert 0 <= doc["balance_score"] <= 100  # type: ignore[index]
+    assert "ignored 182 readings outside the physical range" in doc["damage"]  # type: ignore[index]
+    assert "GPU 0 util -5000" in doc["damage"]  # type: ignore[index]
+    r = gpudoctor_cli("report", str(path))
+    assert "-5000%" not in r.stdout and "n/a" in r.stdout
+
+
+def test_counts_are_pluralised(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
+    path = tmp_path / "one.jsonl"
+    writer = RecordWriter(str(path), {})
+    writer.write(synthetic_run("healthy", 1)[0].only({0}))
+    writer.close()
+    r = gpudoctor_cli("report", str(path))
+    assert r.returncode == 0 and "1 GPU, 1 sample over" in r.stdout
+    assert "1 samples" not in r.stdout and "GPU(s)" not in r.stdout
+
+
+def test_whole_floats_read_as_integers_and_huge_integers_are_damaged_lines(
+    tmp_path: Path, gpudoctor_cli: GpudoctorCli
+) -> None:
+    throttled = _line(6)
+    throttled["gpus"][2]["throttle"] = 4.0  # a JSON writer's way of writing 4: before, an internal error
+    throttled["gpus"][2]["util"] = 97.0
+    half = _line(7)
+    half["gpus"][1]["util"] = 96.5  # not a whole percentage NVML could report: n/a, said
+    huge = _line(8)
+    huge["gpus"][0]["mem_used"] = 10**400  # beyond float range: before, an OverflowError
+    huge_pid = _line(12)
+    huge_pid["procs"][0]["pid"] = 10**30
+    edits = {6: throttled, 7: half, 8: huge, 12: huge_pid}
+    path = _edited(tmp_path, {k: json.dumps(v) for k, v in edits.items()})
+    rec = read_recording(str(path))
+    by_t = {s.t: s for s in rec.samples}
+    fixed = by_t[throttled["t"]].gpu(2)
+    assert fixed is not None and fixed.throttle == 4 and isinstance(fixed.throttle, int) and fixed.util == 97
+    assert by_t[half["t"]].gpu(1).util is None  # type: ignore[union-attr]
+    assert huge["t"] not in by_t and huge_pid["t"] not in by_t
+    assert rec.damage is not None and "lines 8, 12 of" in rec.damage and "too large for a number" in rec.damage
+    assert "GPU 1 util 96.5" in rec.damage
+    replay = ("watch", "--replay", str(path), "--speed", "1000", "--no-tui")
+    for args in (("report", str(path)), ("report", str(path), "--json"), replay):
+        r = gpudoctor_cli(*args)
+        assert r.returncode == 0 and "internal error" not in r.stderr + r.stdout, (args, r.stderr)
+        assert "lines 8, 12" in r.stdout + r.stderr
+
+
+def test_empty_file_names_are_usage_errors(gpudoctor_cli: GpudoctorCli) -> None:
+    cases = (("watch", "--record", ""), ("watch", "--replay", ""), ("report", ""), ("watch", "--json", "--replay", ""))
+    for args in cases:
+        r = gpudoctor_cli(*args, timeout=30)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "needs a file name, got ''" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_replay_skips_a_hole_in_the_recording_and_says_so(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
+    samples = synthetic_run("healthy", 6)
+    late = [dataclasses.replace(s, t=s.t + 3600) for s in synthetic_run("healthy", 4, t0=samples[-1].t + 1)]
+    path = tmp_path / "hole.jsonl"
+    writer = RecordWriter(str(path), {"interval": 1.0})
+    for s in samples + late:
+        writer.write(s)
+    writer.close()
+    start = time.monotonic()
+    r = gpudoctor_cli("watch", "--replay", str(path), "--speed", "10", "--no-tui")
+    took = time.monotonic() - start
+    assert r.returncode == 0, r.stderr
+    assert took < 15  # an hour-long hole at 10x would have been a 6-minute wait
+    assert r.stdout.count("util% [") == 10
+    assert "replay skipped a 1:00:01 gap in the recording at t+00:05 (no samples; waits are capped at 2 s)" in r.stderr
+
+
+def test_a_time_past_year_9999_is_a_damaged_line_not_a_crash(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
+    huge = json.dumps(_line(11)).replace(str(_line(11)["t"]), "1e300", 1)
+    path = _edited(tmp_path, {11: huge})
+    for args in (("watch", "--replay", str(path), "--no-tui", "--speed", "1000"), ("report", str(path))):
+        r = gpudoctor_cli(*args)
+        assert r.returncode == 0 and "internal error" not in r.stderr, r.stderr
+        assert "line 11 of" in r.stdout + r.stderr and "t is not a time" in r.stdout + r.stderr
+
+
+def test_a_device_or_a_fifo_is_refused_and_a_huge_line_is_skipped_piece_by_piece(
+    tmp_path: Path, gpudoctor_cli: GpudoctorCli
+) -> None:
+    # `--replay /dev/zero` used to read forever into memory (6.9 GB in 6 s); a FIFO would block.
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    for path, kind in (("/dev/zero", "a device"), (str(fifo), "a FIFO")):
+        r = gpudoctor_cli("report", path)
+        assert r.returncode == 2 and f"is {kind}, not a regular file" in r.stderr and len(r.stderr.splitlines()) == 1
+    # A decompression bomb: one line of 20 MiB in a small gzip file is damage, skipped without
+    # holding it whole; the samples around it are kept.
+    lines = (RECORDINGS / "healthy.jsonl").read_text().splitlines()
+    bomb = tmp_path / "bomb.jsonl.gz"
+    with gzip.open(bomb, "wt") as f:
+        f.write("\n".join([*lines[:3], "x" * (20 << 20), *lines[3:]]) + "\n")
+    r = gpudoctor_cli("report", str(bomb))
+    assert r.returncode == 0, r.stderr
+    assert "line 4 of" in r.stdout and "damaged (longer than 8 MiB)" in r.stdout
+    assert f"{len(lines) - 1} samples" in r.stdout

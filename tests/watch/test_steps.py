@@ -1,0 +1,333 @@
+"""The training-step API (`gpudoctor.step()`), its private channel to `watch`, and the rank verdicts."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.training_step import ENV, RECORD, SOCKET_NAME
+from gpudoctor.watch import analysis
+from gpudoctor.watch.analysis import Thresholds
+from gpudoctor.watch.model import RankReading, Sample
+from gpudoctor.watch.steps import StepChannel
+from gpudoctor.watch.summary import render_text, summarize
+from tests.helpers.processes import GpudoctorCli, clean_env
+from tests.paths import FIXTURES
+
+JOBS = FIXTURES / "jobs"
+NO_WARMUP = Thresholds(warmup_s=0)
+
+
+def python(code: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
+
+
+def wait_for(cond, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+# -- the API, unwatched --------------------------------------------------------------------------------
+
+
+def test_step_imports_nothing_heavy_and_is_a_no_op_when_nobody_watches() -> None:
+    code = (
+        "import sys, gpudoctor\n"
+        "gpudoctor.step()\n"
+        "with gpudoctor.step():\n"
+        "    pass\n"
+        "gpudoctor.step(input_wait=0.1)\n"
+        "print(sorted(m for m in ('torch', 'click', 'textual', 'rich', 'psutil') if m in sys.modules))\n"
+    )
+    r = python(code, env={ENV: ""})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]" and r.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("wait", "error"),
+    [(float("nan"), ValueError), (-5, ValueError), (float("inf"), ValueError), ("1", TypeError), (True, TypeError)],
+)
+def test_an_input_wait_that_is_not_seconds_raises_watched_or_not(wait: object, error: type) -> None:
+    import gpudoctor
+
+    with pytest.raises(error, match="input_wait"):
+        gpudoctor.step(input_wait=wait)  # type: ignore[arg-type]
+    gpudoctor.step(input_wait=0)  # zero and whole numbers are seconds too
+
+
+def test_a_channel_that_is_not_private_is_refused_once_and_steps_stay_silent(tmp_path: Path) -> None:
+    open_dir = tmp_path / "open"
+    open_dir.mkdir(mode=0o755)
+    open_dir.chmod(0o755)
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    not_a_socket = tmp_path / "plain"
+    not_a_socket.mkdir(mode=0o700)
+    (not_a_socket / SOCKET_NAME).write_text("")
+    code = "import gpudoctor\nfor _ in range(3):\n    gpudoctor.step()\nprint('trained')"
+    for path, why in (
+        (open_dir, "is not a private directory of this user"),
+        (link, "is not a private directory of this user"),  # a symlink is never followed
+        (not_a_socket, "is not a socket of this user"),
+        (tmp_path / "missing", "No such file or directory"),
+    ):
+        r = python(code, env={ENV: str(path)})
+        assert r.returncode == 0 and r.stdout.strip() == "trained", r.stderr
+        assert r.stderr.count("gpudoctor.step:") == 1 and why in r.stderr and "not publishing steps" in r.stderr
+
+
+# -- the channel ---------------------------------------------------------------------------------------
+
+
+def test_the_channel_is_a_private_directory_with_a_private_socket_and_goes_away() -> None:
+    channel = StepChannel(accept=lambda pid: True)
+    try:
+        st = os.lstat(channel.directory)
+        assert st.st_mode & 0o777 == 0o700 and st.st_uid == os.geteuid()
+        assert os.lstat(channel.path).st_mode & 0o777 == 0o600
+        assert channel.env == {ENV: channel.directory}
+    finally:
+        channel.close()
+    assert not os.path.exists(channel.directory)
+
+
+def test_steps_of_a_job_process_arrive_per_rank_with_step_time_and_input_wait() -> None:
+    code = (
+        "import time, gpudoctor\n"
+        "for i in range(6):\n"
+        "    time.sleep(0.04)  # waiting for the batch\n"
+        "    with gpudoctor.step():\n"
+        "        time.sleep(0.06)  # the step's work\n"
+        "for i in range(3):\n"
+        "    time.sleep(0.1)\n"
+        "    gpudoctor.step()  # plain calls: each ends a step (the clock runs since the last block)\n"
+    )
+    channel = StepChannel()
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **channel.env, "RANK": "3"})
+        channel.accept = lambda pid: pid == proc.pid
+        assert proc.wait(timeout=60) == 0
+        wait_for(lambda: channel._ranks and next(iter(channel._ranks.values())).last_step == 9)
+        (r,) = channel.take()
+        assert (r.rank, r.pid, r.steps, r.last_step) == (3, proc.pid, 9, 9)
+        assert r.step_s is not None and 0.09 <= r.step_s <= 0.25  # 9 steps of ~0.1 s
+        assert r.wait_s is not None and 0.03 <= r.wait_s <= 0.1  # measured by the `with` form only (6 of 9)
+        assert r.last_end is not None and abs(r.last_end - time.time()) < 30
+        (again,) = channel.take()
+        assert again.steps == 0 and again.last_step == 9  # an idle interval still says where the rank is
+    finally:
+        channel.close()
+
+
+def test_records_from_outside_the_job_or_forged_are_ignored_and_counted() -> None:
+    channel = StepChannel()
+    try:
+        channel.accept = lambda pid: False  # nobody is the job
+        r = python("import gpudoctor\nfor _ in range(3):\n    gpudoctor.step()\n", env=channel.env)
+        assert r.returncode == 0
+        # a process that writes to the socket itself, claiming another PID: the kernel's PID counts
+        forged = RECORD.pack(b"GDS1", 0, 1, 1, 0, 0, 1, time.time(), 0.1, 0.1, 0.0)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.sendto(forged, channel.path)
+            s.sendto(b"garbage", channel.path)
+        wait_for(lambda: channel.rejected >= 3)
+        assert channel.take() == ()
+        assert channel.note is not None and "from outside the job or damaged" in channel.note
+    finally:
+        channel.close()
+
+
+def test_another_user_cannot_reach_the_channel(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another user")
+    channel = StepChannel(accept=lambda pid: True)
+    try:
+        code = (
+            "import os, socket\n"
+            "os.setgid(65534); os.setuid(65534)\n"
+            "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+            "try:\n"
+            f"    s.sendto(b'x' * {RECORD.size}, {channel.path!r})\n"
+            "    print('sent')\n"
+            "except PermissionError:\n"
+            "    print('refused')\n"
+        )
+        r = python(code)
+        assert r.stdout.strip() == "refused", r.stderr
+    finally:
+        channel.close()
+
+
+# -- analysis of rank readings ---------------------------------------------------------------------
+
+
+def ranks_run(
+    n: int,
+    step_s: float = 0.5,
+    late: dict[int, float] | None = None,
+    wait: dict[int, float] | None = None,
+    slow: dict[int, float] | None = None,
+    stop_at: int | None = None,
+    behind: int | None = None,
+    n_ranks: int = 4,
+) -> list[Sample]:
+    """n one-second samples of `n_ranks` ranks stepping every `step_s` (rank r: `slow` step time, ending
+    `late` seconds after the others, waiting `wait` of each step); from `stop_at` nobody steps, `behind` one short."""
+    out = []
+    t0 = 1_700_000_000.0
+    for i in range(n):
+        t = t0 + i
+        rs = []
+        for r in range(n_ranks):
+            s = (slow or {}).get(r, step_s)
+            per = 1.0 / s
+            steps, last, end = round(per), round(per * (i + 1)), t - 0.05 + (late or {}).get(r, 0.0)
+            if stop_at is not None and i >= stop_at:
+                steps, last = 0, round(per * stop_at) - (1 if r == behind else 0)
+                end = t0 + stop_at - 1 - 0.05 - (s if r == behind else 0)
+            rs.append(
+                RankReading(
+                    pid=1000 + r,
+                    rank=r,
+                    steps=steps,
+                    step_s=s if steps else None,
+                    wait_s=(wait or {}).get(r, 0.0) * s if steps else None,
+                    last_step=last,
+                    last_end=end,
+                )
+            )
+        out.append(Sample(t, (), 20.0, None, ranks=tuple(rs)))
+    return out
+
+
+def verdicts(samples: list[Sample], th: Thresholds = NO_WARMUP) -> dict[str, list[tuple[int | None, ...]]]:
+    found: dict[str, list[tuple[int | None, ...]]] = {}
+    for v in analysis.analyze(analysis.window(samples, th.window_s), th).verdicts:
+        found.setdefault(v.code, []).append(tuple(r.rank for r in v.ranks))
+    return found
+
+
+def test_even_ranks_have_no_verdict() -> None:
+    assert verdicts(ranks_run(30)) == {}
+
+
+def test_a_rank_ending_its_steps_late_is_named_even_with_equal_step_times() -> None:
+    found = verdicts(ranks_run(30, late={2: 0.15}))  # synchronized ranks: step times agree, rank 2 ends late
+    assert found == {"GD909": [(2,)]}
+    (v,) = analysis.analyze(ranks_run(30, late={2: 0.15}), NO_WARMUP).verdicts
+    assert "rank 2 ends each step 150 ms after the others (step 500 ms)" in v.message
+    assert verdicts(ranks_run(30, late={2: 0.02})) == {}  # 4% of the step: timer noise, not a straggler
+
+
+def test_a_rank_with_slower_steps_is_named_and_a_rank_waiting_for_input_too() -> None:
+    assert verdicts(ranks_run(30, slow={1: 1.0})) == {"GD909": [(1,)]}
+    assert verdicts(ranks_run(30, wait={3: 0.4})) == {"GD909": [(3,)]}  # only rank 3 waits: it holds the rest
+    assert verdicts(ranks_run(30, wait={0: 0.4, 1: 0.4, 2: 0.35, 3: 0.45})) == {"GD910": [(0, 1, 2, 3)]}
+
+
+def test_stalled_steps_name_the_rank_behind_after_the_deadline() -> None:
+    th = Thresholds(warmup_s=0, hang_after_s=10)
+    run = ranks_run(60, stop_at=40, behind=1)
+    assert verdicts(run[:48], th) == {}  # 8 s quiet: not yet
+    found = verdicts(run, th)
+    assert found == {"GD911": [(1,)]}
+    (v,) = analysis.analyze(analysis.window(run, 30), th).verdicts
+    assert v.severity == "fail" and "rank 1 at step 79" in v.message and "(step 80)" in v.message
+    default = ranks_run(100, stop_at=20)  # deadline by default: 60 s (or 10 steps' time, if longer)
+    assert verdicts(default[:75], NO_WARMUP) == {}
+    assert verdicts(default, NO_WARMUP) == {"GD911": [(0, 1, 2, 3)]}  # all stopped after the same step
+
+
+def test_warm_up_holds_balance_verdicts_but_not_a_hang() -> None:
+    run = ranks_run(50, late={2: 0.15})
+    early = summarize(run[:40], "x", Thresholds(warmup_s=45))
+    assert early.spans == []
+    later = summarize(run, "x", Thresholds(warmup_s=45))
+    assert [sp.verdict.code for sp in later.spans] == ["GD909"] and later.spans[0].start == run[45].t
+    hung = summarize(ranks_run(100, stop_at=5), "x", Thresholds(warmup_s=600, hang_after_s=10))
+    assert [sp.verdict.code for sp in hung.spans] == ["GD911"]
+
+
+def test_a_span_quotes_its_figure_over_the_whole_span() -> None:
+    grows = ranks_run(30, late={2: 0.1}) + ranks_run(30, late={2: 0.3})[0:30]
+    for i, s in enumerate(grows):  # one continuous run: 30 s 100 ms late, then 30 s 300 ms late
+        grows[i] = Sample(
+            1_700_000_000.0 + i,
+            (),
+            20.0,
+            None,
+            ranks=tuple(
+                RankReading(
+                    **{
+                        **r.__dict__,
+                        "last_step": 2 * (i + 1),
+                        "last_end": 1_700_000_000.0 + i - 0.05 + (0.1 if i < 30 else 0.3) * (r.rank == 2),
+                    }
+                )
+                for r in s.ranks or ()
+            ),
+        )
+    summary = summarize(grows, "x", NO_WARMUP)
+    (span,) = summary.spans
+    first_window = analysis.analyze(grows[:10], NO_WARMUP).verdicts[0]
+    assert "100 ms after" in first_window.message  # what it said when it first fired...
+    assert span.mean is not None and 150 < span.mean < 260  # ...and over the span, more
+    assert span.worst is not None and 280 <= span.worst <= 300  # the last window's mean, nearly all 300 ms
+    assert f"{span.mean:.0f} ms after" in span.message and span.worst_text == f"{span.worst:.0f} ms late"
+    text = render_text(summary)
+    assert f"rank 2 ends each step {span.mean:.0f} ms after" in text and f"worst {span.worst:.0f} ms late" in text
+    doc = summary.to_json()
+    assert doc["verdicts"][0]["figure"]["worst"] == pytest.approx(span.worst, abs=0.01)
+    assert doc["verdicts"][0]["ranks"] == [{"rank": 2, "pid": 1002}]
+
+
+# -- end to end -----------------------------------------------------------------------------------------
+# `gpudoctor watch --no-tui --json` in the clean environment: real NVML, never the fake (here, no GPU).
+
+
+def test_watch_follows_steps_without_a_gpu_and_says_so_once(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
+    code = "import time, gpudoctor\nfor i in range(40):\n    with gpudoctor.step():\n        time.sleep(0.05)\n"
+    r = gpudoctor_cli(
+        "watch", "--no-tui", "--json", "--interval", "0.3", "--", sys.executable, "-c", code, env=clean_env(RANK="0")
+    )
+    if "no GPU to watch" not in r.stderr:
+        pytest.skip("this machine has a GPU: the no-GPU path is not taken")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("no GPU to watch") == 1
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    summary = lines[-1]
+    assert summary["kind"] == "summary" and summary["gpus"] == []
+    assert [(x["rank"], x["steps"]) for x in summary["ranks"]] == [(0, 40)]
+    assert any(x.get("ranks") for x in lines[:-1])  # rank rows in the samples too
+    assert all(x["gpus"] == [] for x in lines[:-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["after", "input"])
+def test_a_real_gloo_job_names_its_slow_rank_from_its_steps(where: str, gpudoctor_cli: GpudoctorCli) -> None:
+    """torchrun, 2 ranks, DDP over gloo; rank 1 slowed on purpose (rank-only work after its optimizer
+    step, or its data late): named as the straggler by rank, from the step records alone (no GPU)."""
+    job = [str(JOBS / "ddp_steps.py"), "--steps", "45", "--slow-rank", "1", "--slow-s", "0.12", "--slow-where", where]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *job]
+    r = gpudoctor_cli("watch", "--no-tui", "--json", "--warmup", "0", "--interval", "0.5", "--", *torchrun, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads(r.stdout.splitlines()[-1])
+    assert [x["steps"] for x in summary["ranks"]] == [45, 45]
+    named = [(v["code"], [x["rank"] for x in v["ranks"]]) for v in summary["verdicts"]]
+    assert ("GD909", [1]) in named, named
+    assert all(ranks != [0] for code, ranks in named if code == "GD909")
+    assert "GD910" not in [c for c, _ in named]  # one rank's input, not the job's

@@ -1,0 +1,329 @@
+"""The dashboard: pilot tests of the keys and of updates arriving, and SVG snapshots.
+
+The real program in real terminal sizes is tested in tests/watch/test_terminal.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psutil
+from rich.console import Console
+
+from gpudoctor.watch.analysis import Thresholds
+from gpudoctor.watch.model import GpuReading, ProcReading, Sample
+from gpudoctor.watch.recording import read_recording, recording_path
+from gpudoctor.watch.session import End, Session
+from gpudoctor.watch.sources import ReplaySource, SyntheticSource
+from gpudoctor.watch.synthetic import synthetic_run
+from gpudoctor.watch.ui.app import ConfirmSignal, HelpScreen, WatchApp, may_signal
+from gpudoctor.watch.ui.widgets import ProcessTable, status_text
+from tests.paths import FIXTURES
+
+RECORDINGS = FIXTURES / "recordings"
+SIZE = (150, 42)
+NO_WARMUP = Thresholds(warmup_s=0)  # these tests are about drawing, not about the warm-up
+
+
+def text_of(widget: Any) -> str:
+    """What a Static widget shows, as plain text."""
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))
+    console.print(widget.content)
+    return console.export_text()
+
+
+def replay_app(name: str, live: bool = False) -> WatchApp:
+    rec = read_recording(str(RECORDINGS / f"{name}.jsonl"))
+    return WatchApp(Session(ReplaySource(rec)), live=live, preload=rec.samples)
+
+
+def live_app(samples: list[Sample] | None = None) -> tuple[WatchApp, Session]:
+    rec = read_recording(str(RECORDINGS / "healthy.jsonl"))
+    rec.samples = samples or []
+    session = Session(ReplaySource(rec), thresholds=NO_WARMUP)  # not started: the test feeds the queue itself
+    session.last_arrival = time.monotonic()
+    return WatchApp(session, live=True), session
+
+
+async def wait_for(pilot: Any, cond: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await pilot.pause(0.05)
+
+
+async def test_updates_arrive_and_are_drawn() -> None:
+    app, session = live_app()
+    samples = synthetic_run("straggler", 12)
+    async with app.run_test(size=SIZE) as pilot:
+        assert "waiting for the first reading" in text_of(app.query_one("#status"))
+        session.queue.put(samples[0])
+        await wait_for(pilot, lambda: app.samples_seen == 1)
+        first = text_of(app.query_one("#gpu-lines"))
+        assert f"{samples[0].gpus[3].util}%" in first
+        assert "8x H100 80GB HBM3" in str(app.query_one("#gpus").border_subtitle)  # one model: named once
+        for s in samples[1:]:
+            session.queue.put(s)
+        await wait_for(pilot, lambda: app.samples_seen == 12)
+        assert "GD901 straggler" in text_of(app.query_one("#verdicts"))
+        assert "*3" in text_of(app.query_one("#gpu-lines"))  # the straggler is marked
+        assert app.query_one(ProcessTable).row_count == 8
+
+
+async def test_pause_keeps_sampling_but_freezes_the_screen() -> None:
+    app, session = live_app()
+    samples = synthetic_run("healthy", 4)
+    async with app.run_test(size=SIZE) as pilot:
+        session.queue.put(samples[0])
+        await wait_for(pilot, lambda: app.samples_seen == 1)
+        await pilot.press("p")
+        assert "PAUSED" in text_of(app.query_one("#status"))
+        before = text_of(app.query_one("#gpu-lines"))
+        for s in samples[1:]:
+            session.queue.put(s)
+        await wait_for(pilot, lambda: app.samples_seen == 4)
+        assert text_of(app.query_one("#gpu-lines")) == before  # frozen while paused...
+        assert session.builder.samples == 4  # ...while the samples still count
+        await pilot.press("p")
+        assert "PAUSED" not in text_of(app.query_one("#status"))
+        assert text_of(app.query_one("#gpu-lines")) != before
+
+
+async def test_sort_key_cycles_the_process_order() -> None:
+    app = replay_app("straggler")
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(ProcessTable)
+
+        def pids() -> list[str]:
+            return [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+
+        by_mem = pids()
+        await pilot.press("s")
+        assert app.sort == "SM%" and "processes by SM%" in text_of(app.query_one("#status"))
+        await pilot.press("s", "s")
+        assert app.sort == "PID" and pids() == sorted(by_mem, key=int)
+        assert by_mem != sorted(by_mem, key=int)
+
+
+async def test_help_opens_and_closes_and_q_quits() -> None:
+    app = replay_app("healthy")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("x")
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("q")
+    assert app.return_value == "quit"
+
+
+async def test_stale_readings_and_a_lost_gpu_are_shown() -> None:
+    app, session = live_app()
+    s = synthetic_run("healthy", 1)[0]
+    lost = Sample(s.t, (*s.gpus[:7], GpuReading(index=7, name=s.gpus[7].name, state="lost")), s.cpu)
+    async with app.run_test(size=SIZE) as pilot:
+        session.queue.put(lost)
+        await wait_for(pilot, lambda: app.samples_seen == 1)
+        table = text_of(app.query_one("#gpu-lines"))
+        assert "LOST" in table and "GD908 gpu-lost" in text_of(app.query_one("#verdicts"))
+        session.last_arrival -= 60  # NVML stalled for a minute
+        app._check_stale()
+        assert "STALE" in text_of(app.query_one("#status")) and "(stale)" in text_of(app.query_one("#gpu-lines"))
+        session.queue.put(s)
+        await wait_for(pilot, lambda: app.samples_seen == 2)
+        assert "STALE" not in text_of(app.query_one("#status"))
+
+
+async def test_job_end_closes_the_dashboard() -> None:
+    app, session = live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        session.queue.put(End("job"))
+        await wait_for(pilot, lambda: app.return_value == "job")
+
+
+def test_snapshot_straggler(snap_compare: Any) -> None:
+    assert snap_compare(replay_app("straggler"), terminal_size=SIZE)
+
+
+def test_snapshot_hung_collective(snap_compare: Any) -> None:
+    assert snap_compare(replay_app("hung"), terminal_size=SIZE)
+
+
+async def test_ctrl_c_interrupts_the_dashboard() -> None:
+    app = replay_app("healthy")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+c")
+    assert app.return_value == "interrupted"  # gpudoctor maps it to exit 130 (see test_watch_follow)
+
+
+def _procs(sample: Sample, order: list[int]) -> Sample:
+    """`sample` with a process reading: one process per GPU, listed in `order` of GPUs."""
+    procs = tuple(
+        ProcReading(pid=5000 + g, gpu=g, gpu_mem=1000 * (g + 1), user="u", command=f"train {g}") for g in order
+    )
+    return dataclasses.replace(sample, procs=procs)
+
+
+async def test_the_selected_process_stays_selected_across_refreshes() -> None:
+    app, session = live_app()
+    s = synthetic_run("healthy", 3)
+    async with app.run_test(size=SIZE) as pilot:
+        session.queue.put(_procs(s[0], [0, 1, 2, 3]))
+        await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count == 4)
+        table = app.query_one(ProcessTable)
+        await pilot.press("down", "down")
+        assert table.selected is not None and table.selected.pid == 5001  # by GPU memory: 3, 2, 1, 0
+        session.queue.put(_procs(s[1], [2, 1, 0, 3]))  # a refresh, another memory order
+        await wait_for(pilot, lambda: app.samples_seen == 2)
+        assert table.selected is not None and table.selected.pid == 5001  # (was: back to the top row)
+        await pilot.press("s", "s", "s")  # sort by PID: it moves, the selection follows
+        assert app.sort == "PID" and table.selected.pid == 5001 and table.cursor_row == 1
+
+
+async def test_a_signal_goes_to_the_selected_process_only_after_confirmation() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = psutil.Process(child.pid).create_time()
+        app, session = live_app()
+        session.source.real_processes = True  # as a live NVML source: its processes are real
+        s = synthetic_run("healthy", 2)
+        proc = ProcReading(pid=child.pid, gpu=0, gpu_mem=100, user="me", command="sleep", started=started)
+        async with app.run_test(size=SIZE) as pilot:
+            session.queue.put(dataclasses.replace(s[0], procs=(proc,)))
+            await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count == 1)
+            await pilot.press("t")
+            assert isinstance(app.screen, ConfirmSignal)
+            await pilot.press("n")  # anything but y: nothing sent
+            await pilot.pause(0.2)
+            assert child.poll() is None and not isinstance(app.screen, ConfirmSignal)
+            await pilot.press("t")
+            await pilot.press("y")
+            assert child.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+async def test_made_up_processes_are_never_signalled_even_when_their_pid_is_real() -> None:
+    # GPUDOCTOR_WATCH_FAKE plays live, with made-up PIDs that real processes may hold.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = psutil.Process(child.pid).create_time()
+        session = Session(SyntheticSource("healthy", 2), thresholds=NO_WARMUP)  # as GPUDOCTOR_WATCH_FAKE makes it
+        session.last_arrival = time.monotonic()
+        app = WatchApp(session, live=True)
+        assert session.source.label == "synthetic:healthy" and session.source.real_processes is False
+        s = synthetic_run("healthy", 2)
+        proc = ProcReading(pid=child.pid, gpu=0, gpu_mem=100, user="me", command="sleep", started=started)
+        async with app.run_test(size=SIZE) as pilot:
+            session.queue.put(dataclasses.replace(s[0], procs=(proc,)))
+            await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count == 1)
+            await pilot.press("t")
+            await pilot.pause(0.2)
+            assert not isinstance(app.screen, ConfirmSignal) and child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_only_the_users_own_live_processes_may_be_signalled(monkeypatch: Any) -> None:
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = psutil.Process(other.pid).create_time()
+        mine = ProcReading(pid=other.pid, gpu=0, command="python", started=started)
+        assert may_signal(mine) is None
+        assert "another process now" in (may_signal(dataclasses.replace(mine, started=started - 100)) or "")
+        assert "not visible here" in (may_signal(dataclasses.replace(mine, command="", note="hidden")) or "")
+        owner = psutil.Process(other.pid).uids().real
+        monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # as if another (non-root) user ran gpudoctor
+        monkeypatch.setattr(os, "getuid", lambda: owner + 1)
+        assert "not to you" in (may_signal(mine) or "")
+    finally:
+        other.kill()
+        other.wait()
+    assert "has ended" in (may_signal(mine) or "")
+
+
+async def test_a_replay_has_no_process_to_signal() -> None:
+    app = replay_app("straggler")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("t")
+        assert not isinstance(app.screen, ConfirmSignal)
+
+
+async def test_an_xid_stays_listed_and_marked_after_its_window_and_on_the_final_screen() -> None:
+    rec = read_recording(recording_path("sample:xid"))
+    app = WatchApp(Session(ReplaySource(rec)), live=False, preload=rec.samples)  # the whole recording played
+    async with app.run_test(size=(120, 40)):
+        verdicts = text_of(app.query_one("#verdicts"))
+        assert "GD907 xid-event" in verdicts and "XID 48" in verdicts  # 2 minutes after it left the window
+        assert "balanced: no verdicts" not in verdicts
+        assert "!6" in text_of(app.query_one("#gpu-lines")) and "XID 48" in text_of(app.query_one("#gpu-lines"))
+
+
+async def test_many_gpus_in_a_small_terminal_keep_the_verdicts_on_screen() -> None:
+    run = synthetic_run("straggler", 90, n_gpus=16)
+    rec = read_recording(str(RECORDINGS / "straggler.jsonl"))
+    rec.samples = run
+    app = WatchApp(Session(ReplaySource(rec)), live=False, preload=run)
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert app._drawn_mode == "compact"  # 16 rows would not leave room for the verdicts
+        grid = text_of(app.query_one("#gpu-lines"))
+        assert all(f" {g} " in f" {grid} " or f"*{g} " in grid for g in range(16))
+        assert "GD901 straggler" in text_of(app.query_one("#verdicts"))
+        assert app.query_one("#verdicts").region.height >= 3 and app.query_one("#verdicts").region.y < 24
+        await pilot.press("c")  # one row per GPU, pinned: the list scrolls
+        assert (
+            app._drawn_mode == "full"
+            and app.query_one("#gpus").virtual_size.height > app.query_one("#gpus").size.height
+        )
+        assert "GD901 straggler" in text_of(app.query_one("#verdicts"))
+
+
+async def test_the_status_line_fits_80_columns_and_keeps_its_flags() -> None:
+    app, session = live_app(synthetic_run("healthy", 2))
+    async with app.run_test(size=(80, 24)) as pilot:
+        session.queue.put(synthetic_run("healthy", 1)[0])
+        await wait_for(pilot, lambda: app.samples_seen == 1)
+        await pilot.press("p")
+        app.ended = "recording ended"
+        session.record_error = "recording /tmp/x.jsonl stopped after 5 samples: No space left on device"
+        app._draw_status()
+        status = text_of(app.query_one("#status")).rstrip("\n")
+        assert len(status) <= 78 and "PAUSED" in status and "recording ended" in status
+        assert "No space" in status or "recording /tmp" in status
+
+
+def test_status_text_keeps_parts_by_priority_and_cuts_only_what_may_be_cut() -> None:
+    parts = [
+        ("PAUSED", "", False),
+        ("t+01:00", "", False),
+        ("a very long source label " * 4, "", True),
+        ("x" * 30, "", False),
+    ]
+    text = status_text(parts, 50).plain
+    assert text.startswith("PAUSED | t+01:00 | a very long") and text.endswith("…") and len(text) == 50
+    assert "xxx" not in text
+
+
+async def test_replay_status_shows_the_recorded_interval_and_the_speed() -> None:
+    rec = read_recording(str(RECORDINGS / "straggler.jsonl"))
+    app = WatchApp(Session(ReplaySource(rec, speed=10)), live=False, preload=rec.samples[:3])
+    async with app.run_test(size=SIZE):
+        status = text_of(app.query_one("#status"))
+        assert "every 1 s at 10x" in status and "every 0.1 s" not in status
+
+
+async def test_idle_gpus_are_idle_not_balanced() -> None:
+    run = synthetic_run("idle", 40)
+    rec = read_recording(str(RECORDINGS / "healthy.jsonl"))
+    rec.samples = run
+    app = WatchApp(Session(ReplaySource(rec)), live=False, preload=run)
+    async with app.run_test(size=SIZE):
+        verdicts = text_of(app.query_one("#verdicts"))
+        assert "idle" in verdicts and "balanced" not in verdicts
