@@ -100,9 +100,21 @@ def dump(
     pid: int,
     timeout: float = DUMP_TIMEOUT_S,
     on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    tries: int = 3,
 ) -> Stack:
     """The main thread's stack of `pid` (or why not), read with `py-spy dump --nonblocking --json`.
-    `on_start` gets the py-spy process as it starts (so that a caller closing down can kill it)."""
+    `on_start` gets the py-spy process as it starts (so that a caller closing down can kill it). Reading
+    without pausing the process can catch its memory mid-change ("Failed to get stack traces"): tried
+    again, `tries` times in all."""
+    stack = Stack()
+    for _ in range(max(1, tries)):
+        stack = _dump_once(pid, timeout, on_start)
+        if stack.frames or not stack.note.startswith("py-spy failed"):
+            return stack
+    return stack
+
+
+def _dump_once(pid: int, timeout: float, on_start: Callable[[subprocess.Popen[bytes]], None] | None) -> Stack:
     reason = why_not(pid)
     exe = py_spy()
     if reason is not None or exe is None:

@@ -606,9 +606,12 @@ def slow_ranks(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -
 def _kept_waiting(s: RankStats, others: Sequence[RankStats], th: Thresholds) -> bool:
     """Its steps are longer but not its cycle (step end to step end): it waited inside its steps for the
     others to arrive (a rank kept waiting by one that came late, or that worked between steps), so it is
-    not the slow one. Ranks that do not synchronize have longer cycles too when they are slow."""
+    not the slow one. Ranks that do not synchronize have longer cycles too when they are slow. Without
+    its cycle yet (its steps of the window came in one reading) nothing says it is slow: wait for one."""
     cycles = [o.cycle_s for o in others if o.cycle_s]
-    if s.cycle_s is None or not cycles:
+    if s.cycle_s is None:
+        return True
+    if not cycles:
         return False
     return s.cycle_s < th.rank_slow_ratio * statistics.median(cycles)
 

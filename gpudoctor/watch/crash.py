@@ -12,6 +12,8 @@ Sources, best first:
 3. mp.spawn's `-- Process N terminated with the following error:` (torch/multiprocessing/spawn.py):
    N is the spawn index (the local rank), not a global rank.
 4. Without those: the first rank that said at exit it was leaving on an uncaught exception (the step API).
+5. No rank at all: the command's own output, if it holds a known error (torchrun's agent failing to bind
+   its --master-port: EADDRINUSE).
 
 The root cause's error is classified from its own text (the error file, the summary's traceback, the
 lines torch prefixed with `[rankN]:`, else the command's other output) with the one classifier
@@ -23,15 +25,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpudoctor.knowledge.known_errors import KnownError, identify
+from gpudoctor.knowledge.known_errors import BY_KIND, KnownError, identify
 from gpudoctor.watch import job_codes as codes
 from gpudoctor.watch.analysis import RankRef, Verdict
 from gpudoctor.watch.arrival import JobProc
 
 ROOT = "Root Cause (first observed failure):"
+SHOWN = 160  # characters of the matched line in the verdict's message (all of it in --json's failure)
 FIELD = re.compile(r"^\s+(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
 SPAWN = re.compile(r"-- Process (\d+) terminated with the following error:")
 SPAWN_EXIT = re.compile(r"process (\d+) terminated with (exit code (-?\d+)|signal (\w+))")
@@ -42,7 +45,7 @@ EXCEPTION = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\
 class Failure:
     """The first rank that failed."""
 
-    source: str  # where we learnt it: "torchrun", "mp.spawn", "step API"
+    source: str  # where we learnt it: "torchrun", "mp.spawn", "step API", "command"
     rank: int | None = None  # global rank (mp.spawn: the spawn index)
     local_rank: int | None = None
     pid: int | None = None
@@ -51,9 +54,12 @@ class Failure:
     error: str = ""  # its exception line ("RuntimeError: boom"), if it was found
     known: KnownError | None = None
     victims: tuple[int, ...] = field(default=())  # ranks torchrun stopped after it
+    note: str = ""  # what explains it when it is itself a victim (another rank left first)
 
     @property
     def who(self) -> str:
+        if self.source == "command":
+            return "the command"
         if self.rank is None:
             return f"PID {self.pid}" if self.pid else "a rank"
         return f"process {self.rank} of mp.spawn" if self.source == "mp.spawn" else f"rank {self.rank}"
@@ -68,7 +74,8 @@ class Failure:
     def line(self) -> str:
         """The one line the summary and the exit say."""
         what = self.known.summary if self.known else (self.error or "no known error in its output")
-        return f"{self.who} failed first ({self.how}): {what}"
+        first = "" if self.source == "command" else " first"
+        return f"{self.who} failed{first} ({self.how}): {what}" + (f"; {self.note}" if self.note else "")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -128,6 +135,16 @@ def _number(text: str, pattern: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def classified(text: str) -> tuple[KnownError | None, str]:
+    """The known error in `text` and its exception line; the exception line is shown as the matched line
+    when it says the same (the last line of a traceback says more than a warning logged before it)."""
+    error = exception_line(text)
+    known = identify(text)
+    if known is not None and error and BY_KIND[known.kind].pattern.search(error):
+        known = replace(known, line=error)
+    return known, error
+
+
 def exception_line(text: str) -> str:
     """The last line that names an exception ("RuntimeError: boom"), trimmed."""
     found = ""
@@ -160,7 +177,7 @@ def from_torchrun(text: str, error_file: str | None, rank_text: Callable[[int], 
     )
     if not own:  # no traceback, no prefixed lines: what the command printed before torchrun's summary
         own = text[: text.rfind("ChildFailedError")] if "ChildFailedError" in text else text[: text.rfind(ROOT)]
-    known = identify(own)
+    known, error = classified(own)
     if known is None and code == -9:
         known = identify("Signal 9 (SIGKILL)")
     victims = tuple(
@@ -168,7 +185,7 @@ def from_torchrun(text: str, error_file: str | None, rank_text: Callable[[int], 
         for o in others
         if (r := _number(o.get("rank", ""), r"^(\d+)")) is not None and "SIGTERM" in o.get("exitcode", "")
     )
-    return Failure("torchrun", rank, local, pid, code, sig.group(1) if sig else "", exception_line(own), known, victims)
+    return Failure("torchrun", rank, local, pid, code, sig.group(1) if sig else "", error, known, victims)
 
 
 def _error_file_text(raw: str | None) -> str:
@@ -197,8 +214,8 @@ def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
 def from_spawn(text: str) -> Failure | None:
     m = _last(SPAWN, text)
     if m is not None:
-        own = text[m.end() :]
-        return Failure("mp.spawn", int(m.group(1)), int(m.group(1)), error=exception_line(own), known=identify(own))
+        known, error = classified(text[m.end() :])
+        return Failure("mp.spawn", int(m.group(1)), int(m.group(1)), error=error, known=known)
     e = _last(SPAWN_EXIT, text)
     if e is None:
         return None
@@ -222,22 +239,55 @@ def from_ranks(procs: Sequence[JobProc], text: str, rank_text: Callable[[int], s
         return None
     first = min(failed, key=lambda p: p.ended or 0.0)
     own = rank_text(first.rank) if first.rank is not None else ""
-    own = own or text
-    return Failure("step API", first.rank, first.local_rank, first.pid, error=exception_line(own), known=identify(own))
+    known, error = classified(own or text)
+    return Failure("step API", first.rank, first.local_rank, first.pid, error=error, known=known)
+
+
+def from_command(text: str, exit_code: int | None) -> Failure | None:
+    """No rank failed that we know of: the command itself did (torchrun's agent could not bind its port,
+    a launcher's own error); only a known error is worth saying."""
+    known, error = classified(text)
+    if known is None:
+        return None
+    return Failure("command", exit_code=exit_code, error=error, known=known)
 
 
 def diagnose(
-    text: str, error_file: str | None, procs: Sequence[JobProc], rank_text: Callable[[int], str]
+    text: str,
+    error_file: str | None,
+    procs: Sequence[JobProc],
+    rank_text: Callable[[int], str],
+    exit_code: int | None = None,
 ) -> Failure | None:
-    """The first rank that failed, from the sources of the module docstring in order."""
-    return from_torchrun(text, error_file, rank_text) or from_spawn(text) or from_ranks(procs, text, rank_text)
+    """The first rank that failed, from the sources of the module docstring in order; else the command's
+    own known error."""
+    return (
+        from_torchrun(text, error_file, rank_text)
+        or from_spawn(text)
+        or from_ranks(procs, text, rank_text)
+        or from_command(text, exit_code)
+    )
+
+
+def explained(failure: Failure, procs: Sequence[JobProc]) -> Failure:
+    """A victim's failure (its peer went away, it timed out) with what explains it: a rank that had already
+    ended its loop normally (uneven steps), or that ended first."""
+    if failure.known is None or not failure.known.victim:
+        return failure
+    left = [p for p in procs if p.exit == "normal" and p.rank != failure.rank and p.rank is not None]
+    if left:
+        first = min(left, key=lambda p: p.reached)
+        note = f"{first.label} had ended its loop after step {first.reached} (uneven steps, GD926)"
+        return replace(failure, note=note)
+    return failure
 
 
 def verdict(failure: Failure, procs: Sequence[JobProc]) -> Verdict:
     pid = failure.pid or next((p.pid for p in procs if p.rank == failure.rank and p.rank is not None), 0)
     message = failure.line
     if failure.known is not None and failure.known.line:
-        message += f": {failure.known.line}"
+        shown = failure.known.line
+        message += f" [{shown if len(shown) <= SHOWN else shown[: SHOWN - 3] + '...'}]"
     if failure.victims:
         message += f" (torchrun then stopped rank{'s' if len(failure.victims) > 1 else ''} "
         message += f"{','.join(map(str, failure.victims))})"

@@ -18,6 +18,7 @@ from gpudoctor.watch.analysis import Figure, RankRef, Thresholds, Verdict
 from gpudoctor.watch.arrival import CHILD_RANK, LAUNCHER, RANK, JobProc
 from gpudoctor.watch.model import Sample, plural
 
+STACK_GRACE = 1.5  # a verdict that names ranks waits for their stacks up to this many join deadlines
 STACK_CODES = {"GD911", "GD920", "GD921", "GD922", "GD923", "GD924", "GD925"}  # their ranks' stacks are read
 
 
@@ -35,7 +36,7 @@ def job_verdicts(win: Sequence[Sample], th: Thresholds, stalled: bool = False) -
     out = no_rank_started(procs, now, th)
     out += world_size_mismatch(procs, now, th)
     out += spawn_under_torchrun(procs)
-    if not any(v.code == codes.WORLD_SIZE_MISMATCH.code for v in out):
+    if not out or all(v.code == codes.NO_RANK_STARTED.code for v in out):  # the others explain the wait
         out += not_joined(procs, now, th, gpu_job)
     out += no_first_step(procs, now, th, gpu_job)
     out += uneven_steps(procs)
@@ -50,6 +51,11 @@ def ranks_of(procs: Sequence[JobProc]) -> list[JobProc]:
 
 def _ref(p: JobProc) -> RankRef:
     return RankRef(p.rank, p.pid)
+
+
+def _refs(procs: Sequence[JobProc]) -> tuple[RankRef, ...]:
+    """In rank order, whatever order the message tells them in: the verdict's key stays the same."""
+    return tuple(sorted((_ref(p) for p in procs), key=lambda r: (r.rank is None, r.rank or 0, r.pid)))
 
 
 def _names(procs: Sequence[JobProc]) -> str:
@@ -117,7 +123,7 @@ def _verdict(code: object, procs: Sequence[JobProc], template: str, seconds: flo
         hint,
         "fail",
         figure,
-        tuple(_ref(p) for p in procs),
+        _refs(procs),
     )
 
 
@@ -134,8 +140,11 @@ def no_rank_started(procs: Sequence[JobProc], now: float, th: Thresholds) -> lis
         if launcher.where != torch_stacks.RENDEZVOUS and not (launcher.stack_note and not launcher.where):
             continue  # still starting up (importing torch), or its stack is not read yet: not stuck yet
         nodes = launcher.nodes or "1"
-        wait = f"its rendezvous waits for {nodes} nodes (--nnodes {nodes})" if nodes != "1" else "it waits"
-        seen = f" ({_esc(where(launcher))})" if where(launcher) else ""
+        if nodes != "1":
+            wait = f"its rendezvous waits for {nodes} nodes (--nnodes {nodes})"
+        else:
+            wait = "it " + torch_stacks.WORDS[torch_stacks.RENDEZVOUS]
+        seen = f" ({_esc(launcher.stack_note)})" if not launcher.where and launcher.stack_note else ""
         template = f"torchrun (PID {launcher.pid}) has started no rank for {{}} s: {wait}{seen}"
         hint = (
             "Start torchrun on the other node(s) with the same --nnodes, --rdzv-id and --rdzv-endpoint (or "
@@ -167,6 +176,9 @@ def not_joined(procs: Sequence[JobProc], now: float, th: Thresholds, gpu_job: bo
     late = [p for p in ranks if p.alive and not p.joined and not p.step and now - p.started >= th.join_after_s]
     if not late or all(p.where == torch_stacks.IMPORTING for p in late):
         return []  # still starting up (importing torch takes long on a busy machine): nobody waits yet
+    pending = [p for p in late if not p.where and not p.stack_note]
+    if pending and min(now - p.started for p in pending) < STACK_GRACE * th.join_after_s:
+        return []  # their stacks are being read: say where they are, not only that they are late
     busy = [p for p in late if p.where and p.where not in torch_stacks.WAITING]
     late.sort(key=lambda p: (p not in busy, p.rank if p.rank is not None else 1 << 30, p.pid))
     waited = max(now - p.started for p in late)
@@ -231,14 +243,12 @@ def spawn_under_torchrun(procs: Sequence[JobProc]) -> list[Verdict]:
     spawning = [p for p in ranks if p.where == torch_stacks.SPAWN or any(c.parent == p.pid for c in children)]
     if not spawning:
         return []
-    counts = {p.pid: sum(1 for c in children if c.parent == p.pid) for p in spawning}
-    shown = ", ".join(
-        f"{p.label} ({plural(counts[p.pid], 'process')} of its own joined)" if counts[p.pid] else p.label
-        for p in spawning
-    )
+    joined = sum(1 for c in children if any(c.parent == p.pid for p in spawning))
     message = (
-        f"{shown} runs torch.multiprocessing.spawn under a launcher that already started one process per rank: "
-        "ranks start ranks of their own, which mix in one store or wait for ranks that never come"
+        f"{_names(spawning)} {'runs' if len(spawning) == 1 else 'run'} torch.multiprocessing.spawn under a "
+        "launcher that already started one process per rank: ranks start ranks of their own"
+        + (f" ({plural(joined, 'process', 'processes')} of theirs joined process groups)" if joined else "")
+        + ", which mix in one store or wait for ranks that never come"
     )
     hint = "Launch the mp.spawn script with python alone, or drop mp.spawn and read RANK/LOCAL_RANK under torchrun."
     return [
@@ -249,35 +259,43 @@ def spawn_under_torchrun(procs: Sequence[JobProc]) -> list[Verdict]:
             message,
             hint,
             "fail",
-            ranks=tuple(_ref(p) for p in spawning),
+            ranks=_refs(spawning),
         )
     ]
 
 
 def no_first_step(procs: Sequence[JobProc], now: float, th: Thresholds, gpu_job: bool) -> list[Verdict]:
-    """GD922: joined ranks that have not reached step 1 join_after_s after joining."""
-    ranks = ranks_of(procs)
-    if any(p.step or p.inside for p in ranks):
-        return []  # a step has begun somewhere: a stall from here is GD911's and GD925's
-    waiting = [p for p in ranks if p.alive and p.joined and p.since is not None and now - p.since >= th.join_after_s]
+    """GD922: joined ranks and no step finished join_after_s after they joined (or entered step 1)."""
+    ranks = [p for p in ranks_of(procs) if p.alive]
+    if any(p.step for p in ranks_of(procs)):
+        return []  # a step has ended somewhere: a stall from here is GD911's and GD925's
+    waiting = [p for p in ranks if p.joined and p.since is not None and now - p.since >= th.join_after_s]
     if not waiting or all(p.where == torch_stacks.IMPORTING for p in waiting):
         return []
-    busy = [p for p in waiting if p.where and p.where not in torch_stacks.WAITING]
-    waiting.sort(key=lambda p: (p not in busy, p.rank if p.rank is not None else 1 << 30, p.pid))
-    named = waiting  # all of them, the busy first: the verdict stays one span while stacks come and go
-    waited = max(now - (p.since or now) for p in waiting)
-    told = _told(waiting)
-    template = f"{_names(waiting)} joined but no rank has reached step 1 after {{}} s" + (
-        f" ({_esc(told)})" if told else ""
+    inside = [p for p in ranks if p.inside]
+    busy = [p for p in ranks if not p.inside and p.where and p.where not in torch_stacks.WAITING]
+    culprits = busy or ([p for p in ranks if not p.inside] if inside else [])
+    named = sorted(
+        set(waiting) | set(culprits), key=lambda p: (p not in culprits, p.rank if p.rank is not None else 1 << 30)
     )
-    if busy:
+    waited = max(now - (p.since or now) for p in waiting)
+    told = _told(named)
+    if inside and culprits:
+        template = (
+            f"{_names(inside)} {'waits' if len(inside) == 1 else 'wait'} inside step 1 while {_names(culprits)} "
+            f"{_has(culprits)} not entered it, after {{}} s"
+        )
+    else:
+        template = f"{_names(named)} joined but no rank has reached step 1 after {{}} s"
+    template += f" ({_esc(told)})" if told else ""
+    if culprits:
         hint = (
-            f"{_names(busy)} is busy in its own code while the others wait in their first collective: let every "
-            "rank do that work, or do it before the job."
+            f"{_names(culprits)} keeps the others waiting in their first collective (rank-only data preparation, "
+            "a download, a cache): let every rank do that work, or do it before the job."
         )
     else:
         hint = "A long preparation on every rank is fine; one rank's alone keeps the others waiting."
-    hint += " " + _stacks_hint(waiting) + flight_recorder_hint(waiting, gpu_job)
+    hint += " " + _stacks_hint(named) + flight_recorder_hint(named, gpu_job)
     return [_verdict(codes.NO_FIRST_STEP, named, template, waited, hint)]
 
 
@@ -310,7 +328,7 @@ def uneven_steps(procs: Sequence[JobProc]) -> list[Verdict]:
             message,
             hint,
             "fail",
-            ranks=tuple(_ref(p) for p in [first, *further]),
+            ranks=_refs([first, *further]),
         )
     ]
 
@@ -332,7 +350,7 @@ def stall_culprit(procs: Sequence[JobProc], now: float, gpu_job: bool) -> list[V
             return f"{p.label} has exited (after step {p.step or 0})"
         state = f"inside step {p.reached}" if p.inside else f"outside its step after step {p.step or 0}"
         seen = _esc(where(p))
-        return f"{p.label} is {state}" + (f", {seen}" if seen else "")
+        return f"{p.label} is {state}" + (f": it {seen}" if seen and not seen.startswith("no stack") else "")
 
     if waiting and holding:
         named = holding

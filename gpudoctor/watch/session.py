@@ -19,7 +19,7 @@ from typing import IO, Any
 from gpudoctor.safety.safe_io import read_text
 from gpudoctor.version import __version__
 from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict
-from gpudoctor.watch.crash import diagnose
+from gpudoctor.watch.crash import diagnose, explained
 from gpudoctor.watch.crash import verdict as failed_verdict
 from gpudoctor.watch.follow import Job
 from gpudoctor.watch.job import STACK_CODES, uneven_steps
@@ -238,8 +238,9 @@ class Session:
             if tail is not None:
                 tail.wait(2.0)
             text = tail.text() if tail is not None else ""
-            failure = diagnose(text, error_text, procs, tail.rank_text if tail is not None else lambda _: "")
+            rank_text = tail.rank_text if tail is not None else lambda _: ""
+            failure = diagnose(text, error_text, procs, rank_text, self.job.poll())
             if failure is not None:
-                self.failure = failure
+                failure = self.failure = explained(failure, procs)
                 verdicts.append(failed_verdict(failure, procs))
         self.builder.conclude(verdicts, time.time())

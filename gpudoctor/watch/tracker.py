@@ -94,8 +94,8 @@ class JobTracker:
             return False
         if p.role == LAUNCHER:
             return not any(q.alive for q in ranks)
-        if p.joined is None:
-            return False  # it never said anything (no gpudoctor in it): nothing to wait for
+        if p.joined is None and not any(q.joined is not None for q in ranks):
+            return False  # no rank says anything (no gpudoctor in the job): nothing to judge by
         return not p.joined or (p.since is not None and now - p.since >= self.join_after_s / 2)
 
     def _classify(self, pid: int, alive: set[int], heard: dict[int, Heard]) -> JobProc | None:
