@@ -359,20 +359,18 @@ def stall_culprit(procs: Sequence[JobProc], now: float, gpu_job: bool) -> list[V
             + f" while {_names(waiting)} wait{'s' if len(waiting) == 1 else ''} inside step {top} "
             "(stuck for {} s): " + ("it holds" if len(holding) == 1 else "they hold") + " the others up"
         )
-    elif all(p.inside for p in placed):
-        named = placed
-        template = (
-            f"every rank waits inside step {top} for {{}} s: a collective that cannot complete (collectives "
-            "called in a different order, a rank elsewhere, a network fault)"
-        )
-        told = _told(placed)
-        template += f" ({_esc(told)})" if told else ""
     else:
         named = placed
-        template = (
-            f"every rank is outside its step after step {top} for {{}} s: the job stalls between steps "
-            "(its data, evaluation, checkpointing)"
-        )
+        if all(p.inside for p in placed):
+            template = (
+                f"every rank waits inside step {top} for {{}} s: a collective that cannot complete (collectives "
+                "called in a different order, a rank elsewhere, a network fault)"
+            )
+        else:
+            template = (
+                f"every rank is outside its step after step {top} for {{}} s: the job stalls between steps "
+                "(its data, evaluation, checkpointing)"
+            )
         told = _told(placed)
         template += f" ({_esc(told)})" if told else ""
     hint = "Look at the named ranks' stacks and logs. " + _stacks_hint(named) + flight_recorder_hint(named, gpu_job)
