@@ -37,6 +37,7 @@ ROLES = (LAUNCHER, RANK, CHILD_RANK)
 
 WHERE = torch_stacks.KINDS  # what a stack shows a process doing
 
+EXITS = ("", "normal", "exception")  # how a process said it ended ("": it did not say)
 MAX_FRAMES = 12  # innermost frames kept from a stack: where it is, not the whole story
 MAX_STEP = 2**63  # the record's step is an unsigned 64-bit number; more is a damaged record
 
@@ -177,6 +178,9 @@ class JobProc:
         for name in ("nodes", "exit", "where", "stack_note", "at"):
             if not isinstance(kwargs.get(name, ""), str):
                 raise ValueError(f"PID {pid}: {name} is not text")
+        if kwargs.get("exit", "") not in EXITS:
+            dropped.append(f"PID {pid} exit {kwargs['exit'][:20]!r}")
+            kwargs["exit"] = ""
         if kwargs.get("where", "") not in ("", *WHERE):
             dropped.append(f"PID {pid} where {kwargs['where'][:20]!r}")
             kwargs["where"] = ""

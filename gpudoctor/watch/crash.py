@@ -29,6 +29,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpudoctor.knowledge.known_errors import BY_KIND, KnownError, identify
+from gpudoctor.safety.redact import text as redact
+from gpudoctor.safety.safe_text import printable
 from gpudoctor.watch import job_codes as codes
 from gpudoctor.watch.analysis import RankRef, Verdict
 from gpudoctor.watch.arrival import JobProc
@@ -137,12 +139,20 @@ def _number(text: str, pattern: str) -> int | None:
 
 def classified(text: str) -> tuple[KnownError | None, str]:
     """The known error in `text` and its exception line; the exception line is shown as the matched line
-    when it says the same (the last line of a traceback says more than a warning logged before it)."""
+    when it says the same (the last line of a traceback says more than a warning logged before it). What a
+    rank printed goes into summaries and recordings: redacted (it can echo its environment) and one
+    printable line, like every other text gpudoctor shows of a process."""
     error = exception_line(text)
     known = identify(text)
     if known is not None and error and BY_KIND[known.kind].pattern.search(error):
         known = replace(known, line=error)
-    return known, error
+    if known is not None:
+        known = replace(known, line=_clean(known.line), detail=_clean(known.detail))
+    return known, _clean(error)
+
+
+def _clean(text: str) -> str:
+    return printable(redact(text)) if text else text
 
 
 def exception_line(text: str) -> str:

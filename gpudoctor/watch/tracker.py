@@ -22,7 +22,7 @@ from dataclasses import replace
 from gpudoctor.knowledge import torch_stacks
 from gpudoctor.knowledge.launchers import is_torchrun, torchrun_plan
 from gpudoctor.probe import stacks as probe_stacks
-from gpudoctor.probe.job_procs import ProcFacts, facts
+from gpudoctor.probe.job_procs import ProcFacts, alive, facts
 from gpudoctor.watch.arrival import CHILD_RANK, LAUNCHER, MAX_FRAMES, RANK, Heard, JobProc, merged
 from gpudoctor.watch.model import RankReading
 
@@ -165,6 +165,11 @@ class JobTracker:
             pid = self._queue.get()
             if pid is None:
                 return
+            listed = self._listed.get(pid)
+            if listed is None or not alive(pid, listed.started):
+                with self._lock:
+                    self._pending.discard(pid)
+                continue  # gone, or its number now belongs to another process: never read that one
             stack = probe_stacks.dump(pid, on_start=self._started)
             with self._lock:
                 self._running = None

@@ -182,9 +182,11 @@ def test_the_job_in_a_recording_reads_back_equal_and_a_damaged_one_is_refused() 
     odd = sample.to_json()
     odd["job"][1]["where"] = "elsewhere"
     odd["job"][1]["step"] = -3
+    odd["job"][1]["exit"] = "crashed\x1b[2J"  # only "normal" and "exception" are said at exit
     dropped: list[str] = []
     back = Sample.parse(odd, dropped)
-    assert back.job is not None and back.job[1].where == "" and back.job[1].step is None and len(dropped) == 2
+    assert back.job is not None and back.job[1].where == "" and back.job[1].step is None and back.job[1].exit == ""
+    assert len(dropped) == 3
 
 
 def test_a_stack_line_cannot_reach_the_terminal_as_an_escape() -> None:

@@ -111,3 +111,11 @@ def test_the_reader_passes_the_bytes_on_unchanged() -> None:
     os.close(out_r)
     assert got == data
     assert "\ufffd not utf-8" in tail.text()
+
+
+def test_what_a_rank_printed_is_redacted_and_one_line_before_it_is_shown() -> None:
+    text = "RuntimeError: Address already in use: HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123 \x1b[2J\n"
+    f = diagnose(text, None, (), lambda _: "", 1)
+    assert f is not None and f.known is not None and f.known.kind == "port_in_use"
+    assert "hf_abcdefghijklmnop" not in f.line + f.error + f.known.line
+    assert "\x1b" not in f.error + f.known.line
