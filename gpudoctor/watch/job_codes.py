@@ -33,7 +33,8 @@ NOT_JOINED = Code(
     "init_process_group keeps the others waiting: call init_process_group first on every rank, and let "
     "every rank prepare its data (or prepare it once before the job). Ranks of WORLD_SIZE missing here "
     "belong to another node: start it. Set a shorter `init_process_group(timeout=...)` so a hang ends with "
-    "an error.",
+    "an error. Before the run, `gpudoctor lint` finds a MASTER_PORT hard-coded in a torchrun script (GD750), "
+    "which sends every rank to a store nobody hosts.",
 )
 
 NO_RANK_STARTED = Code(
@@ -84,7 +85,8 @@ WORLD_SIZE_MISMATCH = Code(
     "1/2 clients joined.` (TCPStore).",
     fix="Under torchrun call `init_process_group(backend)` without `world_size`/`rank` (env:// reads "
     "torchrun's WORLD_SIZE and RANK), and do not set MASTER_ADDR/MASTER_PORT in the script "
-    "(`os.environ.setdefault` if it must run alone too). `gpudoctor lint` finds these in the script.",
+    "(`os.environ.setdefault` if it must run alone too). Before the run, `gpudoctor lint` finds these in the "
+    "script: the world size taken from the GPU count (GD751) and a hard-coded MASTER_PORT (GD750).",
 )
 
 SPAWN_UNDER_TORCHRUN = Code(
@@ -99,7 +101,8 @@ SPAWN_UNDER_TORCHRUN = Code(
     "groups), fail with `Gloo connectFullMesh failed`, land two on one GPU (`Duplicate GPU detected`), or "
     "wait on a port nobody hosts (runtime mistakes #4 in the issue's research).",
     fix="Launch an mp.spawn script with `python script.py`, or remove mp.spawn and read the rank from the "
-    "environment (`int(os.environ['RANK'])`, `LOCAL_RANK`) when launching with torchrun.",
+    "environment (`int(os.environ['RANK'])`, `LOCAL_RANK`) when launching with torchrun. Before the run, "
+    "`gpudoctor lint --launcher torchrun` finds an mp.spawn call in the script (GD752).",
 )
 
 STALL_CULPRIT = Code(
@@ -159,7 +162,10 @@ RANK_FAILED = Code(
     "the cause is in one rank's lines, buried among the victims' (`Connection closed by peer`, timeouts, "
     "SIGTERM).",
     fix="The fix depends on the error: the verdict's hint gives it. A rank that failed because another went "
-    "away (a victim) points at that other rank: its own output, or uneven inputs (GD926).",
+    "away (a victim) points at that other rank: its own output, or uneven inputs (GD926). Two of these "
+    "errors are visible in the script before it runs, and `gpudoctor lint` finds them: port in use from a "
+    "hard-coded MASTER_PORT (GD750), invalid device ordinal from the global rank used as the device index "
+    "(GD753).",
 )
 
 JOB_CODES: list[Code] = [
