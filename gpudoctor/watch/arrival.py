@@ -193,10 +193,13 @@ class JobProc:
 
 def merged(proc: JobProc, said: Heard | None, before: JobProc | None = None, placed: bool = True) -> JobProc:
     """`proc` with what the process itself said, and what it said before (`before`, its last listing):
-    joined stays joined (an exit after destroy_process_group does not undo it). `placed`: what it said of
-    its place in its steps still holds (not when its steps have moved on since)."""
+    joined stays joined (an exit after destroy_process_group does not undo it), and not joined stays known
+    (a rank stopped while it waited to join has not become silent). `placed`: what it said of its place in
+    its steps still holds (not when its steps have moved on since)."""
     if before is not None and before.joined:
         proc = replace(proc, joined=True, dist_rank=before.dist_rank, dist_world=before.dist_world)
+    elif before is not None and before.joined is False and proc.joined is None:
+        proc = replace(proc, joined=False)
     if said is None:
         return proc
     joined = True if said.joined or proc.joined else (proc.joined if said.exiting else False)

@@ -9,11 +9,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 
 from gpudoctor.training_step import EVENT, EVENT_MAGIC, EXITING, FAILED, INSIDE, JOINED
-from gpudoctor.watch.arrival import LAUNCHER, RANK, Heard, JobProc, heard
+from gpudoctor.watch.arrival import LAUNCHER, RANK, Heard, JobProc, heard, merged
 from gpudoctor.watch.model import Sample
 from gpudoctor.watch.steps import StepChannel
 from tests.helpers.processes import free_port
@@ -192,3 +193,15 @@ def test_the_job_in_a_recording_reads_back_equal_and_a_damaged_one_is_refused() 
 def test_a_stack_line_cannot_reach_the_terminal_as_an_escape() -> None:
     p = JobProc(11, RANK, 1.0, stack=("f\x1b[2J (x.py:1)",), at="f\x1b[2J (x.py:1)")
     assert "\x1b" not in p.stack[0] and "\x1b" not in p.at
+
+
+def test_what_a_rank_said_of_joining_outlasts_its_exit() -> None:
+    """A rank stopped (Ctrl-C, torchrun's SIGTERM) while it waited to join says at exit that it is not in a
+    process group; one that left after destroy_process_group says the same. Neither becomes unknown."""
+    fresh = JobProc(11, RANK, 1.0, rank=1)  # as the process tree lists it: nothing said yet
+    at_exit = Heard(11, 1, None, None, joined=False, inside=None, step=0, since=5.0, child=False, exiting=True)
+    waiting = merged(fresh, at_exit, before=replace(fresh, joined=False))
+    assert (waiting.joined, waiting.exit) == (False, "normal")
+    left = merged(fresh, at_exit, before=replace(fresh, joined=True, dist_rank=1, dist_world=2))
+    assert (left.joined, left.dist_rank) == (True, 1)
+    assert merged(fresh, at_exit).joined is None  # never heard before its exit: it said nothing of joining
