@@ -40,29 +40,44 @@ def snapshot_cmd(output: str | None) -> None:
 def list_checks(as_json: bool) -> None:
     """List every finding code, sorted by code: the check (or command) that raises it and its title."""
     from gpudoctor.catalogue import code_rows
+    from gpudoctor.render.text import TableSpec, make_console
 
     rows = code_rows()
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    for r in rows:
-        click.echo(f"{r['code']}  {r['check']:<14} {r['kind']:<6}  {r['title']}")
+    # One table, columns as wide as their widest cell (check names run to 16 characters): rich's on
+    # a terminal (the title wraps inside its column), aligned plain columns one line a code otherwise.
+    table = {
+        "columns": ["code", "check", "kind", "title"],
+        "rows": [[r[k] for k in ("code", "check", "kind", "title")] for r in rows],
+    }
+    make_console().print(TableSpec(table))
 
 
 @click.command()
 @click.argument("code")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as one JSON document.")
 def explain(code: str, as_json: bool) -> None:
-    """Explain a finding code: what it checks, why it matters, how to fix it."""
-    from gpudoctor.catalogue import explain_doc, explain_text
+    """Explain a finding code: what it checks, why it matters, how to fix it.
 
+    CODE may also be a check name (`explain topology`), as --select takes: its codes are listed."""
+    from gpudoctor.catalogue import explain_doc, explain_text, owner_doc, owner_text
+
+    token = code.strip()
+    by_code = token.upper().startswith("GD")
     if as_json:
-        doc = explain_doc(code.strip().upper())
+        doc = explain_doc(token.upper()) if by_code else owner_doc(token)
         if doc is None:
-            raise UserError(f"unknown finding code {code!r} (see `gpudoctor list-checks`)", EXIT_USAGE, "usage")
+            raise _unknown(code, by_code)
         click.echo(json.dumps(doc, indent=2))
         return
-    text = explain_text(code.strip().upper())
+    text = explain_text(token.upper()) if by_code else owner_text(token)
     if text is None:
-        raise UserError(f"unknown finding code {code!r} (see `gpudoctor list-checks`)", EXIT_USAGE, "usage")
+        raise _unknown(code, by_code)
     click.echo(text, nl=False)
+
+
+def _unknown(code: str, by_code: bool) -> UserError:
+    what = "finding code" if by_code else "finding code or check"
+    return UserError(f"unknown {what} {code!r} (see `gpudoctor list-checks`)", EXIT_USAGE, "usage")
