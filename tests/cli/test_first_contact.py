@@ -1,0 +1,106 @@
+"""First contact, as a new user tries it (issue 24): the bare commands show their help laid out,
+`-V` answers, `explain` takes a check name as --select does, `list-checks` is one aligned table,
+and a CI gate that selects an active check on a node whose driver is gone shows why (exit 1)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpudoctor.catalogue import catalogue
+from gpudoctor.version import __version__
+from tests.helpers.cli import run_cli
+from tests.helpers.snapshots import fixture, load
+
+# -- help, version -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [(), ("bench",)], ids=["gpudoctor", "bench"])
+def test_a_bare_group_shows_its_help_laid_out_as_help_does(capsys: pytest.CaptureFixture[str], args: tuple) -> None:
+    bare = run_cli(capsys, *args)
+    helped = run_cli(capsys, *args, "--help")
+    assert helped.exit_code == 0
+    assert bare.exit_code == 2 and bare.out == ""  # a usage error, on stderr, as click does
+    assert bare.err.rstrip("\n") == helped.out.rstrip("\n")
+    assert bare.err.count("\n") > 10 and max(len(line) for line in bare.err.splitlines()) <= 100
+
+
+@pytest.mark.parametrize("flag", ["-V", "--version"])
+def test_version_flags(capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    r = run_cli(capsys, flag)
+    assert r.exit_code == 0 and r.out == f"gpudoctor, version {__version__}\n"
+
+
+# -- explain a check name ----------------------------------------------------------------------
+
+
+def test_explain_a_check_name_lists_its_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    r = run_cli(capsys, "explain", "topology")
+    assert r.exit_code == 0
+    want = sorted(c for c, owner in catalogue().owner.items() if owner == "topology")
+    listed = [line.split()[1] for line in r.out.splitlines() if line.startswith("- GD")]
+    assert listed == want and "GD401" in want
+    assert "`--select topology`" in r.out
+    # what it tells the user to type works
+    assert run_cli(capsys, "check", "--snapshot", str(fixture("h100_sxm_8x")), "--select", "topology").exit_code == 0
+    doc = json.loads(run_cli(capsys, "explain", "topology", "--json").out)
+    assert doc["check"] == "topology" and [c["code"] for c in doc["codes"]] == want
+    watch = run_cli(capsys, "explain", "watch").out
+    assert "GD901" in watch and "--select watch" not in watch  # check --select does not take watch codes
+    bad = run_cli(capsys, "explain", "topolgy")
+    assert bad.exit_code == 2 and "unknown finding code or check 'topolgy'" in bad.err
+
+
+# -- list-checks -------------------------------------------------------------------------------
+
+
+def test_list_checks_is_one_aligned_table(capsys: pytest.CaptureFixture[str]) -> None:
+    lines = run_cli(capsys, "list-checks").out.splitlines()
+    head, rows = lines[0], lines[1:]
+    assert head.split() == ["code", "check", "kind", "title"]
+    starts = [head.index(word) for word in ("check", "kind", "title")]
+    for line in rows:  # every cell starts under its heading, long check names included (GD834)
+        for start in starts:
+            assert line[start - 1] == " " and line[start] != " ", line
+    assert [r.split()[0] for r in rows] == sorted(catalogue().codes)
+    assert any(len(r.split()[1]) > 14 for r in rows), "the check names that overflowed a fixed width"
+
+
+# -- a gate on an active check, on a node whose driver is gone -----------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--select", "GD601"), ("--select", "ddp"), ("--level", "3", "--select", "deep_memory"), ("--select", "GD801")],
+    ids=["GD601", "ddp", "deep_memory", "GD801"],
+)
+def test_selecting_an_active_check_without_a_driver_shows_gd101(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
+) -> None:
+    monkeypatch.setattr("gpudoctor.probe.collect", lambda: load("no_driver"))  # the probe's boundary
+    r = run_cli(capsys, "check", "--json", *args)
+    assert r.exit_code == 1, r.err
+    assert r.one("GD101")["status"] == "fail"
+    skipped = [f for f in r.findings() if f["code"] != "GD101"]
+    assert skipped and all(f["status"] == "skip" for f in skipped)
+    text = run_cli(capsys, "check", *args).out
+    assert "FAIL GD101" in text and "NOT READY (exit 1" in text
+    # --ignore GD101 leaves nothing checked: a usage error that says why
+    ignored = run_cli(capsys, "check", *args, "--ignore", "GD101")
+    assert ignored.exit_code == 2 and "nothing was checked" in ignored.err
+
+
+def test_selecting_an_active_check_without_torch_shows_gd002(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    from gpudoctor.snapshot import Missing
+
+    h100 = load("h100_sxm_8x")
+    gone = replace(h100, software=replace(h100.software, torch=Missing("unsupported", "torch is not installed")))
+    monkeypatch.setattr("gpudoctor.probe.collect", lambda: gone)
+    r = run_cli(capsys, "check", "--json", "--select", "GD601")
+    assert r.exit_code == 1 and r.one("GD002")["status"] == "fail"
+    assert r.one("GD601")["status"] == "skip"
