@@ -8,6 +8,7 @@ it builds, the policy's severities applied, and "nothing was checked" as a usage
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from gpudoctor.engine.context import CheckOptions
     from gpudoctor.engine.runner import SharedRuns
     from gpudoctor.policy import Policy
-    from gpudoctor.snapshot import Snapshot
+    from gpudoctor.snapshot import Snapshot, Software
 
 
 def nothing_checked(results: list[CheckResult], verb: str) -> None:
@@ -90,6 +91,22 @@ def check_level(
     return chosen
 
 
+def training_python(python: str | Path | None, level: int) -> Software | None:
+    """--python PATH: validated (an interpreter the ranks can run in) and its software stack, which
+    replaces this process's in the snapshot; None without it."""
+    if python is None:
+        return None
+    if level < 2:
+        raise UserError(
+            "--python runs the active checks' ranks in that interpreter: not with --quick or --snapshot (level 1)",
+            EXIT_USAGE,
+            "usage",
+        )
+    from gpudoctor.probe.interpreter import software_of
+
+    return software_of(os.path.abspath(python))  # absolute, not resolved: a venv's python is a link
+
+
 def check_options(policy: Policy, level: int, args: Mapping[str, Any]) -> CheckOptions:
     """CheckOptions from the arguments (the option table's names), then the policy, then the
     defaults: the one place they meet. The timeout's bound is checked here, on the merged value,
@@ -127,6 +144,7 @@ def check_options(policy: Policy, level: int, args: Mapping[str, Any]) -> CheckO
         mem_share=merged("mem_share"),
         device=merged("device"),
         ranks=args.get("ranks"),
+        python=None if args.get("python") is None else os.path.abspath(args["python"]),
         timeout_s=timeout,
         min_busbw_gbps=busbw_abs,
         # "min-busbw = '90%'": below 90% of the expectation fails; the warn band stays below it.
@@ -178,7 +196,10 @@ def check(args: Mapping[str, Any], policy: Policy, progress: Callable[[str], Non
         check_env()
         check_launcher_env()
     options = check_options(policy, chosen, args)
+    software = training_python(args.get("python"), chosen)  # refused before the probe, like any usage error
     snap_obj, source = load_snapshot(snapshot)
+    if software is not None:  # judge the stack the ranks will run in, not the one gpudoctor runs in
+        snap_obj = dataclasses.replace(snap_obj, software=software)
     ctx = CheckContext(snap_obj, options, progress=progress or (lambda message: None))
     runs = SharedRuns(registry.runs)
     report = build_report(ctx, run_checks(registry, ctx, selection, runs=runs), runs, source, status_on, policy)

@@ -55,6 +55,7 @@ from gpudoctor.errors import EXIT_USAGE, UserError
     "fail_on",
     "device",
     "ranks",
+    "python",
     "timeout_s",
     "min_busbw",
     "allow_mig",
