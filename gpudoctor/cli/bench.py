@@ -11,7 +11,6 @@ Light to import (click only): the ranks import torch, this process never does.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
@@ -231,6 +230,7 @@ def bench_allreduce(
     from gpudoctor.launch import Task
 
     target = _target(device, ranks, 2, "all-reduce", python)
+    started = time.monotonic()
     params: dict[str, Any] = {"sizes": _sweep_sizes(target, min_bytes, max_bytes, factor)}
     params |= _repeats(target, iters, warmup)
     result = _run(Task("allreduce", params), target, timeout_s, as_json)
@@ -238,20 +238,24 @@ def bench_allreduce(
     if data is None:
         raise UserError(_why_not(result), EXIT_UNAVAILABLE, "unavailable")
     wrong = sum(r["wrong"] for r in data["rows"])
-    exit_code = 1 if wrong else 0
-    if as_json:
-        doc = {
-            "schema_version": 1,
-            "command": "bench",
-            "exit_code": exit_code,
-            "results": {"allreduce": data, "launch": result.to_json()},
-        }
-        click.echo(json.dumps(doc, indent=2))
-    else:
-        _print_table(data)
-        if wrong:
-            click.echo(f"{wrong} wrong element(s): the sums are not exact (see `gpudoctor explain GD602`)", err=True)
-    sys.exit(exit_code)
+    if as_json:  # the document every bench prints: the report (its findings, exit code) plus `results`
+        report = _report("bench allreduce", "allreduce", "All-reduce sweep", [_exact(result, data)], started, "fail")
+        _emit(report, [], {"allreduce": data, "launch": result.to_json()}, as_json)
+    _print_table(data)
+    if wrong:
+        click.echo(f"{wrong} wrong element(s): the sums are not exact (see `gpudoctor explain GD602`)", err=True)
+    sys.exit(1 if wrong else 0)
+
+
+def _exact(result: Any, data: AllreduceResult) -> Any:
+    """The sweep's one verdict, as a finding: every sum exact (GD602 pass), or who sent or got wrong ones."""
+    from gpudoctor.checks.active.allreduce import WRONG, wrong_finding
+    from gpudoctor.findings import Finding, Status
+
+    if any(r["wrong"] for r in data["rows"]):
+        return wrong_finding(result, data["rows"])
+    sizes = len(data["rows"])
+    return Finding(WRONG.code, Status.PASS, "host", f"every all-reduce sum was exact ({sizes} size(s))")
 
 
 def _sweep_sizes(target: Target, min_bytes: str | None, max_bytes: str | None, factor: int) -> list[int]:
