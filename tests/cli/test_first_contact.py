@@ -104,3 +104,19 @@ def test_selecting_an_active_check_without_torch_shows_gd002(
     r = run_cli(capsys, "check", "--json", "--select", "GD601")
     assert r.exit_code == 1 and r.one("GD002")["status"] == "fail"
     assert r.one("GD601")["status"] == "skip"
+
+
+# -- JUnit -------------------------------------------------------------------------------------
+
+
+def test_junit_has_no_empty_suite(capsys: pytest.CaptureFixture[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from junitparser import JUnitXml  # a reader we did not write
+
+    path = tmp_path / "report.xml"
+    r = run_cli(capsys, "check", "--snapshot", str(fixture("h100_sxm_8x")), "--junit", str(path), "--json")
+    silent = [c["name"] for c in r.doc["checks"] if not c["findings"]]
+    assert silent, "the fixture has checks with nothing to say: the test would prove nothing"
+    suites = list(JUnitXml.fromfile(str(path)))
+    assert suites and all(len(list(suite)) == suite.tests > 0 for suite in suites)
+    assert not {s.name for s in suites} & set(silent)
+    assert sum(s.tests for s in suites) == len(r.findings())
