@@ -19,11 +19,17 @@ from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
     metavar="FILE",
     help="Write to FILE instead of standard output (`-o -`: standard output, the Unix convention).",
 )
-def snapshot_cmd(output: str | None) -> None:
+@click.option("--force", is_flag=True, help="With -o: overwrite FILE if it already holds something.")
+def snapshot_cmd(output: str | None, force: bool) -> None:
     """Record this machine's GPUs, host and allow-listed environment as JSON."""
     from gpudoctor import snapshot as snap
     from gpudoctor.probe import collect
 
+    to_file = output not in (None, "-")
+    if force and not to_file:
+        raise UserError("--force goes with -o FILE (overwrite FILE)", EXIT_USAGE, "usage")
+    if to_file:
+        _refuse_overwrite(output, force)  # as `watch --record` does: a kept snapshot is evidence
     data = collect()
     if output in (None, "-"):  # a file named "-" is `-o ./-`
         click.echo(snap.dumps(data), nl=False)
@@ -33,6 +39,21 @@ def snapshot_cmd(output: str | None) -> None:
     except OSError as exc:
         raise UserError(f"cannot write {output}: {exc.strerror}", EXIT_UNAVAILABLE, "unavailable") from None
     click.echo(f"wrote {output} ({len(data.gpus)} GPU(s))", err=True)
+
+
+def _refuse_overwrite(path: str, force: bool) -> None:
+    """A regular file that holds something is replaced only with --force; an empty one, a FIFO or a
+    device (/dev/stdout) are written as before; a link or a directory is refused when writing."""
+    import stat
+
+    from gpudoctor.safety.safe_io import check_target
+
+    try:
+        st = check_target(path)
+    except OSError:
+        return  # the write says why, in its own words
+    if st is not None and stat.S_ISREG(st.st_mode) and st.st_size > 0 and not force:
+        raise UserError(f"{path} exists; use --force to overwrite it, or -o another file", EXIT_USAGE, "usage")
 
 
 @click.command("list-checks")

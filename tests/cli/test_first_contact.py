@@ -120,3 +120,35 @@ def test_junit_has_no_empty_suite(capsys: pytest.CaptureFixture[str], tmp_path) 
     assert suites and all(len(list(suite)) == suite.tests > 0 for suite in suites)
     assert not {s.name for s in suites} & set(silent)
     assert sum(s.tests for s in suites) == len(r.findings())
+
+
+# -- options that did nothing, and outputs that overwrite ----------------------------------------
+
+
+def test_device_on_a_recorded_snapshot_is_said_and_ranks_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    h100 = str(fixture("h100_sxm_8x"))
+    plain = run_cli(capsys, "check", "--snapshot", h100)
+    assert plain.err == ""
+    cpu = run_cli(capsys, "check", "--snapshot", h100, "--device", "cpu", "--json")
+    assert cpu.exit_code == 0 and "no workload runs on a recorded snapshot; --device cpu" in cpu.err
+    driverless = run_cli(capsys, "check", "--snapshot", str(fixture("no_driver")), "--device", "cpu", "--json")
+    assert driverless.one("GD101")["status"] == "skip"  # what --device cpu does on a recording
+    ranks = run_cli(capsys, "check", "--snapshot", h100, "--device", "cpu", "--ranks", "4")
+    assert ranks.exit_code == 2 and "--ranks: no rank runs on a recorded snapshot" in ranks.err
+
+
+def test_snapshot_o_refuses_to_overwrite_without_force(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr("gpudoctor.probe.collect", lambda: load("h100_sxm_8x"))
+    kept = tmp_path / "machine.json"
+    kept.write_text("evidence\n")
+    r = run_cli(capsys, "snapshot", "-o", str(kept))
+    assert r.exit_code == 2 and "exists; use --force to overwrite it" in r.err
+    assert kept.read_text() == "evidence\n"
+    assert run_cli(capsys, "snapshot", "-o", str(kept), "--force").exit_code == 0
+    assert json.loads(kept.read_text())["schema_version"]
+    empty = tmp_path / "empty.json"
+    empty.touch()  # an empty file holds nothing to lose, as with watch --record
+    assert run_cli(capsys, "snapshot", "-o", str(empty)).exit_code == 0
+    assert run_cli(capsys, "snapshot", "--force").exit_code == 2  # --force without a file
