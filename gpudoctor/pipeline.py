@@ -21,6 +21,7 @@ from gpudoctor.version import __version__
 if TYPE_CHECKING:
     from gpudoctor.engine.context import CheckOptions
     from gpudoctor.engine.runner import SharedRuns
+    from gpudoctor.engine.selection import Selection
     from gpudoctor.policy import Policy
     from gpudoctor.snapshot import Snapshot, Software
 
@@ -200,9 +201,13 @@ def check(args: Mapping[str, Any], policy: Policy, progress: Callable[[str], Non
     snap_obj, source = load_snapshot(snapshot)
     if software is not None:  # judge the stack the ranks will run in, not the one gpudoctor runs in
         snap_obj = dataclasses.replace(snap_obj, software=software)
+    selection, overridden = driver_not_ignored(selection, policy, args, snap_obj, options.device)
     ctx = CheckContext(snap_obj, options, progress=progress or (lambda message: None))
     runs = SharedRuns(registry.runs)
-    report = build_report(ctx, run_checks(registry, ctx, selection, runs=runs), runs, source, status_on, policy)
+    results = run_checks(registry, ctx, selection, runs=runs)
+    if overridden:
+        results = [_say_overridden(r, overridden, policy) for r in results]
+    report = build_report(ctx, results, runs, source, status_on, policy)
     if base is not None:
         from gpudoctor.compare.rules import compare
         from gpudoctor.compare.sides import Side
@@ -221,6 +226,38 @@ def check(args: Mapping[str, Any], policy: Policy, progress: Callable[[str], Non
     nothing_checked(report.checks, "checked")
     report.checks = apply_severity(report.checks, policy)
     return report
+
+
+DRIVER_CODE = "GD101"  # no NVIDIA driver: without it every GPU check skips
+
+
+def driver_not_ignored(
+    selection: Selection, policy: Policy, args: Mapping[str, Any], snapshot: Snapshot, device: str
+) -> tuple[Selection, tuple[str, ...]]:
+    """A policy file (found upwards, perhaps not the user's) never hides a missing driver: its
+    `ignore = ["GD1"]` would turn a node without a driver into READY, every GPU check a quiet skip.
+    The policy's tokens that hide GD101 are set aside for this run (returned, to be said in the
+    finding); an --ignore typed on the command line is the user's own word and stays."""
+    from gpudoctor.engine.selection import Selection
+
+    if snapshot.driver.nvml_status == "ok" or device == "cpu" or not policy.ignore:
+        return selection, ()
+    hides = [t for t in policy.ignore if Selection((), (t,), selection.registry).ignores(DRIVER_CODE)]
+    if not hides:
+        return selection, ()
+    kept = tuple(t for t in policy.ignore if t not in hides)
+    rebuilt = Selection(selection.select, (*kept, *(args.get("ignore") or ()))).using(selection.registry)
+    return (selection, ()) if rebuilt.ignores(DRIVER_CODE) else (rebuilt, tuple(hides))
+
+
+def _say_overridden(result: CheckResult, tokens: tuple[str, ...], policy: Policy) -> CheckResult:
+    said = ", ".join(tokens)
+    for i, f in enumerate(result.findings):
+        if f.code == DRIVER_CODE and f.status is not Status.PASS:
+            evidence = {**f.evidence, "policy_ignore_set_aside": list(tokens), "policy": str(policy.path)}
+            message = f"{f.message} (shown although the policy ignores {said}: without a driver no GPU was checked)"
+            result.findings[i] = dataclasses.replace(f, message=message, evidence=evidence)
+    return result
 
 
 def build_report(

@@ -152,3 +152,33 @@ def test_snapshot_o_refuses_to_overwrite_without_force(
     empty.touch()  # an empty file holds nothing to lose, as with watch --record
     assert run_cli(capsys, "snapshot", "-o", str(empty)).exit_code == 0
     assert run_cli(capsys, "snapshot", "--force").exit_code == 2  # --force without a file
+
+
+# -- -q, and a policy that would hide a missing driver ---------------------------------------------
+
+
+def test_quiet_hides_skips_and_keeps_their_count(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ("check", "--snapshot", str(fixture("no_driver")), "--device", "cpu")
+    full = run_cli(capsys, *args).out
+    quiet = run_cli(capsys, *args, "-q").out
+    assert "[-]" in full and "[-]" not in quiet  # a CPU run on a driverless node skips every GPU check
+    assert quiet.splitlines()[-1] == full.splitlines()[-1] and " skip" in quiet.splitlines()[-1]
+
+
+def test_a_policy_ignoring_gd1_does_not_make_a_driverless_node_ready(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr("gpudoctor.probe.collect", lambda: load("no_driver"))
+    policy = tmp_path / "gpudoctor.toml"
+    policy.write_text('ignore = ["GD1"]\n')
+    r = run_cli(capsys, "check", "--quick", "--config", str(policy), "--json")
+    assert r.exit_code == 1
+    gd101 = r.one("GD101")
+    assert gd101["status"] == "fail" and "shown although the policy ignores GD1" in gd101["message"]
+    assert gd101["evidence"]["policy_ignore_set_aside"] == ["GD1"]
+    # the policy's other ignores still apply; on a healthy node the policy hides GD1 as asked
+    healthy = run_cli(capsys, "check", "--snapshot", str(fixture("h100_sxm_8x")), "--config", str(policy), "--json")
+    assert healthy.exit_code == 0 and not [f for f in healthy.findings() if f["code"].startswith("GD1")]
+    # a CPU run does not need the driver: the policy's ignore stands
+    cpu = run_cli(capsys, "check", "--quick", "--device", "cpu", "--config", str(policy), "--json")
+    assert not cpu.findings("GD101")
