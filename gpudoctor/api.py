@@ -125,7 +125,7 @@ def run_checks(
     min_busbw: GB/s, or a share of the expected busbw such as "80%".
     collectives: also run and judge these beside all-reduce ("allgather", "reducescatter", ...).
     python: the interpreter the ranks run in (the training environment's), validated first.
-    baseline: a saved `check --json` report or a snapshot to compare with (GD011-GD016),
+    baseline: a saved `check --json` report or a snapshot to compare with (GD011-GD019),
     `tolerance` (default 10%, "10%" or 0.1) for its measured regressions.
     Every other argument left as None takes the policy's value, then gpudoctor's default.
     """

@@ -45,7 +45,7 @@ COLOR_CHOICES = ("auto", "always", "never")
 @dataclass(frozen=True)
 class TextOptions:
     verbose: int = 0  # 0 compact, 1 every check and its tables, 2 passing findings too
-    quiet: bool = False  # only what is not a pass, and the summary line
+    quiet: bool = False  # only what warned, failed or crashed, and the summary line
 
 
 class Line:

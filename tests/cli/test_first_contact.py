@@ -182,3 +182,22 @@ def test_a_policy_ignoring_gd1_does_not_make_a_driverless_node_ready(
     # a CPU run does not need the driver: the policy's ignore stands
     cpu = run_cli(capsys, "check", "--quick", "--device", "cpu", "--config", str(policy), "--json")
     assert not cpu.findings("GD101")
+
+
+def test_every_mention_of_the_comparison_codes_names_their_whole_range(capsys: pytest.CaptureFixture[str]) -> None:
+    """`diff --help` said GD011-GD016 once codes went to GD019: every "GD011-GDxxx" in the help, the
+    docs and the docstrings names the last comparison code there is."""
+    import re
+
+    from gpudoctor.compare.codes import CODES
+    from tests.paths import REPO
+
+    last = max(c.code for c in CODES)
+    help_text = run_cli(capsys, "diff", "--help").out
+    texts = {"diff --help": help_text, **{str(p): p.read_text() for p in [REPO / "README.md", *REPO.glob("docs/*.md")]}}
+    # the user-facing texts (compare/ names sub-ranges: GD011-GD013 are the facts)
+    faces = [REPO / "gpudoctor" / "api.py", REPO / "gpudoctor" / "catalogue.py", *REPO.glob("gpudoctor/cli/*.py")]
+    texts |= {str(p): p.read_text() for p in faces}
+    ranges = {(where, m) for where, text in texts.items() for m in re.findall(r"GD011-(GD0\d\d)", text)}
+    assert ("diff --help", last) in ranges
+    assert {m for _, m in ranges} == {last}, sorted(r for r in ranges if r[1] != last)
