@@ -196,7 +196,8 @@ EXIT_GRACE_S = 0.5  # once stopped: output a terminal does not take within this 
     is_flag=False,
     flag_value="straggler",
     default=None,
-    help="Play a built-in synthetic training job live, no GPU needed (default: straggler).",
+    help="Play a built-in synthetic training job live, no GPU needed (default: straggler); "
+    "without a terminal it ends once its verdicts have fired.",
 )
 @warmup_option
 @click.option(

@@ -5,6 +5,7 @@ and a CI gate that selects an active check on a node whose driver is gone shows 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -109,7 +110,7 @@ def test_selecting_an_active_check_without_torch_shows_gd002(
 # -- JUnit -------------------------------------------------------------------------------------
 
 
-def test_junit_has_no_empty_suite(capsys: pytest.CaptureFixture[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_junit_has_no_empty_suite(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from junitparser import JUnitXml  # a reader we did not write
 
     path = tmp_path / "report.xml"
@@ -138,8 +139,8 @@ def test_device_on_a_recorded_snapshot_is_said_and_ranks_refused(capsys: pytest.
 
 
 def test_snapshot_o_refuses_to_overwrite_without_force(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path
-) -> None:  # type: ignore[no-untyped-def]
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setattr("gpudoctor.probe.collect", lambda: load("h100_sxm_8x"))
     kept = tmp_path / "machine.json"
     kept.write_text("evidence\n")
@@ -166,8 +167,8 @@ def test_quiet_hides_skips_and_keeps_their_count(capsys: pytest.CaptureFixture[s
 
 
 def test_a_policy_ignoring_gd1_does_not_make_a_driverless_node_ready(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path
-) -> None:  # type: ignore[no-untyped-def]
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setattr("gpudoctor.probe.collect", lambda: load("no_driver"))
     policy = tmp_path / "gpudoctor.toml"
     policy.write_text('ignore = ["GD1"]\n')
