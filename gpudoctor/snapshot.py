@@ -508,6 +508,12 @@ def _decode_dataclass(cls: type, data: Any, where: str) -> Any:
     return cls(**kwargs)
 
 
+def part_from_jsonable(cls: type[T], data: Any, where: str) -> T:
+    """One part of a snapshot (its Software, read from another interpreter: probe/interpreter.py),
+    decoded and checked as a whole snapshot's parts are (SnapshotError otherwise)."""
+    return _decode_dataclass(cls, data, where)
+
+
 def from_jsonable(data: Any) -> Snapshot:
     if not isinstance(data, dict):
         raise SnapshotError("not a gpudoctor snapshot: the top level is not a JSON object")

@@ -109,7 +109,7 @@ def _labels(result: Any, ranks: list[int]) -> str:
     return ", ".join(by_rank[r].label if r in by_rank else f"rank {r}" for r in ranks)
 
 
-def _wrong_finding(result: Any, rows: list[AllreduceRow]) -> Finding:
+def wrong_finding(result: Any, rows: list[AllreduceRow]) -> Finding:
     bad_rows = [r for r in rows if r["wrong"]]
     wrong = sum(r["wrong"] for r in bad_rows)
     sizes = [_gib(r["bytes"]) for r in bad_rows]
@@ -163,7 +163,7 @@ def allreduce(ctx: CheckContext) -> tuple[list[Finding], dict]:
     findings = []
     details = {"tables": [sweep_table(data)], "sweep": data}
     if any(r["wrong"] for r in data["rows"]):
-        findings.append(_wrong_finding(result, data["rows"]))
+        findings.append(wrong_finding(result, data["rows"]))
     else:
         findings.append(
             Finding(
