@@ -88,7 +88,7 @@ def file_facts(src: Source) -> Facts:
     facts.process_group = any(src.by_api.get(k) for k in ("init_process_group", "ddp", "fsdp"))
     facts.sync_bn = bool(src.by_api.get("sync_bn"))
     reads: list[tuple[int, str]] = []
-    for node in ast.walk(src.tree):
+    for node in src.nodes:
         if isinstance(node, ast.Attribute) and node.attr in ("set_epoch", "convert_sync_batchnorm", "SyncBatchNorm"):
             facts.set_epoch |= node.attr == "set_epoch"
             facts.sync_bn |= node.attr != "set_epoch"

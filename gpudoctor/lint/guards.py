@@ -139,7 +139,7 @@ class Guards:
         src = self.src
         child: ast.AST = node
         cur = src.parent.get(node)
-        while cur is not None and not isinstance(cur, (*FUNCTION_TYPES, ast.Lambda)):
+        while cur is not None:
             if isinstance(cur, ast.If) and child is not cur.test:
                 test = rank_test(src, cur.test)
                 in_body = any(child is s for s in cur.body)
@@ -150,6 +150,8 @@ class Guards:
                 for stmt in block[: _index(block, child)]:
                     if isinstance(stmt, ast.If) and rank_test(src, stmt.test) == -1 and _exits(stmt.body):
                         return True
+            if isinstance(cur, (*FUNCTION_TYPES, ast.Lambda)):
+                break
             child, cur = cur, src.parent.get(cur)
         return False
 

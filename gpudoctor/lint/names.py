@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable
 
 # Canonical key -> the dotted names that mean it (torch has moved some over the years).
 API: dict[str, tuple[str, ...]] = {
@@ -129,10 +130,11 @@ SHARD_NAME = re.compile(r"rank|world_size|num_replicas|num_shards|shard|process_
 class Names:
     """The file's imports and bindings, and what a name or call resolves to."""
 
-    def __init__(self, tree: ast.Module) -> None:
+    def __init__(self, nodes: Iterable[ast.AST]) -> None:
         self.aliases: dict[str, str] = {}
         self.bound: set[str] = set()
-        for node in ast.walk(tree):
+        self._keys: dict[ast.AST, str | None] = {}
+        for node in nodes:
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if a.asname:
@@ -156,18 +158,15 @@ class Names:
     def dotted(self, expr: ast.AST) -> str | None:
         """`dist.init_process_group` -> "torch.distributed.init_process_group"; None for what is
         not a plain name or attribute chain (a call's result, a subscript)."""
-        parts: list[str] = []
-        while isinstance(expr, ast.Attribute):
-            parts.append(expr.attr)
-            expr = expr.value
-        if not isinstance(expr, ast.Name):
+        chain = text(expr)
+        if chain is None:
             return None
-        root = expr.id
+        root, dot, rest = chain.partition(".")
         if root in self.aliases:
             root = self.aliases[root]
         elif root not in self.bound and root in _USUAL:
             root = _USUAL[root]
-        return ".".join([root, *reversed(parts)])
+        return root + dot + rest
 
     def unbound_root(self, expr: ast.AST) -> bool:
         while isinstance(expr, ast.Attribute):
@@ -194,7 +193,12 @@ class Names:
         return None
 
     def call(self, node: ast.AST) -> str | None:
-        return self.api(node.func) if isinstance(node, ast.Call) else None
+        """The canonical key of the API a call calls (remembered: the rules ask often)."""
+        if not isinstance(node, ast.Call):
+            return None
+        if node not in self._keys:
+            self._keys[node] = self.api(node.func)
+        return self._keys[node]
 
 
 def last_name(expr: ast.AST) -> str | None:

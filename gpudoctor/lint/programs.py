@@ -22,7 +22,7 @@ def programs(sources: dict[str, Source | None]) -> dict[str, set[str]]:
     for path, src in sources.items():
         if src is None or path.startswith("<"):
             continue
-        for candidate in _candidates(path, src.tree):
+        for candidate in _candidates(path, src.nodes):
             target = by_file.get(candidate)
             if target is not None and target != path:
                 edges[path].add(target)
@@ -51,10 +51,10 @@ def _norm(path: str) -> str:
     return os.path.normpath(os.path.abspath(path))
 
 
-def _candidates(path: str, tree: ast.Module) -> set[str]:
+def _candidates(path: str, nodes: list[ast.AST]) -> set[str]:
     here = os.path.dirname(_norm(path))
     out: set[str] = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 out |= _module_files(here, alias.name.split("."))

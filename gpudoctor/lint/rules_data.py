@@ -69,7 +69,7 @@ def _orphan_samplers(src: Source) -> list[tuple[ast.Call, str]]:
 
 
 def _read_anywhere(src: Source, key: str) -> bool:
-    for node in ast.walk(src.tree):
+    for node in src.nodes:
         if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load) and text(node) == key:
             parent = src.parent.get(node)
             if isinstance(parent, ast.Attribute) and parent.attr == "set_epoch":

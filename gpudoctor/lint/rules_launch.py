@@ -20,7 +20,7 @@ def master_port(ctx: Context) -> list[Hit]:
     """GD750: a literal MASTER_PORT (or tcp:// port) written by the script."""
     src = ctx.src
     found: list[tuple[ast.AST, object]] = []
-    for node in ast.walk(src.tree):
+    for node in src.nodes:
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if _environ_key(target) == "MASTER_PORT":
@@ -243,7 +243,7 @@ def _is_main_guard(node: ast.AST) -> bool:
 def _torchrun_read(src: Source, spawn: ast.Call, spawned: set[ast.AST]) -> str | None:
     """A read of torchrun's variables in the spawned functions, or unconditional beside the spawn."""
     home = src.function_of(spawn)
-    for node in ast.walk(src.tree):
+    for node in src.nodes:
         if not isinstance(node, (ast.Subscript, ast.Call)):
             continue
         key = env_key(node)

@@ -57,7 +57,7 @@ def accumulation_without_no_sync(ctx: Context) -> list[Hit]:
     if not (program.ddp or program.accelerate):
         return []
     hits = []
-    for loop in ast.walk(src.tree):
+    for loop in src.nodes:
         if not isinstance(loop, _LOOPS):
             continue
         backward = next((c for c in _every_iteration_calls(loop.body) if _is_backward(c)), None)
@@ -114,7 +114,7 @@ def _accumulation_step(stmt: ast.stmt) -> bool:
 def _controls_sync(src: Source, scope: ast.AST) -> bool:
     return any(
         isinstance(n, ast.Attribute) and n.attr in _SYNC_CONTROLS
-        for n in (src.walk(scope) if scope is not src.tree else ast.walk(scope))
+        for n in (src.walk(scope) if scope is not src.tree else src.nodes)
     )
 
 

@@ -42,6 +42,7 @@ class Source:
     names: Names = field(init=False)
     parent: dict[ast.AST, ast.AST] = field(init=False, default_factory=dict)
     scope: dict[ast.AST, Scope] = field(init=False, default_factory=dict)
+    nodes: list[ast.AST] = field(init=False, default_factory=list)  # every node, parents first
     calls: list[ast.Call] = field(init=False, default_factory=list)
     by_api: dict[str, list[ast.Call]] = field(init=False, default_factory=dict)
     functions: list[Function] = field(init=False, default_factory=list)
@@ -51,8 +52,12 @@ class Source:
     _defs: dict[tuple[ast.AST, str], ast.AST] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.names = Names(self.tree)
         self._index()
+        self.names = Names(self.nodes)
+        for call in self.calls:
+            key = self.names.call(call)
+            if key is not None:
+                self.by_api.setdefault(key, []).append(call)
         self._link_sites()
 
     # ---- building --------------------------------------------------------------------------
@@ -61,6 +66,7 @@ class Source:
         stack: list[tuple[ast.AST, Scope]] = [(self.tree, self.tree)]
         while stack:
             node, scope = stack.pop()
+            self.nodes.append(node)
             self.scope[node] = scope
             inner = node if isinstance(node, (*FUNCTION_TYPES, ast.Lambda)) else scope
             if isinstance(node, (*FUNCTION_TYPES, ast.ClassDef)):
@@ -81,10 +87,6 @@ class Source:
                 stack.append((child, inner))
         self.calls.sort(key=lambda c: (c.lineno, c.col_offset))
         self.functions.sort(key=lambda f: f.lineno)
-        for call in self.calls:
-            key = self.names.call(call)
-            if key is not None:
-                self.by_api.setdefault(key, []).append(call)
 
     def _record_assign(self, node: ast.AST, scope: Scope) -> None:
         if isinstance(node, ast.Assign):
@@ -127,7 +129,7 @@ class Source:
                 func, offset = target
                 self.sites.setdefault(func, []).append(Site(call, call, offset))
             called.add(id(call.func))
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if id(node) in called or not isinstance(node, (ast.Name, ast.Attribute)):
                 continue
             if not isinstance(getattr(node, "ctx", None), ast.Load):
