@@ -272,7 +272,7 @@ UNREADABLE = Code(
     "GD799",
     "script-unreadable",
     "The script can be read and parsed",
-    what="Every file lint is given is read (a regular file, at most 4 MiB, its encoding as Python reads it) "
+    what="Every file lint is given is read (a regular file, at most 2 MiB, its encoding as Python reads it) "
     "and parsed with Python's `ast`; a file that cannot be is this finding, with Python's message and line. "
     "The other files are still linted. Like a check that crashed, it is never hidden by --select or "
     "--ignore.",

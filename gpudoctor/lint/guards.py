@@ -133,6 +133,7 @@ class Guards:
     def __init__(self, src: Source) -> None:
         self.src = src
         self._functions: dict[ast.AST, str] = {}
+        self._exits: dict[int, int] = {}  # id(block) -> its first early exit (the tree outlives this)
 
     def local(self, node: ast.AST) -> bool:
         """Guarded inside its own function (or module) body."""
@@ -145,15 +146,27 @@ class Guards:
                 in_body = any(child is s for s in cur.body)
                 if (test == 1 and in_body) or (test == -1 and not in_body):
                     return True
-            block = _block_of(cur, child)
-            if block is not None:  # an earlier `if rank != 0: return` in the same block
-                for stmt in block[: _index(block, child)]:
-                    if isinstance(stmt, ast.If) and rank_test(src, stmt.test) == -1 and _exits(stmt.body):
-                        return True
+            held = src.block_of(child)
+            if held is not None and held[1] > self._first_exit(held[0]):
+                return True  # after an earlier `if rank != 0: return` in the same block
             if isinstance(cur, (*FUNCTION_TYPES, ast.Lambda)):
                 break
             child, cur = cur, src.parent.get(cur)
         return False
+
+    def _first_exit(self, block: list[ast.stmt]) -> int:
+        """The index of the block's first `if <not rank 0>: return` (len(block) when none), once per block."""
+        key = id(block)
+        if key not in self._exits:
+            self._exits[key] = next(
+                (
+                    i
+                    for i, stmt in enumerate(block)
+                    if isinstance(stmt, ast.If) and rank_test(self.src, stmt.test) == -1 and _exits(stmt.body)
+                ),
+                len(block),
+            )
+        return self._exits[key]
 
     def status(self, node: ast.AST, depth: int = 0) -> str:
         """GUARDED, UNGUARDED (runs on every rank) or UNKNOWN (in a function no one in the file calls)."""
@@ -185,15 +198,3 @@ class Guards:
         if UNGUARDED in statuses:
             return UNGUARDED
         return GUARDED if statuses == {GUARDED} else UNKNOWN
-
-
-def _block_of(parent: ast.AST, child: ast.AST) -> list[ast.stmt] | None:
-    for name in ("body", "orelse", "finalbody", "handlers"):
-        block = getattr(parent, name, None)
-        if isinstance(block, list) and any(s is child for s in block):
-            return block
-    return None
-
-
-def _index(block: list[ast.stmt], child: ast.AST) -> int:
-    return next(i for i, s in enumerate(block) if s is child)

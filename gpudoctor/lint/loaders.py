@@ -52,7 +52,12 @@ def sampler_kind(src: Source, expr: ast.AST | None, depth: int = 0) -> str:
     key = text(expr)
     if key is None:
         return UNKNOWN
-    values = src.values(key, src.scope.get(expr))
+    scope = src.scope.get(expr)
+    return src.remember("sampler", key, scope, lambda: _variable_kind(src, key, scope, depth), UNKNOWN)
+
+
+def _variable_kind(src: Source, key: str, scope: ast.AST | None, depth: int) -> str:
+    values = src.values(key, scope)
     if not values or any(v is None for v in values):
         return UNKNOWN
     return _combine({sampler_kind(src, v, depth + 1) for v in values})
@@ -104,8 +109,13 @@ def _int_value(src: Source, expr: ast.AST | None, depth: int) -> int | None:
     key = text(expr)
     if key is None:
         return None
-    values = [_int_value(src, v, depth + 1) for v in src.values(key, src.scope.get(expr))]
-    return values[0] if values and len(set(values)) == 1 and values[0] is not None else None
+    scope = src.scope.get(expr)
+
+    def one_value() -> int | None:
+        values = {_int_value(src, v, depth + 1) for v in src.values(key, scope)}
+        return values.pop() if len(values) == 1 else None
+
+    return src.remember("int", key, scope, one_value, None)
 
 
 def _argparse_default(src: Source, dest: str) -> int | None:

@@ -61,15 +61,21 @@ class Ranks:
         param = src.param_index(key, scope) if isinstance(expr, ast.Name) else None
         if param is not None:
             return self._params.get(param)
-        values = src.values(key, scope)
+        first = src.remember("rank", key, scope, lambda: self._variable(key, scope, depth), None)
+        return Origin(first.line, first.what, line) if first is not None else None  # reaches from here
+
+    def _variable(self, key: str, scope: ast.AST | None, depth: int) -> Origin | None:
+        """The origin of a variable every assignment of which is the global rank (the earliest)."""
+        values = self.src.values(key, scope)
         if not values or any(v is None for v in values):
             return None
-        origins = [self.origin(v, depth + 1) for v in values]
-        if any(o is None for o in origins):
-            return None
-        first = min(origins, key=lambda o: o.line)  # type: ignore[union-attr]
-        assert first is not None
-        return Origin(first.line, first.what, line)  # a local variable: it reaches from here
+        origins = []
+        for v in values:
+            origin = self.origin(v, depth + 1)
+            if origin is None:
+                return None
+            origins.append(origin)
+        return min(origins, key=lambda o: o.line)
 
     def _solve_params(self) -> None:
         """Parameters whose every in-file call passes the global rank, to a fixpoint (bounded)."""

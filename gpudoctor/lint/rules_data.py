@@ -32,9 +32,7 @@ def no_distributed_sampler(ctx: Context) -> list[Hit]:
         dataset = argument(call, 0, "dataset")
         if _is_eval(src, call, dataset) or _sharded(src, dataset, 0):
             continue
-        orphan = next((o for o in orphans if src.function_of(o[0]) is src.function_of(call)), None) or (
-            orphans[0] if orphans else None
-        )
+        orphan = orphans.get(src.function_of(call)) or next(iter(orphans.values()), None)
         if orphan is not None:
             what = f"a DistributedSampler is built on line {orphan[0].lineno} ({orphan[1]}) but never passed to it"
         elif kind == NO:
@@ -55,27 +53,24 @@ def no_distributed_sampler(ctx: Context) -> list[Hit]:
     return hits
 
 
-def _orphan_samplers(src: Source) -> list[tuple[ast.Call, str]]:
-    """DistributedSamplers assigned to a variable that nothing reads (but for `.set_epoch`)."""
-    out = []
+def _orphan_samplers(src: Source) -> dict[ast.AST | None, tuple[ast.Call, str]]:
+    """DistributedSamplers assigned to a variable nothing reads (but for `.set_epoch`), by the
+    function that builds them (the first of each)."""
+    read = set()
+    for node in src.nodes:
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+            parent = src.parent.get(node)
+            if not (isinstance(parent, ast.Attribute) and parent.attr == "set_epoch"):
+                read.add(text(node))
+    out: dict[ast.AST | None, tuple[ast.Call, str]] = {}
     for call in src.by_api.get("dist_sampler", []):
         stmt = src.parent.get(call)
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
             continue
         key = text(stmt.targets[0])
-        if key is not None and not _read_anywhere(src, key):
-            out.append((call, key))
+        if key is not None and key not in read:
+            out.setdefault(src.function_of(call), (call, key))
     return out
-
-
-def _read_anywhere(src: Source, key: str) -> bool:
-    for node in src.nodes:
-        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load) and text(node) == key:
-            parent = src.parent.get(node)
-            if isinstance(parent, ast.Attribute) and parent.attr == "set_epoch":
-                continue
-            return True
-    return False
 
 
 def _is_eval(src: Source, call: ast.Call, dataset: ast.AST | None) -> bool:
@@ -101,7 +96,14 @@ def _sharded(src: Source, dataset: ast.AST | None, depth: int) -> bool:
     key = text(dataset)
     if key is None:
         return False
-    return any(v is not None and _sharded(src, v, depth + 1) for v in src.values(key, src.scope.get(dataset)))
+    scope = src.scope.get(dataset)
+    return src.remember(
+        "sharded",
+        key,
+        scope,
+        lambda: any(v is not None and _sharded(src, v, depth + 1) for v in src.values(key, scope)),
+        False,
+    )
 
 
 def set_epoch_missing(ctx: Context) -> list[Hit]:

@@ -5,6 +5,7 @@ into: tests/reference/lint/rules.md, rules 1-4."""
 from __future__ import annotations
 
 import ast
+from typing import Any
 
 from gpudoctor.lint.codes import ERROR, WARNING
 from gpudoctor.lint.context import SPAWN, TORCHRUN, Context, Hit
@@ -145,8 +146,13 @@ def _is_count(src: Source, expr: ast.AST | None, depth: int) -> bool:
     key = text(expr)
     if key is None:
         return False
-    values = src.values(key, src.scope.get(expr))
-    return bool(values) and all(_is_count(src, v, depth + 1) for v in values)
+    scope = src.scope.get(expr)
+    return src.remember("count", key, scope, lambda: _all_values(src, key, scope, _is_count, depth), False)
+
+
+def _all_values(src: Source, key: str, scope: ast.AST | None, test: Any, depth: int) -> bool:
+    values = src.values(key, scope)
+    return bool(values) and all(test(src, v, depth + 1) for v in values)
 
 
 def _product_with_count(src: Source, expr: ast.AST | None, depth: int) -> bool:
@@ -160,8 +166,8 @@ def _product_with_count(src: Source, expr: ast.AST | None, depth: int) -> bool:
     key = text(expr)
     if key is None:
         return False
-    values = src.values(key, src.scope.get(expr))
-    return bool(values) and all(_product_with_count(src, v, depth + 1) for v in values)
+    scope = src.scope.get(expr)
+    return src.remember("product", key, scope, lambda: _all_values(src, key, scope, _product_with_count, depth), False)
 
 
 def spawn_targets(src: Source) -> set[ast.AST]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 
 from gpudoctor.lint.codes import BATCHNORM_SYNC
 from gpudoctor.lint.context import Context, Hit
@@ -140,7 +141,9 @@ def clip_before_unscale(ctx: Context) -> list[Hit]:
                 unscaled = True
             elif clip is None and not unscaled and _is_clip(src, later):
                 clip = later
-            elif clip is not None and attr == "step" and text(later.func.value) == scaler:  # type: ignore[union-attr]
+            elif attr == "step" and text(later.func.value) == scaler:  # type: ignore[union-attr]
+                if clip is None:
+                    break  # stepped with no clip before it: this backward is done
                 hits.append(
                     Hit(
                         "clip-before-unscale",
@@ -171,37 +174,23 @@ def _is_clip(src: Source, call: ast.Call) -> bool:
     return isinstance(func, ast.Attribute) and func.attr in _CLIPS and "accelerator" not in (text(func.value) or "")
 
 
-def _calls_after(src: Source, call: ast.Call) -> list[ast.Call]:
-    """The calls after `call`'s statement on its straight-line path: the rest of its block, then of
-    each enclosing block (never the other branch of an `if`), up to its loop or function."""
-    stmt = src.statement(call)
-    following: list[ast.stmt] = []
-    child: ast.AST | None = stmt
+def _calls_after(src: Source, call: ast.Call) -> Iterator[ast.Call]:
+    """The calls after `call`'s statement on its straight-line path, in order: the rest of its
+    block, then of each enclosing block (never the other branch of an `if`), up to its loop or
+    function. Lazily: the caller stops at the scaler's step."""
+    child: ast.AST | None = src.statement(call)
     while child is not None:
+        held = src.block_of(child)
         parent = src.parent.get(child)
-        if parent is None or isinstance(parent, (*FUNCTION_TYPES, ast.Lambda, ast.Module)):
-            block = getattr(parent, "body", [])
-            following += _after(block, child)
-            break
-        block = next((b for b in _blocks(parent) if any(s is child for s in b)), None)
-        if block is not None:
-            following += _after(block, child)
-        if isinstance(parent, _LOOPS):
-            break
+        if held is not None:
+            block, index = held
+            for stmt in block[index + 1 :]:
+                yield from sorted(
+                    (n for n in src.walk(stmt) if isinstance(n, ast.Call)), key=lambda c: (c.lineno, c.col_offset)
+                )
+        if parent is None or isinstance(parent, (*FUNCTION_TYPES, ast.Lambda, ast.Module, *_LOOPS)):
+            return
         child = parent
-    calls = [n for stmt_ in following for n in src.walk(stmt_) if isinstance(n, ast.Call)]
-    return sorted(calls, key=lambda c: (c.lineno, c.col_offset))
-
-
-def _blocks(node: ast.AST) -> list[list[ast.stmt]]:
-    return [b for b in (getattr(node, f, None) for f in ("body", "orelse", "finalbody")) if isinstance(b, list)]
-
-
-def _after(block: list[ast.stmt], child: ast.AST) -> list[ast.stmt]:
-    for i, s in enumerate(block):
-        if s is child:
-            return block[i + 1 :]
-    return []
 
 
 def data_parallel(ctx: Context) -> list[Hit]:

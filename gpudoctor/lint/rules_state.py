@@ -82,8 +82,13 @@ def _in_memory(src: Source, dest: ast.AST, depth: int = 0) -> bool:
     key = text(dest)
     if key is None or depth > 3:
         return False
-    values = src.values(key, src.scope.get(dest))
-    return bool(values) and all(v is not None and _in_memory(src, v, depth + 1) for v in values)
+    scope = src.scope.get(dest)
+
+    def every() -> bool:
+        values = src.values(key, scope)
+        return bool(values) and all(v is not None and _in_memory(src, v, depth + 1) for v in values)
+
+    return src.remember("memory", key, scope, every, False)
 
 
 def _per_rank(src: Source, dest: ast.AST, depth: int = 0) -> bool:
@@ -93,7 +98,14 @@ def _per_rank(src: Source, dest: ast.AST, depth: int = 0) -> bool:
     key = text(dest)
     if key is None or depth > 3:
         return False
-    return any(v is not None and _per_rank(src, v, depth + 1) for v in src.values(key, src.scope.get(dest)))
+    scope = src.scope.get(dest)
+    return src.remember(
+        "per_rank",
+        key,
+        scope,
+        lambda: any(v is not None and _per_rank(src, v, depth + 1) for v in src.values(key, scope)),
+        False,
+    )
 
 
 def _unguarded_site(guards: Guards, src: Source, call: ast.Call) -> int | None:

@@ -24,7 +24,9 @@ from gpudoctor.lint.source import Source
 from gpudoctor.safety.safe_io import InputFileError, read_bytes, read_stdin_bytes
 from gpudoctor.safety.safe_text import printable
 
-MAX_BYTES = 4 << 20  # a training script is kilobytes; this is generated code, a log, or a wrong path
+# A training script is kilobytes (torch's largest source file is 1.3 MiB); past this: generated
+# code, a log, a wrong path, and minutes of analysis.
+MAX_BYTES = 2 << 20
 STDIN = "-"
 STDIN_NAME = "<stdin>"
 # Directories never walked into: ruff's default excludes (https://docs.astral.sh/ruff/settings/#exclude),

@@ -9,14 +9,20 @@ function does this call reach, and from where is that function called.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from gpudoctor.lint.names import Names, text
 
+T = TypeVar("T")
 Scope = ast.AST  # a FunctionDef, an AsyncFunctionDef, a Lambda or the Module
 FUNCTION_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
 Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+_BLOCKS = ("body", "orelse", "finalbody", "handlers")
+_HOLDERS = (ast.Module, ast.stmt, ast.ExceptHandler, ast.match_case)  # the nodes that hold statements
 
 
 def _param_names(func: ast.AST) -> set[str]:
@@ -43,6 +49,8 @@ class Source:
     parent: dict[ast.AST, ast.AST] = field(init=False, default_factory=dict)
     scope: dict[ast.AST, Scope] = field(init=False, default_factory=dict)
     nodes: list[ast.AST] = field(init=False, default_factory=list)  # every node, parents first
+    # a statement -> (the field of its parent that holds it: "body", "orelse", ..., its index there)
+    place: dict[ast.AST, tuple[str, int]] = field(init=False, default_factory=dict)
     calls: list[ast.Call] = field(init=False, default_factory=list)
     by_api: dict[str, list[ast.Call]] = field(init=False, default_factory=dict)
     functions: list[Function] = field(init=False, default_factory=list)
@@ -50,6 +58,7 @@ class Source:
     assigns: dict[tuple[ast.AST, str], list[ast.expr | None]] = field(init=False, default_factory=dict)
     sites: dict[ast.AST, list[Site]] = field(init=False, default_factory=dict)
     _defs: dict[tuple[ast.AST, str], ast.AST] = field(init=False, default_factory=dict)
+    _memo: dict[tuple[str, int, str], Any] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._index()
@@ -81,6 +90,12 @@ class Source:
                 self._record_targets(node.target, None, scope)
             elif isinstance(node, ast.withitem) and node.optional_vars is not None:
                 self._record_targets(node.optional_vars, None, scope)
+            if isinstance(node, _HOLDERS):
+                for name in _BLOCKS:
+                    block = getattr(node, name, None)
+                    if isinstance(block, list):
+                        for i, stmt in enumerate(block):
+                            self.place[stmt] = (name, i)
             children = list(ast.iter_child_nodes(node))
             for child in reversed(children):
                 self.parent[child] = node
@@ -155,6 +170,14 @@ class Source:
             cur = self.parent.get(cur)
         return None
 
+    def block_of(self, stmt: ast.AST) -> tuple[list[ast.stmt], int] | None:
+        """The list of statements holding `stmt`, and its index there (None: not in a block)."""
+        place = self.place.get(stmt)
+        parent = self.parent.get(stmt)
+        if place is None or parent is None:
+            return None
+        return getattr(parent, place[0]), place[1]
+
     def statement(self, node: ast.AST) -> ast.stmt | None:
         cur: ast.AST | None = node
         while cur is not None and not isinstance(cur, ast.stmt):
@@ -225,6 +248,9 @@ class Source:
 
     def _instance_class(self, name: str, scope: ast.AST | None) -> ast.ClassDef | None:
         """The in-file class `name` holds when every assignment of it constructs that class."""
+        return self.remember("class", name, scope, lambda: self._constructed(name, scope), None)
+
+    def _constructed(self, name: str, scope: ast.AST | None) -> ast.ClassDef | None:
         values = self.values(name, scope)
         classes = set()
         for v in values:
@@ -253,6 +279,18 @@ class Source:
                 break
             scope = self.scope.get(scope)
         return []
+
+    def remember(self, question: str, key: str, scope: ast.AST | None, compute: Callable[[], T], default: T) -> T:
+        """The answer to `question` about the variable `key` seen from `scope`, computed once: a
+        variable assigned and read thousands of times must not cost thousands squared. While it
+        is being computed (a variable defined through itself) the answer is `default`."""
+        memo_key = (question, id(scope), key)
+        if memo_key in self._memo:
+            return self._memo[memo_key]  # type: ignore[no-any-return]
+        self._memo[memo_key] = default
+        answer = compute()
+        self._memo[memo_key] = answer
+        return answer
 
     def param_index(self, name: str, scope: ast.AST | None) -> tuple[Function, int] | None:
         """(function, position) when `name` is a parameter of the function `scope` (not reassigned)."""

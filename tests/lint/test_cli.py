@@ -180,7 +180,7 @@ def test_a_fifo_a_huge_file_and_a_deep_expression_are_findings_not_hangs_or_trac
     doc = json.loads(r.stdout)
     messages = {Path(c["name"]).name: c["findings"][0]["message"] for c in doc["checks"]}
     assert "is a FIFO, not a regular file" in messages["pipe.py"]
-    assert "larger than 4 MiB" in messages["huge.py"]
+    assert "larger than 2 MiB" in messages["huge.py"]
     assert "RecursionError" in messages["deep.py"]
     assert "does not parse" in messages["nul.py"]
     assert all(c["findings"][0]["code"] == "GD799" for c in doc["checks"])
