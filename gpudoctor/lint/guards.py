@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 
-from gpudoctor.lint.names import RANK_NAME, last_name
+from gpudoctor.lint.names import RANK_NAME, last_name, text
 from gpudoctor.lint.source import FUNCTION_TYPES, Source
 
 GUARDED, UNGUARDED, UNKNOWN = "guarded", "unguarded", "unknown"
@@ -29,6 +29,8 @@ _MAIN_PROCESS = {
     "is_global_zero",
     "main_process",
     "is_rank_0",
+    "master_process",
+    "is_master_process",
 }
 _RANK_ZERO_DECORATORS = {"rank_zero_only", "main_process_only", "on_main_process", "on_local_main_process"}
 _RANK_ENV = {"RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}
@@ -113,9 +115,24 @@ def rank_test(src: Source, test: ast.AST) -> int:
             return -1
         return 0
     name = last_name(test.func) if isinstance(test, ast.Call) else last_name(test)
-    if name in _MAIN_PROCESS:
+    if name in _MAIN_PROCESS or (isinstance(test, (ast.Name, ast.Attribute)) and _rank_zero_flag(src, test)):
         return 1
     return -1 if _rank_side(src, test) else 0  # `if rank:` holds off rank 0
+
+
+def _rank_zero_flag(src: Source, expr: ast.Name | ast.Attribute) -> bool:
+    """A variable that holds a rank-0 test (nanoGPT's `master_process = ddp_rank == 0`, True when
+    not distributed)."""
+    key = text(expr)
+    if key is None:
+        return False
+    scope = src.scope.get(expr)
+
+    def decide() -> bool:
+        tests = [v for v in src.values(key, scope) if not (isinstance(v, ast.Constant) and v.value is True)]
+        return bool(tests) and all(v is not None and rank_test(src, v) == 1 for v in tests)
+
+    return src.remember("rank0", key, scope, decide, False)
 
 
 def _exits(body: list[ast.stmt]) -> bool:

@@ -119,10 +119,8 @@ _USUAL = {
     "optim": "torch.optim",
 }
 
-# A rank by its name: `rank`, `local_rank`, `self.global_rank`, `gpu_id`, `_rank`, `process_index`.
-RANK_NAME = re.compile(
-    r"^_?((local_|global_|node_|world_)?rank|gpu(_id)?|device_id|(local_)?process_index)$", re.IGNORECASE
-)
+# A rank by its name: `rank`, `local_rank`, `self.global_rank`, `ddp_rank`, `gpu_id`, `_rank`, `process_index`.
+RANK_NAME = re.compile(r"^_?((\w+_)?rank|gpu(_id)?|device_id|(local_)?process_index)$", re.IGNORECASE)
 # Names that carry the rank or the world size (datasets built from them shard themselves).
 SHARD_NAME = re.compile(r"rank|world_size|num_replicas|num_shards|shard|process_index|num_processes", re.I)
 

@@ -46,11 +46,13 @@ def unguarded_rank_write(ctx: Context) -> list[Hit]:
             if tracker
             else "N processes write the same file at once: a truncated or corrupt file, or a reader racing the writer"
         )
+        hint = "create it under `if dist.get_rank() == 0:` (one run, one writer)" if tracker else None
         hits.append(
             Hit(
                 "unguarded-rank-write",
                 call.lineno,
                 f"{what} runs on every rank (no rank-0 guard{via}): {harm}",
+                hint=hint,
                 evidence={"reached_from": site} if site else {},
             )
         )

@@ -37,7 +37,8 @@ def ddp(body: str) -> str:
 def test_a_write_every_rank_makes_is_a_warning(tmp_path: Path, body: str, what: str) -> None:
     (f,) = lint_source(tmp_path, ddp(body))
     assert f.code == "GD757" and f.status.value == "warn" and what in f.message
-    assert "dist.barrier()" in f.hint
+    tracker = what in ("wandb.init", "SummaryWriter")
+    assert ("one run, one writer" if tracker else "dist.barrier()") in f.hint
 
 
 def test_a_function_called_unguarded_names_the_call_site(tmp_path: Path) -> None:
@@ -77,6 +78,30 @@ def test_a_function_called_unguarded_names_the_call_site(tmp_path: Path) -> None
 )
 def test_guarded_per_rank_in_memory_and_unreached_writes_are_not_flagged(tmp_path: Path, body: str) -> None:
     assert codes(tmp_path, ddp(body)) == []
+
+
+def test_a_flag_that_holds_a_rank_0_test_guards_and_the_write_outside_it_is_flagged(tmp_path: Path) -> None:
+    """nanoGPT's form: `master_process = ddp_rank == 0` (True when not distributed)."""
+    script = """
+    import os, torch
+    from torch.distributed import init_process_group
+    ddp = int(os.environ.get("RANK", -1)) != -1
+    if ddp:
+        init_process_group("nccl")
+        ddp_rank = int(os.environ["RANK"])
+        master_process = ddp_rank == 0
+    else:
+        master_process = True
+    for it in range(100):
+        if it % 10 == 0 and master_process:
+            torch.save(model.state_dict(), "ckpt.pt")
+    if not master_process:
+        pass
+    else:
+        torch.save(model.state_dict(), "final.pt")
+    torch.save(model.state_dict(), "last.pt")
+    """
+    assert codes(tmp_path, script) == [("GD757", 17)]
 
 
 def test_the_else_of_a_rank_0_test_runs_on_the_other_ranks(tmp_path: Path) -> None:
