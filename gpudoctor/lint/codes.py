@@ -146,7 +146,8 @@ RANDOM_SPLIT = Code(
     "GD756",
     "random-split-no-generator",
     "random_split draws the same split on every rank",
-    what="A `torch.utils.data.random_split` without a `generator=`, run on every rank of a distributed script, "
+    what="A `torch.utils.data.random_split` without a `generator=`, run on every rank of a distributed script "
+    "(a Lightning Trainer not pinned to one device counts: it calls a DataModule's setup() on every rank), "
     "with no seeding call (`torch.manual_seed`, `set_seed`, `seed_everything`) before it on every path, or "
     "one whose seed depends on the rank.",
     why="Each process's default generator starts from its own seed, so each rank draws a different split: "
@@ -184,7 +185,8 @@ LOAD_MAP_LOCATION = Code(
     what="In a distributed script, a `torch.load` (or `torch.jit.load`, `torch.hub.load_state_dict_from_url`) "
     "with no `map_location`, run on every rank. `weights_only=True` does not change where tensors go and "
     "does not silence it. Not flagged: loads under a rank-0 guard, a load whose other branch of the same "
-    "`if` gives map_location, calls with `**kwargs`.",
+    "`if` gives map_location, calls with `**kwargs`. Lint cannot tell a file saved from a GPU from one saved "
+    "from the CPU (a cached dataset): `map_location='cpu'` costs nothing and says it.",
     why="Tensors are restored to the device they were saved from, usually cuda:0, so every rank puts the "
     "checkpoint on GPU 0: memory piles up there, OOM, or ranks computing on the wrong GPU. The DDP tutorial "
     f"({_DDP_TUTORIAL}): 'If map_location is missing, torch.load will first load the module to CPU and then "

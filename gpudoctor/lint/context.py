@@ -53,6 +53,7 @@ class Facts:
     distributed: bool = False
     process_group: bool = False  # init_process_group, DDP or FSDP: the ranks train one model together
     accelerate: bool = False
+    lightning: bool = False  # a Lightning Trainer that may run several processes (devices not 1, not CPU)
     torchrun: str = ""  # what shows torchrun runs it ("reads LOCAL_RANK (line 14)"), "" for nothing
     spawns: bool = False
     ddp: bool = False
@@ -65,6 +66,7 @@ class Facts:
             self.distributed or other.distributed,
             self.process_group or other.process_group,
             self.accelerate or other.accelerate,
+            self.lightning or other.lightning,
             self.torchrun or other.torchrun,
             self.spawns or other.spawns,
             self.ddp or other.ddp,
@@ -82,6 +84,7 @@ class Facts:
 def file_facts(src: Source) -> Facts:
     facts = Facts()
     facts.accelerate = bool(src.by_api.get("accelerator"))
+    facts.lightning = any(_several_devices(call) for call in src.by_api.get("lightning_trainer", []))
     facts.spawns = bool(src.by_api.get("spawn"))
     facts.ddp = bool(src.by_api.get("ddp"))
     facts.distributed = any(src.by_api.get(k) for k in _DISTRIBUTED_APIS)
@@ -106,6 +109,14 @@ def file_facts(src: Source) -> Facts:
         facts.torchrun = _torchrun_argparse(src) or _env_init(src, facts.spawns)
     facts.batch_sizes = training_batch_sizes(src)
     return facts
+
+
+def _several_devices(trainer: ast.Call) -> bool:
+    """A Lightning Trainer not pinned to one device or the CPU: its default ("auto") runs DDP on
+    every GPU of the machine, and calls a DataModule's setup() on every rank."""
+    if constant(keyword(trainer, "accelerator")) == "cpu":
+        return False
+    return not any(constant(keyword(trainer, name)) in (1, [0], "1") for name in ("devices", "gpus"))
 
 
 def _torchrun_argparse(src: Source) -> str:

@@ -5,7 +5,9 @@ only when both branches establish it (a branch that returns does not count), a l
 not run at all, a `with` or `try` body runs. A call to an in-file function adds the facts that
 function surely establishes. A function's entry facts are those that hold at every in-file call
 site; a function handed to mp.spawn (a reference, not a call) starts with none: its process is
-new, and neither the parent's set_device nor its seed reaches it.
+new, and neither the parent's set_device nor its seed reaches it. A function no one in the file calls
+(a Lightning DataModule's `setup`, called by the framework) starts with what the file's top-level
+code (its `if __name__ == "__main__":` block included) surely established: `seed_everything(42)`.
 
 Facts: "set_device", and "seed" or "seed_rank" (the last seeding call, by whether its seed depends
 on the rank). Placements, for GD759: where the last `.cuda()`/`.to(...)` put each model variable
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 
 from gpudoctor.lint.guards import MAX_CALL_DEPTH, mentions_rank
 from gpudoctor.lint.names import constant, keyword, text
-from gpudoctor.lint.source import FUNCTION_TYPES, Source
+from gpudoctor.lint.source import FUNCTION_TYPES, Source, is_main_guard
 
 DEFAULT, INDEXED, OTHER = "default", "indexed", "other"
 _HEADERS = {
@@ -63,7 +65,7 @@ class Flow:
         self._places_at: dict[ast.Call, dict[str, tuple[str, int]]] = {}
         self._end: dict[ast.AST, frozenset[str]] = {}
         self._entry: dict[ast.AST, frozenset[str]] = {}
-        self._walk_body(src.tree.body, _State(), 0)
+        self._module_end = self._walk_body(src.tree.body, _State(), 0).facts
         for func in src.functions:
             self._summary(func, 0)
 
@@ -100,7 +102,9 @@ class Flow:
         self._entry[func] = frozenset()
         sites = self.src.sites.get(func, [])
         result: frozenset[str] = frozenset()
-        if sites and all(site.call is not None for site in sites):
+        if not sites:  # called by a framework or another file: after this file's own top-level code ran
+            result = self._module_end
+        elif all(site.call is not None for site in sites):
             result = frozenset.intersection(*(self.facts(s.call, depth + 1) for s in sites if s.call is not None))
         self._entry[func] = result
         return result
@@ -120,6 +124,8 @@ class Flow:
             return state
         parts = [getattr(stmt, h) for h in headers or ()]
         self._effects([n for p in parts for n in (p if isinstance(p, list) else [p])], state, depth)
+        if is_main_guard(stmt):  # the script's body: it runs
+            return self._walk_body(stmt.body, state, depth)
         if isinstance(stmt, ast.If):
             branches = []
             for block in (stmt.body, stmt.orelse):

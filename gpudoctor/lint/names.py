@@ -74,6 +74,7 @@ API: dict[str, tuple[str, ...]] = {
     "batch_norm": ("torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d"),
     "device": ("torch.device",),
     "accelerator": ("accelerate.Accelerator",),
+    "lightning_trainer": ("lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer"),
     "manual_seed": ("torch.manual_seed", "torch.random.manual_seed", "torch.cuda.manual_seed_all"),
     "summary_writer": ("torch.utils.tensorboard.SummaryWriter", "tensorboardX.SummaryWriter"),
     "np_save": ("numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt"),

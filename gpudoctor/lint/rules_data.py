@@ -150,7 +150,7 @@ def _fed_samplers(src: Source) -> set[ast.Call]:
 def random_split_no_generator(ctx: Context) -> list[Hit]:
     """GD756: random_split without a generator, on every rank, with no rank-free seed before it."""
     src = ctx.src
-    if not ctx.program.distributed:
+    if not (ctx.program.distributed or ctx.program.lightning):
         return []
     hits = []
     for call in src.by_api.get("random_split", []):

@@ -11,7 +11,7 @@ from gpudoctor.lint.codes import ERROR, WARNING
 from gpudoctor.lint.context import SPAWN, TORCHRUN, Context, Hit
 from gpudoctor.lint.names import argument, constant, keyword, text
 from gpudoctor.lint.ranks import Origin, env_key
-from gpudoctor.lint.source import FUNCTION_TYPES, Source
+from gpudoctor.lint.source import FUNCTION_TYPES, Source, is_main_guard
 from gpudoctor.safety.user_files import shown
 
 _TORCHRUN_ENV = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
@@ -234,16 +234,10 @@ def _unconditional(src: Source, node: ast.AST) -> bool:
     """No `if` above `node` in its function, but the `if __name__ == "__main__":` guard."""
     cur = src.parent.get(node)
     while cur is not None and not isinstance(cur, (*FUNCTION_TYPES, ast.Lambda)):
-        if isinstance(cur, (ast.If, ast.IfExp, ast.While)) and not _is_main_guard(cur):
+        if isinstance(cur, (ast.If, ast.IfExp, ast.While)) and not is_main_guard(cur):
             return False
         cur = src.parent.get(cur)
     return True
-
-
-def _is_main_guard(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and any(
-        isinstance(n, ast.Constant) and n.value == "__main__" for n in ast.walk(node.test)
-    )
 
 
 def _torchrun_read(src: Source, spawn: ast.Call, spawned: set[ast.AST]) -> str | None:

@@ -21,6 +21,13 @@ FUNCTION_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
+def is_main_guard(node: ast.AST) -> bool:
+    """`if __name__ == "__main__":`, which runs whenever the file is run as a script."""
+    return isinstance(node, ast.If) and any(
+        isinstance(n, ast.Constant) and n.value == "__main__" for n in ast.walk(node.test)
+    )
+
+
 _BLOCKS = ("body", "orelse", "finalbody", "handlers")
 _HOLDERS = (ast.Module, ast.stmt, ast.ExceptHandler, ast.match_case)  # the nodes that hold statements
 

@@ -182,3 +182,23 @@ def test_a_seed_in_the_parent_does_not_reach_a_spawned_worker(tmp_path: Path) ->
 
 def test_random_split_in_a_single_process_script_is_fine(tmp_path: Path) -> None:
     assert codes(tmp_path, "from torch.utils.data import random_split\na, b = random_split(ds, [8, 2])\n") == []
+
+
+def test_a_lightning_datamodule_splitting_in_setup_is_flagged_unless_seeded_first(tmp_path: Path) -> None:
+    """Lightning-AI/pytorch-lightning#7728: setup() runs on every rank, each draws its own split."""
+    script = """
+    import lightning as L
+    from torch.utils.data import random_split
+
+    class Data(L.LightningDataModule):
+        def setup(self, stage):
+            self.train, self.val = random_split(self.full, [0.9, 0.1])
+
+    trainer = L.Trainer(max_epochs=3)
+    trainer.fit(model, Data())
+    """
+    assert codes(tmp_path, script) == [("GD756", 6)]
+    seeded = script.replace("import lightning as L\n", "import lightning as L\n    L.seed_everything(42)\n")
+    assert codes(tmp_path, seeded) == []
+    one_gpu = script.replace("L.Trainer(max_epochs=3)", "L.Trainer(max_epochs=3, devices=1)")
+    assert codes(tmp_path, one_gpu) == []
