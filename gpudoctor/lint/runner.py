@@ -98,8 +98,7 @@ def collect(paths: Sequence[str]) -> list[str]:
         if not found:
             raise UserError(f"{printable(path)}: no Python files in this directory", EXIT_USAGE, "input")
         out += found
-    seen: set[str] = set()
-    return [p for p in out if not (p in seen or seen.add(p))]  # type: ignore[func-returns-value]
+    return list(dict.fromkeys(out))  # each file once, in the order named
 
 
 def _walk(top: str) -> Iterable[str]:
@@ -164,7 +163,7 @@ def lint_scripts(scripts: list[Script], launcher: str = AUTO) -> list[Script]:
         for member in groups[s.path]:
             merged = merged | own[member]
         ctx = Context(s.source, own[s.path], merged, launcher)
-        s.launcher = ctx.torchrun and f"torchrun: {ctx.torchrun}"
+        s.launcher = _launcher_shown(ctx)
         start = time.perf_counter()
         try:
             for rule in RULES:
@@ -173,6 +172,16 @@ def lint_scripts(scripts: list[Script], launcher: str = AUTO) -> list[Script]:
             s.hits, s.problem = [], _unreadable("is nested too deeply to analyse")
         s.seconds = time.perf_counter() - start
     return scripts
+
+
+def _launcher_shown(ctx: Context) -> str:
+    """What the file was judged under, for the report's details: the launcher named, or what
+    the script showed."""
+    if ctx.launcher != AUTO:
+        return ctx.launcher
+    if ctx.torchrun:
+        return f"torchrun ({ctx.torchrun})"
+    return "spawn (mp.spawn)" if ctx.own.spawns else "unknown"
 
 
 def to_finding(path: str, hit: Hit) -> Finding:
@@ -260,7 +269,7 @@ def lint_report(
             title=s.path,
             findings=findings_of(s, wanted),
             duration_s=s.seconds,
-            details={"launcher": s.launcher or ("unknown" if launcher == AUTO else launcher)},
+            details={"launcher": s.launcher or "unknown"},
         )
         for s in scripts
     ]
