@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from gpudoctor.cli.options import CODE_LIST, COLOR, EXIT_CODES_HELP, JSON, JUNIT, QUIET, split
+from gpudoctor.cli.options import CODE_LIST, COLOR, EXIT_CODES_HELP, JSON, JUNIT, split
 from gpudoctor.cli.types import OnceCommand
 
 LINT_EPILOG = EXIT_CODES_HELP.replace(
@@ -45,7 +45,7 @@ LINT_EPILOG = EXIT_CODES_HELP.replace(
     help="What makes the exit code 1 (info findings never do).",
 )
 @click.option("-v", "--verbose", count=True, help="Also list the clean files.")
-@QUIET
+@click.option("-q", "--quiet", is_flag=True, help="Only the findings, without hints, and the summary line.")
 @COLOR
 def lint(
     paths: tuple[str, ...],
