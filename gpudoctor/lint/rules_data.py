@@ -93,17 +93,7 @@ def _sharded(src: Source, dataset: ast.AST | None, depth: int) -> bool:
             cls = src.lookup_def(node.func.id, src.scope.get(node))
             if isinstance(cls, ast.ClassDef) and any("Iterable" in (last_name(b) or "") for b in cls.bases):
                 return True
-    key = text(dataset)
-    if key is None:
-        return False
-    scope = src.scope.get(dataset)
-    return src.remember(
-        "sharded",
-        key,
-        scope,
-        lambda: any(v is not None and _sharded(src, v, depth + 1) for v in src.values(key, scope)),
-        False,
-    )
+    return src.any_value("sharded", dataset, lambda v: _sharded(src, v, depth + 1))
 
 
 def set_epoch_missing(ctx: Context) -> list[Hit]:

@@ -5,7 +5,6 @@ into: tests/reference/lint/rules.md, rules 1-4."""
 from __future__ import annotations
 
 import ast
-from typing import Any
 
 from gpudoctor.lint.codes import ERROR, WARNING
 from gpudoctor.lint.context import SPAWN, TORCHRUN, Context, Hit
@@ -143,16 +142,7 @@ def _is_count(src: Source, expr: ast.AST | None, depth: int) -> bool:
         return _is_count(src, expr.args[0], depth + 1)
     if isinstance(expr, ast.Call):
         return src.names.call(expr) == "device_count"
-    key = text(expr)
-    if key is None:
-        return False
-    scope = src.scope.get(expr)
-    return src.remember("count", key, scope, lambda: _all_values(src, key, scope, _is_count, depth), False)
-
-
-def _all_values(src: Source, key: str, scope: ast.AST | None, test: Any, depth: int) -> bool:
-    values = src.values(key, scope)
-    return bool(values) and all(test(src, v, depth + 1) for v in values)
+    return src.every_value("count", expr, lambda v: _is_count(src, v, depth + 1))
 
 
 def _product_with_count(src: Source, expr: ast.AST | None, depth: int) -> bool:
@@ -163,11 +153,7 @@ def _product_with_count(src: Source, expr: ast.AST | None, depth: int) -> bool:
             if _is_count(src, a, depth + 1) and constant(b) != 1:
                 return True
         return False
-    key = text(expr)
-    if key is None:
-        return False
-    scope = src.scope.get(expr)
-    return src.remember("product", key, scope, lambda: _all_values(src, key, scope, _product_with_count, depth), False)
+    return src.every_value("product", expr, lambda v: _product_with_count(src, v, depth + 1))
 
 
 def spawn_targets(src: Source) -> set[ast.AST]:

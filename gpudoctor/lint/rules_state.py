@@ -7,7 +7,7 @@ import ast
 
 from gpudoctor.lint.context import Context, Hit
 from gpudoctor.lint.guards import UNGUARDED, Guards, mentions_rank
-from gpudoctor.lint.names import argument, constant, has_splat, keyword, text
+from gpudoctor.lint.names import argument, constant, has_splat, keyword
 from gpudoctor.lint.source import Source
 
 _WRITE_MODES = set("wax+")
@@ -81,33 +81,14 @@ def _sink(src: Source, call: ast.Call) -> tuple[str, ast.AST | None] | None:
 def _in_memory(src: Source, dest: ast.AST, depth: int = 0) -> bool:
     if isinstance(dest, ast.Call) and src.names.call(dest) == "bytes_io":
         return True
-    key = text(dest)
-    if key is None or depth > 3:
-        return False
-    scope = src.scope.get(dest)
-
-    def every() -> bool:
-        values = src.values(key, scope)
-        return bool(values) and all(v is not None and _in_memory(src, v, depth + 1) for v in values)
-
-    return src.remember("memory", key, scope, every, False)
+    return depth <= 3 and src.every_value("memory", dest, lambda v: _in_memory(src, v, depth + 1))
 
 
 def _per_rank(src: Source, dest: ast.AST, depth: int = 0) -> bool:
     """A destination that embeds the rank (`f"ckpt_rank{rank}.pt"`): one file per rank by design."""
     if mentions_rank(src, dest):
         return True
-    key = text(dest)
-    if key is None or depth > 3:
-        return False
-    scope = src.scope.get(dest)
-    return src.remember(
-        "per_rank",
-        key,
-        scope,
-        lambda: any(v is not None and _per_rank(src, v, depth + 1) for v in src.values(key, scope)),
-        False,
-    )
+    return depth <= 3 and src.any_value("per_rank", dest, lambda v: _per_rank(src, v, depth + 1))
 
 
 def _unguarded_site(guards: Guards, src: Source, call: ast.Call) -> int | None:

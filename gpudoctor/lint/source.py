@@ -299,6 +299,28 @@ class Source:
         self._memo[memo_key] = answer
         return answer
 
+    def any_value(self, question: str, expr: ast.AST, test: Callable[[ast.expr], bool]) -> bool:
+        """`test` holds for some value the variable `expr` was assigned (remembered per variable)."""
+        return self._through_values(question, expr, test, every=False)
+
+    def every_value(self, question: str, expr: ast.AST, test: Callable[[ast.expr], bool]) -> bool:
+        """`test` holds for every value the variable `expr` was assigned, and something assigned it."""
+        return self._through_values(question, expr, test, every=True)
+
+    def _through_values(self, question: str, expr: ast.AST, test: Callable[[ast.expr], bool], every: bool) -> bool:
+        key = text(expr)
+        if key is None:
+            return False
+        scope = self.scope.get(expr)
+
+        def decide() -> bool:
+            values = self.values(key, scope)
+            if every:
+                return bool(values) and all(v is not None and test(v) for v in values)
+            return any(v is not None and test(v) for v in values)
+
+        return self.remember(question, key, scope, decide, False)
+
     def param_index(self, name: str, scope: ast.AST | None) -> tuple[Function, int] | None:
         """(function, position) when `name` is a parameter of the function `scope` (not reassigned)."""
         if not isinstance(scope, FUNCTION_TYPES) or (scope, name) in self.assigns:
