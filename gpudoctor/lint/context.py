@@ -116,7 +116,7 @@ def _several_devices(trainer: ast.Call) -> bool:
     every GPU of the machine, and calls a DataModule's setup() on every rank."""
     if constant(keyword(trainer, "accelerator")) == "cpu":
         return False
-    return not any(constant(keyword(trainer, name)) in (1, [0], "1") for name in ("devices", "gpus"))
+    return not any(constant(keyword(trainer, name)) in (1, "1") for name in ("devices", "gpus"))
 
 
 def _torchrun_argparse(src: Source) -> str:

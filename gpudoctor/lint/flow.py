@@ -24,6 +24,7 @@ from gpudoctor.lint.names import constant, keyword, text
 from gpudoctor.lint.source import FUNCTION_TYPES, Source, is_main_guard
 
 DEFAULT, INDEXED, OTHER = "default", "indexed", "other"
+_TRIES = (ast.Try, getattr(ast, "TryStar", ast.Try))  # `try ... except*` is Python 3.11's
 _HEADERS = {
     ast.If: ("test",),
     ast.While: ("test",),
@@ -118,7 +119,7 @@ class Flow:
         if isinstance(stmt, (*FUNCTION_TYPES, ast.ClassDef)):
             return state
         headers = _HEADERS.get(type(stmt))
-        if headers is None and not isinstance(stmt, (ast.Try, ast.TryStar)):
+        if headers is None and not isinstance(stmt, _TRIES):
             self._effects([stmt], state, depth)
             self._place(stmt, state)
             return state
