@@ -3,7 +3,8 @@ name: its codes), `gpudoctor list-checks` and the docs/checks/ pages (one text, 
 
 `catalogue()` is the checks' registry with the codes raised outside a check run: the baseline
 comparison (GD011-GD019, which `check --baseline` runs, so --select takes them), the verdicts of
-`gpudoctor watch` (GD9xx) and of `gpudoctor bench scaling`, which `check --select` does not take.
+`gpudoctor watch` (GD9xx), of `gpudoctor bench scaling` and the rules of `gpudoctor lint`
+(GD750-GD799), which `check --select` does not take.
 Retired codes (engine/codes.py RETIRED) are still explained, as removed.
 
 docs/checks/GDxxx.md is generated from the same text (`python scripts/gen_check_docs.py`);
@@ -24,12 +25,13 @@ def catalogue() -> Registry:
     from gpudoctor import checks
     from gpudoctor.checks.active import scaling
     from gpudoctor.compare import codes as baseline
+    from gpudoctor.lint import codes as lint
     from gpudoctor.watch import codes as watch
 
     base = checks.registry()
     return Registry(
         base.checks.values(),
-        {"baseline": baseline.CODES, "watch": watch.CODES, "bench scaling": scaling.CODES},
+        {"baseline": baseline.CODES, "watch": watch.CODES, "bench scaling": scaling.CODES, "lint": lint.CODES},
         runs=base.runs,
         selectable={"baseline"},
     )
@@ -99,6 +101,11 @@ def _raised_line(code: str) -> str:
         return "Raised by `gpudoctor check` itself, for any check; --select and --ignore never hide it."
     if by["kind"] == "baseline":
         return f"Raised by `gpudoctor check --baseline FILE` and `gpudoctor diff A B`. {select}"
+    if by["check"] == "lint":
+        return (
+            "Raised by `gpudoctor lint` on a training script, before it runs; `gpudoctor lint --select` and "
+            "`--ignore` choose its rules (`gpudoctor check --select` does not take them)."
+        )
     if not by["selectable"]:
         also = " (and `gpudoctor report` on its recordings)" if by["check"] == "watch" else ""
         return f"Raised by `gpudoctor {by['check']}`{also}; `gpudoctor check --select` does not take it."
