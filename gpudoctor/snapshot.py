@@ -150,7 +150,9 @@ class FabricInfo:
     """NVSwitch fabric registration (Hopper and later): nvmlDeviceGetGpuFabricInfo."""
 
     state: str  # "not_supported", "not_started", "in_progress", "completed"
-    status: str  # "success" or the NVML error name reported for the registration
+    # "success" or the NVML error name reported for the registration; meaningful only once the state
+    # is "completed", so a reading without it (a recording, a hand-written snapshot) is a Missing.
+    status: str | Missing = NOT_COLLECTED
     health: str | Missing = NOT_COLLECTED  # "healthy", "unhealthy", "limited_capacity"
 
 

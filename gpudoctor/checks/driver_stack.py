@@ -356,7 +356,8 @@ def _fabric_finding(gpu: Gpu) -> Finding | None:
     fabric = gpu.fabric
     if not known(fabric) or fabric.state == "not_supported":
         return None
-    evidence = {"state": fabric.state, "status": fabric.status, "expected": "completed/success"}
+    status = fabric.status if known(fabric.status) else f"unknown ({fabric.status.reason})"
+    evidence = {"state": fabric.state, "status": status, "expected": "completed/success"}
     if known(fabric.health):
         evidence["health"] = fabric.health
     subject = gpu_subject(gpu.index)
@@ -371,7 +372,7 @@ def _fabric_finding(gpu: Gpu) -> Finding | None:
             "wait for it; its version must match the driver's.",
             evidence,
         )
-    if fabric.status != "success":
+    if known(fabric.status) and fabric.status != "success":
         return Finding(
             FABRIC_NOT_READY.code,
             Status.FAIL,

@@ -123,6 +123,22 @@ def test_fabric_limited_capacity_warns_and_failed_registration_fails(snapshot_of
     assert got == {("gpu:1", Status.WARN), ("gpu:2", Status.FAIL)}
 
 
+def test_a_fabric_status_that_was_not_read_is_accepted_and_judged_on_the_state(snapshot_of: SnapshotOf) -> None:
+    # docs/snapshot-format.md: an unread value is {"missing": ...}; a GPU still registering (the H200 of
+    # huggingface_hub#4134, "fabric manager never reported Completed") has no meaningful status yet.
+    from gpudoctor.snapshot import dumps, loads
+
+    s = snapshot_of("h100_sxm_8x")
+    text = dumps(s).replace('"status": "success"', '"status": {"missing": "not_collected"}')
+    text = text.replace('"state": "completed"', '"state": "in_progress"', 1)
+    read = loads(text)
+    assert isinstance(read.gpus[0].fabric, FabricInfo) and isinstance(read.gpus[0].fabric.status, Missing)
+    got = {(f.subject, f.status) for f in by_code(run(read), "GD106") if f.status is not Status.PASS}
+    assert got == {("gpu:0", Status.FAIL)}
+    done = replace(read, gpus=[replace(g, fabric=FabricInfo("completed", Missing("error"))) for g in read.gpus])
+    assert {f.status for f in by_code(run(done), "GD106")} == {Status.PASS}
+
+
 def test_no_nvswitch_no_fabric_finding(snapshot_of: SnapshotOf) -> None:
     assert by_code(run(snapshot_of("rtx4090_pcie_4x")), "GD106") == []
 
