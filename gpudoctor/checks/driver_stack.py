@@ -11,7 +11,7 @@ from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.knowledge.gpu_products import RTX40_FIXED_DRIVER, RTX40_RE
 from gpudoctor.knowledge.units import gpu_list
-from gpudoctor.knowledge.versions import version_text, version_tuple
+from gpudoctor.knowledge.versions import driver_version, version_text, version_tuple
 from gpudoctor.snapshot import Gpu, Snapshot, known
 
 KERNEL_MISMATCH = Code(
@@ -139,23 +139,18 @@ def _nvml_ok(snapshot: Snapshot) -> bool:
     return snapshot.driver.nvml_status == "ok"
 
 
-def _library_version(nvml_version: str) -> str:
-    """NVML's own version is '12.550.54.15' (CUDA major + driver); keep the driver part."""
-    parts = nvml_version.split(".")
-    return ".".join(parts[1:]) if len(parts) == 4 else nvml_version
-
-
 def kernel_mismatch(ctx: CheckContext) -> list[Finding]:
     driver = ctx.snapshot.driver
     if not _nvml_ok(ctx.snapshot) or not known(driver.kernel_module_version):
         return []
-    kernel = version_tuple(str(driver.kernel_module_version))
+    kernel = driver_version(str(driver.kernel_module_version))
     readings = {"kernel_module": driver.kernel_module_version}
     if known(driver.driver_version):
         readings["driver (NVML)"] = driver.driver_version
     if known(driver.nvml_version):
-        readings["NVML library"] = _library_version(str(driver.nvml_version))
-    others = {k: version_tuple(str(v)) for k, v in readings.items() if k != "kernel_module"}
+        readings["NVML library"] = driver.nvml_version
+    # Every form compares by its driver part: NVML's own version carries the CUDA major in front.
+    others = {k: driver_version(str(v)) for k, v in readings.items() if k != "kernel_module"}
     differ = {k: readings[k] for k, v in others.items() if v is not None and v != kernel}
     if kernel is None or not others:
         return []
