@@ -234,6 +234,10 @@ class Driver:
     nvml_version: str | Missing = NOT_COLLECTED
     kernel_module_version: str | Missing = NOT_COLLECTED  # from /proc/driver/nvidia/version
     fabric_manager: str | Missing = NOT_COLLECTED  # systemd state: "active", "inactive", ...
+    # Fields added after schema_version 1 (left out of the JSON while not collected): the user-space
+    # side on disk, apart from the loaded module, so a version mismatch names both halves.
+    nvml_library: str | Missing = _later()  # the file libnvidia-ml.so.1 resolves to: "libnvidia-ml.so.550.107.02"
+    nvml_library_changed: str | Missing = _later()  # ISO 8601 time that file was last changed (installed)
 
 
 @dataclass(frozen=True)
@@ -365,6 +369,7 @@ class Host:
     # "CentaurHauls", "  Shanghai  "); ARM: the "CPU implementer" code ("0x41")
     cpu_vendor: str | Missing = _later()
     network: Network | Missing = _later()  # probe/network.py: RDMA ports, interfaces, GPUDirect, PCI places
+    booted: str | Missing = _later()  # ISO 8601 time the kernel booted (/proc/stat btime)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ it cannot read into a Missing with the reason.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import platform
 import re
@@ -167,6 +168,18 @@ def iommu_groups(root: Path) -> int | Missing:
     return Missing("unsupported", "/sys/kernel is not visible")
 
 
+def booted(root: Path) -> str | Missing:
+    """When the kernel booted, ISO 8601: /proc/stat's btime (seconds since the epoch)."""
+    content = read_text(root, "/proc/stat")
+    if isinstance(content, Missing):
+        return content
+    for line in content.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "btime" and value.strip().isdigit():
+            return dt.datetime.fromtimestamp(int(value), dt.timezone.utc).isoformat(timespec="seconds")
+    return Missing("unsupported", "/proc/stat has no btime line")
+
+
 def rlimit(which: int) -> int | None:
     soft, _hard = resource.getrlimit(which)
     return None if soft == resource.RLIM_INFINITY else soft
@@ -217,4 +230,5 @@ def read_host(root: Path, environ: Mapping[str, str], isolated: bool | Missing) 
         master_port=guarded(master_port, environ),
         cpu_arch=guarded(cpu_arch),
         cpu_vendor=guarded(cpu_vendor, root),
+        booted=guarded(booted, root),
     )

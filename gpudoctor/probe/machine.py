@@ -17,6 +17,7 @@ from gpudoctor.probe.driver import (
     SystemctlRunner,
     fabric_manager,
     kernel_module_version,
+    nvml_library,
     read_driver,
     systemctl_is_active,
 )
@@ -96,6 +97,7 @@ def collect_machine(
         driver = dataclasses.replace(driver, fabric_manager=guarded(fabric_manager, gpus, systemctl))
     else:
         down = Missing("error", f"NVML did not start ({init.status})")
+        library = guarded(nvml_library, root, environ)  # the user-space half on disk, apart from the module
         driver = Driver(
             nvml_status=init.status,
             nvml_detail=init.detail,
@@ -105,6 +107,8 @@ def collect_machine(
             # Readable without NVML, and what tells a version mismatch apart.
             kernel_module_version=guarded(kernel_module_version, root),
             fabric_manager=down,
+            nvml_library=library[0] if isinstance(library, tuple) else library,
+            nvml_library_changed=library[1] if isinstance(library, tuple) else library,
         )
     return Snapshot(
         schema_version=SCHEMA_VERSION,
