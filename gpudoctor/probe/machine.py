@@ -28,6 +28,7 @@ from gpudoctor.probe.links import read_error_counts, with_second_counts
 from gpudoctor.probe.network import network_root, read_network
 from gpudoctor.probe.nvml import Nvml
 from gpudoctor.probe.pairs import read_pairs
+from gpudoctor.probe.pci_tree import read_pci_tree
 from gpudoctor.probe.software import read_software
 from gpudoctor.snapshot import SCHEMA_VERSION, Driver, Gpu, GpuPair, Missing, Snapshot, now_iso
 
@@ -119,6 +120,7 @@ def collect_machine(
         host=dataclasses.replace(
             read_host(root, environ, isolated),
             network=guarded(read_network, network_root(environ, root), [g.pci_bus_id for g in gpus]),
+            pci_tree=guarded(read_pci_tree, root, [g.pci_bus_id for g in gpus]),
         ),
         software=read_software(),
         env=allowed_env(environ),
