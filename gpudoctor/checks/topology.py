@@ -17,6 +17,7 @@ from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.knowledge import expectations
 from gpudoctor.knowledge import interconnect as topo
+from gpudoctor.knowledge.gpu_products import bridge_links
 from gpudoctor.knowledge.visible_gpus import unreadable
 from gpudoctor.snapshot import Gpu, Missing, Snapshot
 
@@ -41,8 +42,12 @@ FEWER_LINKS = Code(
     what="Counts the active NVLink links of each visible GPU (nvmlDeviceGetNvLinkState) against the "
     "number a healthy GPU of its model has: every link NVML lists, active or not (8 on A800/H800). "
     "This is the same count the expected all-reduce busbw (GD407, GD601) is built on, so a GPU "
-    "down links here is one the bandwidth verdict holds to its healthy figure. PCIe cards, whose "
-    "NVLink bridges are optional, are compared with their peers instead. A GPU whose NVLink state NVML "
+    "down links here is one the bandwidth verdict holds to its healthy figure. A PCIe card with a "
+    "bridge is judged against the links its bridges have (NVIDIA's specs: 3 bridges of 4 links on "
+    "A100/H100 PCIe and H100 NVL, one of 4 on GA102, of 2 on TU102), not against its peers, since a "
+    "partly seated bridge takes the same links down at both ends: a link count that is not a whole "
+    "number of bridges fails (partly seated), fewer bridges than the card takes warns; a card with no "
+    "bridge is named only when its peers have one. A GPU whose NVLink state NVML "
     "could not read is named as unreadable (warn), never counted as having none; an SXM module for "
     "which NVML reports no NVLink at all (NOT_SUPPORTED) while its peers of the same model have links "
     "counts as 0 active links.",
@@ -182,8 +187,13 @@ def _fewer_links(snap: Snapshot, gpus: list[Gpu]) -> list[Finding]:
         if g.index not in counts:
             continue
         n = counts[g.index]
+        if expectations.is_pcie_card(g):
+            bridge = _bridge_finding(snap, g, n, top)
+            if bridge is not None:
+                short.append(bridge)
+            continue
         healthy = expectations.healthy_nvlinks(snap, g)
-        expected = top if expectations.is_pcie_card(g) or healthy is None else healthy
+        expected = top if healthy is None else healthy
         if n >= expected:
             continue
         status = Status.FAIL if n < 0.75 * expected else Status.WARN
@@ -199,6 +209,49 @@ def _fewer_links(snap: Snapshot, gpus: list[Gpu]) -> list[Finding]:
         msg = f"{len(counts)} GPUs with {top} active NVLinks each"
         short.append(Finding(FEWER_LINKS.code, Status.PASS, "host", msg, "", {"active_links": counts}))
     return out + short
+
+
+BRIDGE_HINT = (
+    "Reseat the NVLink bridge so it is fully home on both cards (a cooler, water block or bracket can stop "
+    "it short: NVIDIA/nccl#340), then check that `nvidia-smi nvlink -s` shows every link up on both GPUs."
+)
+
+
+def _bridge_finding(snap: Snapshot, g: Gpu, n: int, top: int) -> Finding | None:
+    """A PCIe card judged against the links its bridges have, not its peers: a partly seated bridge
+    takes the same links down at both ends, so the peers agree with it. A card with no link up is a
+    card without a bridge (optional), named only when its peers of the run have one."""
+    links = len(g.nvlinks) if isinstance(g.nvlinks, list) else 0
+    evidence: dict[str, Any] = {"active_links": n, "links": links}
+    if n == 0:
+        if not top:
+            return None
+        msg = f"GPU {g.index} has no NVLink active while its peers have {top}: its traffic falls back to PCIe"
+        hint = "Fit the NVLink bridge (or reseat it), or expect PCIe speed for collectives through this GPU."
+        return Finding(FEWER_LINKS.code, Status.WARN, gpu_subject(g.index), msg, hint, {**evidence, "expected": top})
+    geometry = bridge_links(g)
+    full = expectations.healthy_nvlinks(snap, g) or links
+    if n >= full:
+        return None
+    evidence["expected"] = full
+    cost = f"collectives through it run at about {n}/{full} of the bridge speed"
+    if geometry is not None and n % geometry[0]:
+        per = geometry[0]
+        evidence["links_per_bridge"] = per
+        msg = (
+            f"GPU {g.index} has {n} of {full} NVLinks active: an NVLink bridge makes contact on only "
+            f"{n % per} of its {per} links (partly seated); {cost}"
+        )
+        return Finding(FEWER_LINKS.code, Status.FAIL, gpu_subject(g.index), msg, BRIDGE_HINT, evidence)
+    if geometry is not None:
+        per, bridges = geometry
+        evidence["bridges"] = f"{n // per} of {bridges}"
+        up = f"{n // per} of the {bridges} bridges the card takes"
+        msg = f"GPU {g.index} has {n} of {full} NVLinks active: {up}; {cost}"
+        hint = "Fit the missing NVLink bridge(s), or reseat the ones fitted if all are in place. " + BRIDGE_HINT
+        return Finding(FEWER_LINKS.code, Status.WARN, gpu_subject(g.index), msg, hint, evidence)
+    msg = f"GPU {g.index} has {n} of the {full} NVLinks NVML lists active; {cost}"
+    return Finding(FEWER_LINKS.code, Status.WARN, gpu_subject(g.index), msg, BRIDGE_HINT, evidence)
 
 
 def _pairs_without_nvlink(snap: Snapshot, indices: list[int]) -> list[Finding]:

@@ -47,6 +47,7 @@ from itertools import combinations
 
 from gpudoctor.knowledge import interconnect as topology
 from gpudoctor.knowledge import nccl_rules
+from gpudoctor.knowledge.gpu_products import bridge_links
 from gpudoctor.knowledge.pcie_model import (  # noqa: F401  (re-exported: checks and tests read the rates here)
     NCCL_PCIE_GBPS_PER_LANE,
     PCIE_GBPS_PER_LANE,
@@ -215,6 +216,9 @@ def healthy_nvlinks(snapshot: Snapshot, gpu: Gpu) -> int | None:
             return None
         count = max(peers)
     cap = _model_cap(gpu)
+    bridges = bridge_links(gpu)  # a bridged PCIe card has the links its bridges carry (H100 NVL: 12 of 18)
+    if bridges is not None:
+        cap = min(cap or count, bridges[0] * bridges[1])
     return min(count, cap) if cap else count
 
 

@@ -143,3 +143,59 @@ def test_only_pairs_nccl_runs_p2p_on_are_judged(cpu: str, judged: bool) -> None:
     )
     s = replace(s, host=replace(s.host, cpu_vendor=cpu), software=replace(s.software, torch_nccl="2.23.4"))
     assert bool(bad(tree(s, acs=ACS_ON), "GD406")) is judged
+
+
+# ------------------------------------------------------------------------------ bridges (GD402)
+
+
+def _bridged(name: str, listed: int, active: set[int], count: int = 2) -> Snapshot:
+    from gpudoctor.snapshot import NvLink
+
+    base = load("rtx4090_pcie_4x")
+    gpus = base.gpus[:count]
+    bus = [g.pci_bus_id for g in gpus]
+    gpus = [
+        replace(
+            g,
+            name=name,
+            nvlinks=[
+                NvLink(
+                    k,
+                    k in active,
+                    3,
+                    bus[1 - i] if k in active else Missing("error"),
+                    "gpu" if k in active else "unknown",
+                )
+                for k in range(listed)
+            ],
+        )
+        for i, g in enumerate(gpus)
+    ]
+    return replace(base, gpus=gpus, pairs=[p for p in base.pairs if p.b < count])
+
+
+def _gd402(s: Snapshot) -> dict[str, Finding]:
+    from gpudoctor.checks.topology import _fewer_links
+
+    return {f.subject: f for f in _fewer_links(s, list(s.gpus)) if f.status is not Status.PASS}
+
+
+def test_a_half_seated_bridge_fails_on_both_cards_though_they_agree() -> None:
+    # NVIDIA/nccl#340: two RTX 2080 Ti, the bridge blocked by a water block on card 0; each card shows
+    # the same link down, so a comparison with the peers finds nothing wrong.
+    found = _gd402(_bridged("GeForce RTX 2080 Ti", 2, {0}))
+    assert set(found) == {"gpu:0", "gpu:1"}
+    f = found["gpu:0"]
+    assert f.status is Status.FAIL and "partly seated" in f.message and "bridge" in f.hint
+    assert _gd402(_bridged("GeForce RTX 2080 Ti", 2, {0, 1})) == {}
+
+
+def test_fewer_bridges_than_the_card_takes_warns_and_the_h100_nvl_is_whole_at_12_of_18() -> None:
+    one_of_three = _gd402(_bridged("NVIDIA A100 80GB PCIe", 12, {0, 1, 2, 3}))
+    assert {f.status for f in one_of_three.values()} == {Status.WARN}
+    assert "1 of the 3 bridges" in one_of_three["gpu:0"].message
+    # Azure/azurehpc-health-checks#162: "only support 12 out of the 18 available links ... by design".
+    nvl = set(range(4)) | set(range(6, 10)) | set(range(12, 16))
+    assert _gd402(_bridged("NVIDIA H100 NVL", 18, nvl)) == {}
+    # A card with no bridge at all is a card without one (NVSentinel#1481: all 12 links down, no bridge).
+    assert _gd402(_bridged("NVIDIA A100 80GB PCIe", 12, set())) == {}
