@@ -49,10 +49,10 @@ NOFILE = Code(
     "GD512",
     "nofile-low",
     "The open-files limit is high enough for multi-GPU data loading",
-    what="Reads the open-files ulimit (RLIMIT_NOFILE soft limit) when the run uses several GPUs; below 4096 warns.",
+    what="Reads the open-files ulimit (RLIMIT_NOFILE soft limit) when the run uses a GPU; below 4096 warns.",
     why="torch shares tensors between DataLoader workers and ranks through file descriptors by default; "
-    "with several workers per GPU a 1024 limit ends in 'Too many open files' or 'received 0 items of "
-    "ancdata'.",
+    "with several workers per GPU, one GPU included, a 1024 limit ends in 'Too many open files' or "
+    "'received 0 items of ancdata' (DonsetPG/graph-physics#22).",
     fix="Raise it: `ulimit -n 65536` (hard limit permitting), `LimitNOFILE=` in systemd, or `docker run "
     "--ulimit nofile=65536:65536`. Or call torch.multiprocessing.set_sharing_strategy('file_system').",
 )
@@ -219,8 +219,8 @@ def memlock(ctx: CheckContext) -> list[Finding]:
 
 def nofile(ctx: CheckContext, gpus: list[Gpu]) -> list[Finding]:
     limit = ctx.snapshot.host.nofile_limit
-    if not known(limit) or len(gpus) < 2:
-        return []
+    if not known(limit) or not gpus:
+        return []  # DataLoader workers share tensors by descriptor with one GPU too (graph-physics#22)
     evidence = {"nofile": "unlimited" if limit is None else limit, "expected": f">= {NOFILE_MIN}"}
     if limit is None or limit >= NOFILE_MIN:
         return [Finding(NOFILE.code, Status.PASS, "host", f"open-files limit is {evidence['nofile']}", "", evidence)]

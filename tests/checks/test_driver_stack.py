@@ -150,7 +150,8 @@ def rtx5090_box(nccl: str) -> Snapshot:
     """The 4-GPU PCIe box with RTX 5090s (Blackwell GeForce, compute capability 12.0)."""
     s = load("rtx4090_pcie_4x")
     gpus = [replace(g, name="NVIDIA GeForce RTX 5090", compute_capability="12.0") for g in s.gpus]
-    return replace(s, gpus=gpus, software=replace(s.software, torch_nccl=nccl))
+    torch = replace(s.software, torch="2.7.0+cu128", torch_cuda="12.8", torch_nccl=nccl)  # a torch with sm_120
+    return replace(s, gpus=gpus, software=torch)
 
 
 @pytest.mark.parametrize(
@@ -247,3 +248,26 @@ def test_a_module_that_differs_from_the_libraries_always_fails_gd102(
 )
 def test_driver_version_reads_every_form_alike(a: str, b: str) -> None:
     assert driver_version(a) == driver_version(b) is not None
+
+
+@pytest.mark.parametrize(
+    ("torch", "cuda", "fails"),
+    [
+        ("2.7.0.dev20250310+cu124", "12.4", True),  # pytorch#167244: "supports ... sm_80 sm_86 sm_90"
+        ("2.0.1+cu118", "11.8", True),  # pytorch#152077: "sm_120 is not compatible"
+        ("2.7.0+cu128", "12.8", False),
+    ],
+)
+def test_a_torch_built_without_the_gpus_architecture_fails_with_the_build_to_install(
+    torch: str, cuda: str, fails: bool
+) -> None:
+    s = rtx5090_box("2.26.2")
+    s = replace(s, software=replace(s.software, torch=torch, torch_cuda=cuda))
+    s = replace(s, driver=replace(s.driver, cuda_driver_version="12.8", driver_version="570.124.06"))
+    found = [f for f in by_code(run(s), "GD107") if f.status is Status.FAIL]
+    assert bool(found) is fails
+    if fails:
+        (f,) = found
+        assert "sm_120" in f.message and "whl/cu128" in f.hint and f.evidence["expected_torch_cuda"] == ">= 12.8"
+    one = replace(s, env={"CUDA_VISIBLE_DEVICES": "0"})  # one GPU has no kernels either
+    assert bool([f for f in by_code(run(one), "GD107") if f.status is Status.FAIL]) is fails

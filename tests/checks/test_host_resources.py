@@ -109,3 +109,9 @@ def test_memlock_limited_with_rdma_devices_nccl_will_use_fails(snapshot_of: Snap
     assert f.status is Status.PASS  # as much as the machine has: no registration can fail on it
     (f,) = find(host(s, memlock_limit_bytes=None), "GD511")
     assert f.status is Status.PASS
+
+
+def test_a_low_open_files_limit_warns_for_one_gpu_too(snapshot_of: SnapshotOf) -> None:
+    # DonsetPG/graph-physics#22: one GPU, ulimit -n 1024, DataLoader workers: "received 0 items of ancdata".
+    (f,) = find(host(snapshot_of("single_gpu"), nofile_limit=1024), "GD512")
+    assert f.status is Status.WARN and "ulimit -n" in f.hint
