@@ -80,19 +80,26 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-# The GPU engineer's snapshot field for NVML's nvmlDeviceGetGpuMaxPcieLinkGeneration (the card's own
-# generation, apart from the slot), read by name so a snapshot with or without it works (issue 19).
-CARD_GEN_FIELDS = ("pcie_gen_max_gpu", "pcie_gen_gpu_max", "pcie_gen_device_max")
+# The card's own maximum as the GPU probe records it (issue 19, branch gpu: pcie_gen_gpu_max from
+# nvmlDeviceGetGpuMaxPcieLinkGeneration, pcie_width_gpu_max from sysfs), read by name so snapshots with
+# or without those fields work whichever branch is merged first.
+CARD_GEN_FIELDS = ("pcie_gen_gpu_max",)
+CARD_WIDTH_FIELDS = ("pcie_width_gpu_max",)
+
+
+def _field(gpu: Gpu, names: tuple[str, ...]) -> int | None:
+    return next((v for f in names if (v := _int(getattr(gpu, f, None))) is not None), None)
 
 
 def card_max(snap: Snapshot, gpu: Gpu) -> tuple[int | None, int | None]:
-    """What the card can do by itself: NVML's own-maximum generation where recorded, else the GPU's
-    Link Capabilities in sysfs (generation and width)."""
+    """What the card can do by itself: the GPU probe's own-maximum fields where recorded, else the
+    GPU's Link Capabilities in host.pci_tree (generation and width)."""
     node = gpu_node(snap, gpu)
-    gen = next((v for f in CARD_GEN_FIELDS if (v := _int(getattr(gpu, f, None))) is not None), None)
-    if gen is None and node is not None:
-        gen = _int(node.max_link_gen)
-    return gen, _int(node.max_link_width) if node is not None else None
+    gen, width = _field(gpu, CARD_GEN_FIELDS), _field(gpu, CARD_WIDTH_FIELDS)
+    if node is not None:
+        gen = gen if gen is not None else _int(node.max_link_gen)
+        width = width if width is not None else _int(node.max_link_width)
+    return gen, width
 
 
 def slot_max(snap: Snapshot, gpu: Gpu) -> tuple[int | None, int | None]:

@@ -77,7 +77,7 @@ def test_the_cards_own_generation_from_nvml_is_read_where_the_snapshot_has_it() 
     # The GPU engineer's field for nvmlDeviceGetGpuMaxPcieLinkGeneration (issue 19): read by name.
     s = with_gpu(l40s(), 0, pcie_gen_max=3, pcie_gen_current=3)
     gpu = s.gpu(0)
-    object.__setattr__(gpu, "pcie_gen_max_gpu", 5)
+    object.__setattr__(gpu, "pcie_gen_gpu_max", 5)  # the field's name on branch gpu
     (f,) = bad(s, "GD405").values()
     assert f.subject == "gpu:0" and "the card can Gen5" in f.message and f.status is Status.FAIL
 
