@@ -94,18 +94,29 @@ def _unread_pair(a: object, b: object) -> Missing | None:
     return first if first is not None else unread(b, always_there=True)
 
 
-def _better_slots(gpus: list[Gpu], snap: Snapshot, gen: int | None, width: int | None) -> str:
-    """The GPUs whose links already reach this card's maximum: where a slot of that kind is."""
+def _platform(status: Status, better: str) -> Status:
+    """A limit every slot of the machine shares is the platform's (a Gen4 server for Gen5 cards): no
+    slot to move to, so one step milder; a slot that holds back a card the machine could serve better
+    keeps its severity."""
+    if better:
+        return status
+    return Status.WARN if status is Status.FAIL else Status.PASS
+
+
+def _better_slots(gpus: list[Gpu], gen_above: int | None, width_above: int | None) -> str:
+    """The GPUs of the run whose slots reach further than this one's: where a better slot is."""
     fits = [
         g.index
         for g in gpus
-        if (gen is None or (isinstance(g.pcie_gen_max, int) and g.pcie_gen_max >= gen))
-        and (width is None or (isinstance(g.pcie_width_max, int) and g.pcie_width_max >= width))
+        if (gen_above is not None and isinstance(g.pcie_gen_max, int) and g.pcie_gen_max > gen_above)
+        or (width_above is not None and isinstance(g.pcie_width_max, int) and g.pcie_width_max > width_above)
     ]
     if not fits:
         return ""
-    many = len(fits) > 1
-    return f" (the slot{'s' if many else ''} of GPU {', '.join(map(str, fits[:4]))} {'are' if many else 'is'})"
+    which = ", ".join(map(str, fits[:4]))
+    if len(fits) > 1:
+        return f" (the slots of GPU {which} reach further)"
+    return f" (the slot of GPU {which} reaches further)"
 
 
 def _width(g: Gpu, snap: Snapshot, gpus: list[Gpu]) -> Finding | None:
@@ -126,11 +137,11 @@ def _width(g: Gpu, snap: Snapshot, gpus: list[Gpu]) -> Finding | None:
             f"GPU {g.index} PCIe link runs at x{cw}: its slot is wired x{limit}, the card can x{card} "
             f"({share:.0%} of its host bandwidth)"
         )
-        hint = (
-            f"Move GPU {g.index} to a slot wired x{card}{_better_slots(gpus, snap, None, card)}, or check the "
-            "slot's bifurcation setting in the BIOS."
-        )
-        return Finding(PCIE_WIDTH.code, _status(share), gpu_subject(g.index), msg, hint, evidence)
+        better = _better_slots(gpus, None, limit)
+        hint = f"Move GPU {g.index} to a slot wired x{card}{better}, or check the slot's bifurcation in the BIOS."
+        status = _platform(_status(share), better)
+        said = "" if status is Status.PASS else hint
+        return Finding(PCIE_WIDTH.code, status, gpu_subject(g.index), msg, said, evidence)
     msg = f"GPU {g.index} PCIe link runs at x{cw} of x{full}: {share:.0%} of its host bandwidth"
     return Finding(PCIE_WIDTH.code, _status(share), gpu_subject(g.index), msg, PCIE_WIDTH.fix, evidence)
 
@@ -146,14 +157,14 @@ def _slot_gen(g: Gpu, snap: Snapshot, gpus: list[Gpu]) -> Finding | None:
         f"GPU {g.index}'s slot limits its PCIe link to Gen{mg}; the card can Gen{card} "
         f"({share:.0%} of its host bandwidth at any load)"
     )
+    better = _better_slots(gpus, mg, None)
     hint = (
-        f"Move GPU {g.index} to a Gen{card} slot{_better_slots(gpus, snap, card, None)}, or set the slot's "
-        "PCIe speed to Auto/Gen{card} in the BIOS (a riser or retimer may also hold it back).".replace(
-            "{card}", str(card)
-        )
+        f"Move GPU {g.index} to a Gen{card} slot{better}, or set the slot's PCIe speed to Auto/Gen{card} in the "
+        "BIOS (a riser or retimer may also hold it back)."
     )
     evidence = {"gen_max": mg, "card_max_gen": card}
-    return Finding(PCIE_GEN.code, _status(share), gpu_subject(g.index), msg, hint, evidence)
+    status = _platform(_status(share), better)
+    return Finding(PCIE_GEN.code, status, gpu_subject(g.index), msg, "" if status is Status.PASS else hint, evidence)
 
 
 def pcie_findings(snap: Snapshot, gpus: list[Gpu]) -> list[Finding]:

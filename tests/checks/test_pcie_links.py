@@ -59,7 +59,7 @@ def test_a_x16_card_in_a_slot_wired_x4_is_named_with_the_slot_to_move_it_to() ->
     (f,) = bad(s, "GD404").values()
     assert (f.subject, f.status) == ("gpu:1", Status.FAIL)  # a quarter of the card's bandwidth
     assert "its slot is wired x4, the card can x16" in f.message
-    assert f.hint.startswith("Move GPU 1 to a slot wired x16 (the slots of GPU 0, 2, 3 are)")
+    assert f.hint.startswith("Move GPU 1 to a slot wired x16 (the slots of GPU 0, 2, 3 reach further)")
     before = with_gpu(l40s(), 1, pcie_width_current=4, pcie_width_max=4)
     assert bad(before, "GD404") == {}  # without the card's own maximum the card looks at its "maximum"
 
@@ -199,3 +199,14 @@ def test_fewer_bridges_than_the_card_takes_warns_and_the_h100_nvl_is_whole_at_12
     assert _gd402(_bridged("NVIDIA H100 NVL", 18, nvl)) == {}
     # A card with no bridge at all is a card without one (NVSentinel#1481: all 12 links down, no bridge).
     assert _gd402(_bridged("NVIDIA A100 80GB PCIe", 12, set())) == {}
+
+
+def test_a_limit_every_slot_shares_is_the_platforms_and_milder() -> None:
+    # Gen5 cards in a Gen4 server: no slot to move to. Named (pass), not warned, on every GPU.
+    s = tree(l40s(), card=(5, 16))
+    found = findings(s, "GD405")
+    limited = [f for f in found if "slot limits" in f.message]
+    assert len(limited) == 4 and {f.status for f in limited} == {Status.PASS}
+    # Gen2 slots for Gen4 cards everywhere: a quarter, still a warning though no slot is better.
+    s = tree(replace(l40s(), gpus=[replace(g, pcie_gen_max=2) for g in l40s().gpus]))
+    assert {f.status for f in bad(s, "GD405").values()} == {Status.WARN}
