@@ -124,21 +124,25 @@ def _node(dev: Path, root: Path, upstream: str | None) -> PciNode:
     )
 
 
+def sysfs_device(root: Path, bus_id: str) -> Path | None:
+    """The device directory under /sys/devices that /sys/bus/pci/devices/<bus id> links to, for any
+    form of bus id (NVML's, lspci's); None when the id does not parse or sysfs does not list it."""
+    try:
+        bdf = sysfs_bus_id(bus_id)
+    except ValueError:
+        return None
+    link = root / "sys/bus/pci/devices" / bdf
+    return Path(os.path.realpath(link)) if link.exists() else None
+
+
 def read_pci_tree(root: Path, gpu_bus_ids: Sequence[str]) -> dict[str, PciNode]:
     """Every GPU's PCI function and the bridges above it, by sysfs bus id; a GPU sysfs does not
     list is left out."""
     out: dict[str, PciNode] = {}
     for bus_id in gpu_bus_ids:
-        try:
-            bdf = sysfs_bus_id(bus_id)
-        except ValueError:
-            continue
-        link = root / "sys/bus/pci/devices" / bdf
-        if not link.exists():
-            continue
-        dev = Path(os.path.realpath(link))
+        dev = sysfs_device(root, bus_id)
         for _ in range(MAX_DEPTH):
-            if not _BDF.fullmatch(dev.name) or dev.name in out:
+            if dev is None or not _BDF.fullmatch(dev.name) or dev.name in out:
                 break
             parent = dev.parent
             out[dev.name] = _node(dev, root, parent.name if _BDF.fullmatch(parent.name) else None)
