@@ -123,7 +123,8 @@ class Redirect:
     def reason(self) -> str:
         if self.bridges:
             where = ", ".join(f"{bdf} (ACSCtl {ctrl:#06x}: {acs_text(ctrl)})" for bdf, ctrl in self.bridges.items())
-            text = f"ACS on bridge {where} redirects their peer traffic to the CPU root complex"
+            which = "bridges" if len(self.bridges) > 1 else "bridge"
+            text = f"ACS on {which} {where} redirects their peer traffic to the CPU root complex"
             return text + (", through the IOMMU, which translates the GPUs' DMA" if self.translated else "")
         return (
             "the IOMMU translates the GPUs' DMA (IOMMU domain DMA), and Linux turns ACS redirection on at boot "
