@@ -22,6 +22,8 @@ from typing import Any
 
 from gpudoctor.safety.safe_text import printable
 from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict, analyze
+from gpudoctor.watch.codes import STEPS_STALLED
+from gpudoctor.watch.job import job_verdicts
 from gpudoctor.watch.model import RankReading, Sample, clock, plural
 from gpudoctor.watch.recording import RecordingStream
 
@@ -170,6 +172,7 @@ class Summary:
     ranks: dict[tuple[int | None, int], _RankStats] = field(default_factory=dict)
     warmup_s: float = 0.0
     idle_util: float = DEFAULT.idle_util
+    failure: dict[str, Any] | None = None  # how the followed command failed: the first rank, why (crash.Failure)
 
     @property
     def duration_s(self) -> float:
@@ -221,6 +224,7 @@ class Summary:
                 for idx, g in sorted(self.gpus.items())
             ],
             "ranks": [r.to_json() for _, r in sorted(self.ranks.items(), key=lambda kv: _rank_order(kv[0]))],
+            "failure": self.failure,
             "verdicts": [
                 {
                     "code": sp.verdict.code,
@@ -296,9 +300,20 @@ class SummaryBuilder:
         while self._window and s.t - self._window[0].t > self.th.window_s:
             self._window.popleft()
         self.balance = analyze(self._window, self.th, elapsed=s.t - self.start)
-        self.verdicts = self.balance.verdicts
+        stalled = any(v.code == STEPS_STALLED.code for v in self.balance.verdicts)
+        self.verdicts = self.balance.verdicts + tuple(job_verdicts(self._window, self.th, stalled))
         self._track(s.t)
         return self.verdicts
+
+    def conclude(self, verdicts: Iterable[Verdict], t: float) -> None:
+        """Verdicts known only once the job ended (how it ended: a failed rank, uneven steps), as of `t`."""
+        found = tuple(verdicts)
+        if not found:
+            return
+        self.start = t if self.start is None else self.start
+        self.end = t if self.end is None else max(self.end, t)
+        self.verdicts = found
+        self._track(t)
 
     def add_ranks(self, ranks: Iterable[RankReading]) -> None:
         """Count steps into the per-rank totals (each sample's, and the last ones a job sent as it ended)."""
@@ -417,7 +432,8 @@ def render_text(summary: Summary) -> str:
     if summary.damage:
         lines.append(f"note: {summary.damage}")
     if summary.exit_code is not None:
-        lines.append(f"command exit code: {summary.exit_code}")
+        failed = summary.failure.get("line") if summary.failure else None
+        lines.append(f"command exit code: {summary.exit_code}" + (f" ({failed})" if failed else ""))
     if summary.gpus:
         lines.append("")
         lines.append(f"{'GPU':>3}  {'name':<26} {'mean util':>9} {'low util':>9} {'mean mem':>10} {'peak mem':>10}")
