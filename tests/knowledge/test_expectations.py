@@ -340,7 +340,8 @@ def test_p2p_follows_nccls_default_level_for_the_cpu_and_version(
     cpu: tuple[str, str] | None, nccl: str | None, p2p: bool
 ) -> None:
     e = _two_apart(cpu, nccl)
-    assert e.busbw_gbps == pytest.approx(24 * (1.0 if p2p else 0.75) * 0.8), e.basis
+    # Across the sockets a host-memory hop costs a further 0.8; a P2P hop on AMD does not (pcie_model.py).
+    assert e.busbw_gbps == pytest.approx(24 * (1.0 if p2p else 0.75 * 0.8)), e.basis
     assert ("P2P" in e.basis and "host memory" not in e.basis) is p2p
 
 
@@ -348,7 +349,7 @@ def test_p2p_follows_nccls_default_level_for_the_cpu_and_version(
 def test_a_variable_that_cuts_p2p_does_not_lower_the_expectation(env: dict[str, str]) -> None:
     # The variable is the fault (GD62x names it); GD601 must see what it costs, as on NVLink machines.
     e = _two_apart(("x86_64", "AuthenticAMD"), "2.23.4", env)
-    assert e.busbw_gbps == pytest.approx(24 * 0.8)
+    assert e.busbw_gbps == pytest.approx(24.0)
     assert judged(24 * 0.75 * 0.8 * 0.9, e) is Status.WARN  # what it measures through host memory
 
 
