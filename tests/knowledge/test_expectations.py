@@ -59,6 +59,7 @@ def test_unfit_runs_say_why_and_are_not_measured_against() -> None:
         "cn-report-2x-rtx4090-numa-container",
         "rtx6kpro-purplepow3r-7x-dual-turin-p2p-sys",
         "rtx6kpro-festr-8x-dual-turin-default-2-channels",
+        "pptest-driver-4of8-rtx4090-p2p",
     }
     for e in unfit:
         assert len(e["unfit"]) > 40 and not e["independent"], e["id"]
