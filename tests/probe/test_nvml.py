@@ -6,15 +6,17 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import pynvml
 import pytest
 
 from gpudoctor import snapshot as snap
 from gpudoctor.probe.machine import collect_machine
 from gpudoctor.probe.nvml import Nvml
 from gpudoctor.snapshot import Driver, FabricInfo, Gpu, Missing, Snapshot
-from tests.fakes.fake_nvml import FakeNvml
+from tests.fakes import nvml_c as c
+from tests.fakes.fake_nvml import FakeNvml, SnapshotLibrary
 from tests.fakes.machines import a100_mig_gpu, h100_nvswitch_8x, rtx4090_pcie_2x
+from tests.fakes.nvml_c import NvmlError
+from tests.fakes.nvml_h import FABRIC_V3
 from tests.paths import FIXTURES
 
 FIXTURE_FILES = sorted(FIXTURES.glob("*.json"))
@@ -206,7 +208,7 @@ def test_older_driver_falls_back_to_older_calls(tmp_path: Path) -> None:
     collected, fake = probe(
         source,
         tmp_path,
-        missing_functions={"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetGpuFabricInfoV"},
+        missing={"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetGpuFabricInfoV"},
     )
     gpu = collected.gpu(0)
     assert gpu.clock_event_reasons == 0x1
@@ -222,20 +224,21 @@ def test_fabric_health_is_derived_from_the_v2_mask(tmp_path: Path) -> None:
     gpus = [dataclasses.replace(g, fabric=degraded) if g.index == 1 else g for g in source.gpus]
     source = dataclasses.replace(source, gpus=gpus, pairs=[])
 
-    class V2Only(FakeNvml):  # a driver that knows the v2 struct, not v3
-        def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, ref: Any) -> int:
-            if "healthSummary" in {f[0] for f in type(ref._obj)._fields_}:
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
-            return super().nvmlDeviceGetGpuFabricInfoV(handle, ref)
+    class V2Only(SnapshotLibrary):  # a driver that knows the v2 struct, not v3
+        def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, ref: Any) -> None:
+            if ref._obj.version == FABRIC_V3:
+                raise NvmlError(c.ARGUMENT_VERSION_MISMATCH)
+            super().nvmlDeviceGetGpuFabricInfoV(handle, ref)
 
-    collected = collect_machine(Nvml(V2Only(source)), {}, root=tmp_path, systemctl=lambda unit: "active")
+    fake = FakeNvml(library=V2Only(source))
+    collected = collect_machine(Nvml(fake), {}, root=tmp_path, systemctl=lambda unit: "active")
     assert collected.gpu(1).fabric.health == "limited_capacity"
     assert collected.gpu(0).fabric.health == "healthy"
 
 
 def test_gb200_invalid_argument_past_the_last_link_ends_the_list(tmp_path: Path) -> None:
     source = dataclasses.replace(h100_nvswitch_8x(), pairs=[])
-    collected, _ = probe(source, tmp_path, past_last_link=pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    collected, _ = probe(source, tmp_path, past_last_link=c.INVALID_ARGUMENT)
     assert len(collected.gpu(0).nvlinks) == 18
 
 
@@ -262,14 +265,10 @@ def test_processes_are_not_pinned_on_local_pids_inside_a_pid_namespace(tmp_path:
 
 
 def test_gpu_without_a_handle_carries_the_reason_and_the_rest_go_on(tmp_path: Path) -> None:
-    class DeniedGpu1(FakeNvml):  # /dev/nvidia1 not accessible to this user
-        def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
-            if index == 1:
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
-            return super().nvmlDeviceGetHandleByIndex(index)
-
     source = h100_nvswitch_8x()
-    collected = collect_machine(Nvml(DeniedGpu1(source)), {}, root=tmp_path, systemctl=lambda unit: "active")
+    denied = {("nvmlDeviceGetHandleByIndex_v2", 1): c.NO_PERMISSION}  # /dev/nvidia1 not accessible to this user
+    fake = FakeNvml(source, device_answers=denied)
+    collected = collect_machine(Nvml(fake), {}, root=tmp_path, systemctl=lambda unit: "active")
     denied = collected.gpu(1)
     assert (denied.uuid, denied.lost) == ("", False)
     assert denied.memory_total_mib.reason == "no_permission" and denied.nvlinks.reason == "no_permission"
@@ -343,7 +342,7 @@ def test_an_older_driver_without_the_newer_calls_records_unsupported(tmp_path: P
         "nvmlDeviceGetGspFirmwareVersion",
         "nvmlDeviceGetRowRemapperHistogram",
     }
-    gpu = probe(source, tmp_path, missing_functions=old)[0].gpu(0)
+    gpu = probe(source, tmp_path, missing=old)[0].gpu(0)
     for name in ("recovery_action", "sram_ecc", "gsp_firmware", "remap_histogram"):
         assert getattr(gpu, name).reason == "unsupported", name
     assert gpu.inforom_image == "G520.0200.00.05" and gpu.ecc_uncorrected_dram_aggregate == 0
@@ -357,36 +356,35 @@ def test_gsp_firmware_off_is_unsupported_not_an_empty_version(tmp_path: Path) ->
 
 
 def test_a_gpu_without_a_handle_is_named_by_the_kernel_drivers_bus_id(tmp_path: Path) -> None:
-    class LostGpu3(FakeNvml):  # fell off the bus before the probe: no handle at all
-        def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
-            if index == 3:
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
-            return super().nvmlDeviceGetHandleByIndex(index)
+    def lost_gpu3() -> FakeNvml:  # fell off the bus before the probe: no handle at all
+        return FakeNvml(source, device_answers={("nvmlDeviceGetHandleByIndex_v2", 3): c.GPU_IS_LOST})
 
     source = h100_nvswitch_8x()
     for gpu in source.gpus:  # what /proc/driver/nvidia/gpus lists: lower-case, no 8-digit domain
         (tmp_path / "proc/driver/nvidia/gpus" / gpu.pci_bus_id[4:].lower()).mkdir(parents=True)
-    collected = collect_machine(Nvml(LostGpu3(source)), {}, root=tmp_path, systemctl=lambda unit: "active")
+    collected = collect_machine(Nvml(lost_gpu3()), {}, root=tmp_path, systemctl=lambda unit: "active")
     lost = collected.gpu(3)
     assert lost.lost and lost.uuid == "" and lost.pci_bus_id == source.gpu(3).pci_bus_id
     assert lost.unreachable.startswith("nvmlDeviceGetHandleByIndex(3): ")
     assert collected.gpu(2).unreachable == Missing("not_collected")  # the others answered
     # Without the kernel's list (or when it disagrees with NVML's count), no bus id is guessed.
     (tmp_path / "proc/driver/nvidia/gpus" / source.gpu(0).pci_bus_id[4:].lower()).rmdir()
-    again = collect_machine(Nvml(LostGpu3(source)), {}, root=tmp_path, systemctl=lambda unit: "active")
+    again = collect_machine(Nvml(lost_gpu3()), {}, root=tmp_path, systemctl=lambda unit: "active")
     assert again.gpu(3).pci_bus_id == ""
 
 
 def test_a_gpu_lost_between_the_two_readings_is_marked_lost(tmp_path: Path) -> None:
     source = dataclasses.replace(h100_nvswitch_8x(), gpus=[health_gpu(g) for g in h100_nvswitch_8x().gpus])
 
-    class LostLate(FakeNvml):
-        def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
-            if handle.gpu.index == 6 and self.counter_reads.get((6, "pcie")):
-                handle.lost = True  # the second reading finds it gone
-            return super().nvmlDeviceGetPcieReplayCounter(handle)
+    class LostLate(SnapshotLibrary):
+        def nvmlDeviceGetPcieReplayCounter(self, handle: Any, ref: Any) -> None:
+            device, _ = self._index_of(handle)
+            if device.gpu.index == 6 and self.counter_reads.get((6, "pcie")):
+                device.lost = True  # the second reading finds it gone
+            super().nvmlDeviceGetPcieReplayCounter(handle, ref)
 
-    collected = collect_machine(Nvml(LostLate(source)), {}, root=tmp_path, systemctl=lambda unit: "active")
+    fake = FakeNvml(library=LostLate(source))
+    collected = collect_machine(Nvml(fake), {}, root=tmp_path, systemctl=lambda unit: "active")
     gpu = collected.gpu(6)
     assert gpu.lost is True and gpu.pcie_replays == 9 and gpu.pcie_replays_later.reason == "gpu_lost"
     assert not collected.gpu(5).lost
