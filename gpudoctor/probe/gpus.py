@@ -45,6 +45,23 @@ def decode_cpu_mask(words: Any) -> list[int]:
     return cpus
 
 
+# A driver without nvmlDeviceGetMemoryInfo_v2: its v1 `used` includes the reserved memory.
+V1_ONLY = Missing("unsupported", "no nvmlDeviceGetMemoryInfo_v2: memory_used_mib includes the reserved memory")
+
+
+def _memory_facts(memory: tuple[Any, bool] | Missing) -> dict[str, int | Missing]:
+    """Total, used (allocated: v2) and reserved MiB from Nvml.memory_info's answer."""
+    if isinstance(memory, Missing):
+        return dict(memory_total_mib=memory, memory_used_mib=memory, memory_reserved_mib=memory)
+    struct, v2 = memory
+    what = "nvmlDeviceGetMemoryInfo"
+    return dict(
+        memory_total_mib=convert_value(struct, lambda m: int(m.total) // MIB, what),
+        memory_used_mib=convert_value(struct, lambda m: int(m.used) // MIB, what),
+        memory_reserved_mib=convert_value(struct, lambda m: int(m.reserved) // MIB, what) if v2 else V1_ONLY,
+    )
+
+
 def _bool(value: Any) -> bool:
     return bool(int(value))
 
@@ -180,13 +197,12 @@ def read_gpu(nvml: Nvml, index: int, root: Path, isolated: bool | Missing, pci_b
     uuid = r.read("nvmlDeviceGetUUID", text)
     name = r.read("nvmlDeviceGetName", text)
     pci = convert_value(r.call("nvmlDeviceGetPciInfo"), bus_id, "nvmlDeviceGetPciInfo")
-    memory = r.call("nvmlDeviceGetMemoryInfo")
+    memory = r.memory()
     mig_mode = r.call("nvmlDeviceGetMigMode")
     ecc_mode = r.call("nvmlDeviceGetEccMode")
     compute_capability = r.read("nvmlDeviceGetCudaComputeCapability", lambda v: f"{int(v[0])}.{int(v[1])}")
     facts: dict[str, Any] = dict(
-        memory_total_mib=convert_value(memory, lambda m: int(m.total) // MIB, "nvmlDeviceGetMemoryInfo"),
-        memory_used_mib=convert_value(memory, lambda m: int(m.used) // MIB, "nvmlDeviceGetMemoryInfo"),
+        **_memory_facts(memory),
         compute_capability=compute_capability,
         vbios=r.read("nvmlDeviceGetVbiosVersion", text),
         power_limit_w=r.read("nvmlDeviceGetEnforcedPowerLimit", lambda mw: int(mw) / 1000.0),

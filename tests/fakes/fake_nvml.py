@@ -218,7 +218,11 @@ class SnapshotLibrary(HealthSymbols, LiveSymbols, c.FakeLibrary):
         struct.free = total - used - reserved
 
     def nvmlDeviceGetMemoryInfo_v2(self, handle: Any, ref: Any) -> None:
+        """A recording without the reserved memory is a driver without this call."""
         struct, total, used, reserved = self._memory(handle, ref, "nvmlDeviceGetMemoryInfo_v2")
+        dev, slot = self._index_of(handle)
+        if slot is None:
+            raise_if_missing(dev.gpu.memory_reserved_mib)
         c.check_version(struct, MEMORY_V2, "nvmlMemory_v2_t")
         struct.total, struct.used, struct.reserved = total, used, reserved  # nvml.h 274
         struct.free = total - used - reserved

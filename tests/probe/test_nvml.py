@@ -13,8 +13,8 @@ from gpudoctor.probe.machine import collect_machine
 from gpudoctor.probe.nvml import Nvml
 from gpudoctor.snapshot import Driver, FabricInfo, Gpu, Missing, Snapshot
 from tests.fakes import nvml_c as c
-from tests.fakes.fake_nvml import FakeNvml, SnapshotLibrary
-from tests.fakes.machines import a100_mig_gpu, h100_nvswitch_8x, rtx4090_pcie_2x
+from tests.fakes.fake_nvml import GVISOR_ANSWERS, FakeNvml, SnapshotLibrary
+from tests.fakes.machines import a100_mig_gpu, h100_nvswitch_8x, h200_smi, h200_vm, rtx4090_pcie_2x
 from tests.fakes.nvml_c import NvmlError
 from tests.fakes.nvml_h import FABRIC_V3
 from tests.paths import FIXTURES
@@ -388,3 +388,45 @@ def test_a_gpu_lost_between_the_two_readings_is_marked_lost(tmp_path: Path) -> N
     gpu = collected.gpu(6)
     assert gpu.lost is True and gpu.pcie_replays == 9 and gpu.pcie_replays_later.reason == "gpu_lost"
     assert not collected.gpu(5).lost
+
+
+def smi_mib(text: str) -> int:
+    return int(text.split()[0])
+
+
+def test_used_memory_is_what_nvidia_smi_prints_and_the_reserved_memory_is_apart(tmp_path: Path) -> None:
+    # The real H200 (driver 580.159.04), idle: NVML v1 said used 615 MiB, v2 used 0 and reserved 615;
+    # nvidia-smi printed memory.used 0 MiB, memory.reserved 616 MiB.
+    collected, fake = probe(h200_vm(), tmp_path)
+    gpu, smi = collected.gpu(0), h200_smi()
+    assert gpu.memory_used_mib == smi_mib(smi["memory.used"]) == 0
+    assert abs(gpu.memory_reserved_mib - smi_mib(smi["memory.reserved"])) <= 1  # MiB, rounded apart
+    assert gpu.memory_total_mib == smi_mib(smi["memory.total"]) == 143771
+    assert "nvmlDeviceGetMemoryInfo_v2" in fake.library.c_calls
+
+
+def test_a_driver_without_memory_info_v2_gives_v1_and_says_it_includes_the_reserved_memory(tmp_path: Path) -> None:
+    gpu = probe(h200_vm(), tmp_path, missing={"nvmlDeviceGetMemoryInfo_v2"})[0].gpu(0)
+    assert gpu.memory_used_mib == 615  # nvml.h 259: v1 used is the "Sum of Reserved and Allocated device memory"
+    assert gpu.memory_reserved_mib.reason == "unsupported" and "includes the reserved" in gpu.memory_reserved_mib.detail
+
+
+def test_what_a_sandbox_blocks_is_recorded_as_not_there_not_as_an_error(tmp_path: Path) -> None:
+    # gVisor's nvproxy refuses queries it does not pass on: NVML answers OPERATING_SYSTEM (nvml.h 1315:
+    # "blocked by the operating system/cgroups"; google/gvisor PR #10676 for the ECC mode).
+    gpu = probe(h200_vm(), tmp_path, answers=GVISOR_ANSWERS)[0].gpu(0)
+    assert gpu.ecc_mode_current.reason == "unsupported"
+    assert "blocked by the operating system or a sandbox" in gpu.ecc_mode_current.detail
+    assert gpu.power_draw_w.reason == "error"  # UNKNOWN: "An internal driver error occurred", a failed reading
+
+
+def test_invalid_argument_for_a_fixed_query_is_not_there(tmp_path: Path) -> None:
+    gpu = probe(h200_vm(), tmp_path, answers={"nvmlDeviceGetNumaNodeId": c.INVALID_ARGUMENT})[0].gpu(0)
+    assert gpu.numa_node.reason == "unsupported" and "not available on this device" in gpu.numa_node.detail
+
+
+def test_a_driver_older_than_pynvmls_process_call_is_unsupported_not_an_error(tmp_path: Path) -> None:
+    # pynvml's @throwOnVersionMismatch raises NVMLLibraryMismatchError, with no NVML code, when the
+    # driver lacks nvmlDeviceGetComputeRunningProcesses_v3 (pynvml issue #43: driver 430).
+    gpu = probe(h200_vm(), tmp_path, missing={"nvmlDeviceGetComputeRunningProcesses_v3"})[0].gpu(0)
+    assert gpu.processes.reason == "unsupported" and "older than nvidia-ml-py" in gpu.processes.detail
