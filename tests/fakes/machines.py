@@ -122,9 +122,10 @@ def h200_nvml_raw() -> dict[str, Any]:
 
 
 def h200_vm() -> Snapshot:
-    """The H200 as NVML reports it. The recording predates the probe's v2 memory call and the card's
-    own PCIe maximum: those readings come from what NVML answered on the same machine (nvml_raw.json:
-    v2 used 0, reserved 615 MiB; GpuMaxPcieLinkGeneration 5)."""
+    """The H200 as NVML reports it. The recording predates the probe's v2 memory call, the card's own
+    PCIe maximum and the NUMA affinity: those readings come from what NVML answered on the same
+    machine (nvml_raw.json: v2 used 0, reserved 615 MiB; GpuMaxPcieLinkGeneration 5) and from what
+    nvidia-smi topo -m printed (NUMA Affinity 0; NVML's memory affinity call was not made there)."""
     recorded = snap.load(H200_VM / "snapshot.json")
     raw = h200_nvml_raw()
     gpu = dataclasses.replace(
@@ -132,6 +133,7 @@ def h200_vm() -> Snapshot:
         memory_used_mib=raw["mem_v2_mib"]["used"],
         memory_reserved_mib=raw["mem_v2_mib"]["reserved"],
         pcie_gen_gpu_max=raw["GpuMaxPcieLinkGeneration"],
+        numa_affinity=[0],
     )
     return dataclasses.replace(recorded, gpus=[gpu])
 

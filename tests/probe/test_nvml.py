@@ -14,7 +14,7 @@ from gpudoctor.probe.nvml import Nvml
 from gpudoctor.snapshot import Driver, FabricInfo, Gpu, Missing, Snapshot
 from tests.fakes import nvml_c as c
 from tests.fakes.fake_nvml import GVISOR_ANSWERS, FakeNvml, SnapshotLibrary
-from tests.fakes.machines import a100_mig_gpu, h100_nvswitch_8x, h200_smi, h200_vm, rtx4090_pcie_2x
+from tests.fakes.machines import H200_VM, a100_mig_gpu, h100_nvswitch_8x, h200_smi, h200_vm, rtx4090_pcie_2x
 from tests.fakes.nvml_c import NvmlError
 from tests.fakes.nvml_h import FABRIC_V3
 from tests.paths import FIXTURES
@@ -54,7 +54,7 @@ def driver_root(tmp_path: Path, source: Driver) -> Path:
     """A filesystem root whose /proc/driver/nvidia/version matches the recorded module version."""
     if isinstance(source.kernel_module_version, str):
         version = tmp_path / "proc/driver/nvidia/version"
-        version.parent.mkdir(parents=True)
+        version.parent.mkdir(parents=True, exist_ok=True)
         version.write_text(
             f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {source.kernel_module_version}  "
             "Tue Mar  5 22:23:56 UTC 2024\nGCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
@@ -430,3 +430,44 @@ def test_a_driver_older_than_pynvmls_process_call_is_unsupported_not_an_error(tm
     # driver lacks nvmlDeviceGetComputeRunningProcesses_v3 (pynvml issue #43: driver 430).
     gpu = probe(h200_vm(), tmp_path, missing={"nvmlDeviceGetComputeRunningProcesses_v3"})[0].gpu(0)
     assert gpu.processes.reason == "unsupported" and "older than nvidia-ml-py" in gpu.processes.detail
+
+
+def test_temperature_asks_the_current_call_first_and_the_deprecated_one_on_older_drivers(tmp_path: Path) -> None:
+    # nvml.h 13.0: nvmlDeviceGetTemperature is DEPRECATED(13.0), "Use nvmlDeviceGetTemperatureV instead".
+    collected, fake = probe(h200_vm(), tmp_path)
+    assert collected.gpu(0).temperature_c == 44
+    assert "nvmlDeviceGetTemperatureV" in fake.calls and "nvmlDeviceGetTemperature" not in fake.calls
+    # A driver before R570 has no nvmlDeviceGetTemperatureV: FUNCTION_NOT_FOUND, then the old call.
+    collected, fake = probe(h200_vm(), tmp_path, missing={"nvmlDeviceGetTemperatureV"})
+    assert collected.gpu(0).temperature_c == 44 and "nvmlDeviceGetTemperature" in fake.calls
+
+
+def sysfs_link_width(root: Path, bus_id: str, lanes: str) -> None:
+    device = root / "sys/bus/pci/devices" / (bus_id[4:].lower())
+    device.mkdir(parents=True, exist_ok=True)
+    (device / "max_link_width").write_text(lanes)
+
+
+def test_the_cards_own_pcie_maximum_is_recorded_beside_the_slots(tmp_path: Path) -> None:
+    sysfs_link_width(tmp_path, "00000000:00:06.0", "16\n")
+    gpu, smi = probe(h200_vm(), tmp_path)[0].gpu(0), h200_smi()
+    assert gpu.pcie_gen_gpu_max == int(smi["pcie.link.gen.gpumax"]) == 5  # the H200 VM: not capped
+    assert gpu.pcie_width_gpu_max == 16 and gpu.pcie_gen_max == 5
+    # A Gen5 card behind a Gen4 root port: NVML's Max* is "possible with this device and system".
+    capped = dataclasses.replace(h200_vm().gpu(0), pcie_gen_max=4, pcie_width_max=8)
+    got = probe(dataclasses.replace(h200_vm(), gpus=[capped]), tmp_path)[0].gpu(0)
+    assert (got.pcie_gen_max, got.pcie_gen_gpu_max, got.pcie_width_max, got.pcie_width_gpu_max) == (4, 5, 8, 16)
+
+
+def test_the_numa_affinity_is_nvidia_smis_and_the_gpu_numa_id_stays_not_supported(tmp_path: Path) -> None:
+    from gpudoctor.knowledge.interconnect import topo_table
+
+    collected, fake = probe(h200_vm(), tmp_path)
+    gpu = collected.gpu(0)
+    assert gpu.numa_node.reason == "unsupported"  # nvml.h 5035: only where GPU memory is a NUMA node
+    assert gpu.numa_affinity == [0] and "nvmlDeviceGetMemoryAffinity" in fake.calls
+    smi = (H200_VM / "nvidia-smi-topo.txt").read_text().splitlines()
+    header, row = smi[0].split("\t"), smi[1].split("\t")
+    table = topo_table(collected)
+    column = table["columns"].index("NUMA Affinity")
+    assert table["rows"][0][column] == row[header.index("NUMA Affinity")].strip() == "0"

@@ -16,7 +16,7 @@ from gpudoctor.probe.nvml import Nvml
 from tests.fakes import nvml_c as c
 from tests.fakes.fake_nvml import FakeNvml, SnapshotLibrary
 from tests.fakes.live_nvml import LiveNvml
-from tests.fakes.machines import h100_nvswitch_8x
+from tests.fakes.machines import h100_nvswitch_8x, h200_vm
 from tests.fakes.nvml_c import FakeViolation
 
 
@@ -57,12 +57,12 @@ def test_a_struct_passed_by_value_fails_the_test() -> None:
 
 
 def test_versioned_structs_must_carry_the_version_nvml_h_defines() -> None:
-    fake = FakeNvml(h100_nvswitch_8x())
+    fake = FakeNvml(h200_vm())
     _, handle = opened(fake)
     # pynvml writes `version` into c_nvmlMemory_v2_t as given: True is version 1, which NVML refuses.
     with pytest.raises(fake.NVMLError_ArgumentVersionMismatch):
         fake.nvmlDeviceGetMemoryInfo(handle, version=True)
-    assert fake.nvmlDeviceGetMemoryInfo(handle, version=fake.nvmlMemory_v2).total == 81559 << 20
+    assert fake.nvmlDeviceGetMemoryInfo(handle, version=fake.nvmlMemory_v2).reserved == 615 << 20
     # pynvml's c_nvmlGpuFabricInfoV_t is the v2 struct (nvml.h typedefs nvmlGpuFabricInfoV_t to v3).
     info = fake.c_nvmlGpuFabricInfoV_t()
     fake.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
