@@ -228,20 +228,16 @@ class Nvml:
     def field_value(self, handle: Any, field_id: int) -> int | float | Missing:
         """One NVML field value (nvmlDeviceGetFieldValues): the call can succeed while the
         field itself answers an error of its own, e.g. NOT_SUPPORTED on an older driver."""
-        values = self.call("nvmlDeviceGetFieldValues", handle, [field_id])
+        values = self.field_values(handle, [field_id])
+        return values if isinstance(values, Missing) else values[0].value
+
+    def field_values(self, handle: Any, field_ids: list[int]) -> list[FieldValue] | Missing:
+        """Several field values in one call (nvml.h 10215-10217: fields "populated by the same driver
+        call" are read once), each with its own answer and NVML's timestamp of it."""
+        values = self.call("nvmlDeviceGetFieldValues", handle, field_ids)
         if isinstance(values, Missing):
             return values
-        try:
-            value = values[0]
-            code = int(value.nvmlReturn)
-            if code != NVML_SUCCESS:
-                return missing_from_code(code, f"field {field_id}")
-            member = _VALUE_MEMBERS.get(int(value.valueType))
-            if member is None:
-                return Missing("error", f"field {field_id}: unknown value type {int(value.valueType)}")
-            return getattr(value.value, member)
-        except Exception as exc:  # noqa: BLE001  (an odd answer from a driver is data)
-            return Missing("error", f"field {field_id}: unexpected answer ({type(exc).__name__}: {exc})")
+        return [_field(values[i], field_id) for i, field_id in enumerate(field_ids)]
 
     def struct_fields(self, fn_name: str, struct_name: str, handle: Any) -> dict[str, int] | Missing:
         """Call an NVML function that fills a caller-allocated, versioned struct by reference
@@ -284,6 +280,31 @@ class Nvml:
                 continue
             last = raw
         return last
+
+
+class FieldValue(NamedTuple):
+    value: int | float | Missing
+    timestamp_us: int  # nvml.h 3014: "CPU Timestamp of this value in microseconds since 1970" (0: none)
+    wraps_at: int  # the counter's modulus: 2**32 for an unsigned int, 2**64 for the 64-bit types
+
+
+_WRAPS = {1: 1 << 32, 2: 1 << 64, 3: 1 << 64}
+
+
+def _field(value: Any, field_id: int) -> FieldValue:
+    try:
+        code = int(value.nvmlReturn)
+        stamp = int(value.timestamp)
+        if code != NVML_SUCCESS:
+            return FieldValue(missing_from_code(code, f"field {field_id}"), stamp, 0)
+        kind = int(value.valueType)
+        member = _VALUE_MEMBERS.get(kind)
+        if member is None:
+            return FieldValue(Missing("error", f"field {field_id}: unknown value type {kind}"), stamp, 0)
+        return FieldValue(getattr(value.value, member), stamp, _WRAPS.get(kind, 0))
+    except Exception as exc:  # noqa: BLE001  (an odd answer from a driver is data)
+        why = f"field {field_id}: unexpected answer ({type(exc).__name__}: {exc})"
+        return FieldValue(Missing("error", why), 0, 0)
 
 
 def decode_text(value: Any) -> Any:

@@ -76,7 +76,10 @@ class _Paced:
 
 
 # Why a process NVML reports has no user, CPU% or command in the process table.
-NOT_VISIBLE_ISOLATED = "PID not visible here: NVML reports host PIDs; run the container with --pid=host"
+NOT_VISIBLE_ISOLATED = (
+    "PID from another PID namespace (drivers before 535.113.01 report host PIDs): run the container "
+    "with --pid=host, or mount the host's /proc at /host/proc"
+)
 NOT_VISIBLE = "process not visible here (exited, or hidden from this user)"
 
 
@@ -101,7 +104,7 @@ def proc_readings(
             u = usage.get(p.local_pid)
             out.append(
                 ProcReading(
-                    p.pid,
+                    p.local_pid,  # the PID here: what `watch -- CMD` finds in the job's tree, what `kill` takes
                     gpu,
                     p.used_memory_mib,
                     user=p.user or "",

@@ -14,6 +14,19 @@ from tests.fakes.machines import h100_nvswitch_8x
 NAME = "NVIDIA H100 80GB HBM3"
 
 
+class Clock:
+    """A wall clock for the fake's timestamps (PCIe byte counters) that moves only when told."""
+
+    def __init__(self, start: float = 1_795_724_772.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def two_h100s(*pids: int, memory_mib: int = 60000) -> Snapshot:
     """GPUs 0 and 1 of the HGX H100, GPU `i` running `pids[i]` (1000 + i by default)."""
     source = h100_nvswitch_8x()
@@ -54,6 +67,18 @@ class LiveNvml(FakeNvml):
     @property
     def util_asked(self) -> list[int]:
         return self.library.util_asked  # type: ignore[attr-defined,no-any-return]
+
+
+def busy_h100s(n: int = 8, *, counters: bool = True, **options: Any) -> FakeNvml:
+    """`n` busy H100s of the HGX machine (8 at most), each moving 1000 MB/s each way; without PCIe byte
+    counters when `counters` is False (a driver before R555: the field answers NOT_SUPPORTED)."""
+    source = h100_nvswitch_8x()
+    gpus = [dataclasses.replace(g, memory_reserved_mib=529) for g in source.gpus[:n]]
+    live = {
+        g.index: LiveGpu(util=95, mem_util=40, pcie_rx_kbps=1024000, pcie_tx_kbps=1024000, pcie_counters=counters)
+        for g in gpus
+    }
+    return FakeNvml(dataclasses.replace(source, gpus=gpus, pairs=[]), live=live, **options)
 
 
 def ProcsOf(*pids: int) -> LiveNvml:  # noqa: N802  (reads as the fake it makes)

@@ -15,19 +15,21 @@ from gpudoctor.probe.sampler import NvmlSampler
 from gpudoctor.watch.model import GpuReading
 from gpudoctor.watch.sources import NOT_VISIBLE, NOT_VISIBLE_ISOLATED, proc_readings
 from tests.fakes import nvml_c as c
-from tests.fakes.live_nvml import LiveNvml, ProcsOf
+from tests.fakes.live_nvml import Clock, LiveNvml, ProcsOf
 from tests.helpers.processes import GpudoctorCli
 
 
-def open_sampler() -> tuple[NvmlSampler, LiveNvml]:
-    fake = LiveNvml()
+def open_sampler(clock: Clock | None = None) -> tuple[NvmlSampler, LiveNvml]:
+    fake = LiveNvml(wall=clock or Clock())
     sampler = NvmlSampler(Nvml(fake))
     assert sampler.open().ok
     return sampler, fake
 
 
 def test_readings_are_converted_to_watch_units() -> None:
-    sampler, _ = open_sampler()
+    clock = Clock()
+    sampler, _ = open_sampler(clock)
+    clock.advance(1.0)  # PCIe rates are the byte counters' rise over the interval
     g0, g1 = (GpuReading(**r) for r in sampler.read())
     assert (g0.util, g0.mem_used, g0.mem_total, g0.power, g0.power_limit) == (97, 61000, 81559, 612.3, 700.0)
     assert (g0.pcie_rx, g0.pcie_tx, g0.temp, g0.sm_clock, g0.throttle) == (2000, 1000, 65, 1980, 0)
@@ -42,12 +44,16 @@ def test_readings_are_converted_to_watch_units() -> None:
 
 def test_unsupported_metric_is_asked_once_then_na() -> None:
     sampler, fake = open_sampler()
+    deadline = time.monotonic() + 30
+    while sampler.pcie.states[1].source is not None and time.monotonic() < deadline:
+        time.sleep(0.01)  # GPU 1 has no byte counters: its 20 ms call is tried on the PCIe thread
     for _ in range(5):
         g1 = GpuReading(**sampler.read()[1])
         assert g1.pcie_rx is None and g1.pcie_tx is None and g1.util == 54
-    # GPU 0 asks twice (rx, tx) per read; GPU 1 asked once and was remembered as unsupported
-    assert fake.calls.count("nvmlDeviceGetPcieThroughput") == 5 * 2 + 1
-    assert "pcie" in sampler.devices[1].unsupported
+    # GPU 0 reads its byte counters; GPU 1 asked the 20 ms call once per direction, then never again.
+    assert fake.calls.count("nvmlDeviceGetPcieThroughput") == 2
+    assert sampler.pcie.states[0].source == "counters" and sampler.pcie.states[1].source is None
+    sampler.close()
 
 
 def test_a_lost_gpu_is_marked_and_the_others_go_on() -> None:
