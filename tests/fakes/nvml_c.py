@@ -23,7 +23,7 @@ data (`FakeViolation` is a BaseException: `Nvml.call`'s `except Exception` canno
 Latency: each C symbol costs what it cost on the H200 (driver 580.159.04; medians of
 /work/gpurun1/nvml_calls.json, see LATENCY_MS). The cost is counted per calling thread
 (`FakeLibrary.modelled_s`), so a test can assert what one sampling thread spends without timing
-anything; `sleep=True` really sleeps it (benchmarks/sampler_cost.py).
+anything; `sleep=True` really spends it (benchmarks/sampler_cost.py).
 
 nvml.h line numbers are those of go-nvml gen/nvml/nvml.h at 2f9e261 (CUDA 13.3), as in
 /work/research/nvml/calls.md.
@@ -180,6 +180,7 @@ class PynvmlView:
         self.calls: list[str] = []
         self.absent: list[str] = []
         self._module = pynvml_copy()
+        self._bound_cache: dict[str, Callable[..., Any]] = {}
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -191,7 +192,9 @@ class PynvmlView:
                 self.absent.append(name)
             raise
         if name.startswith("nvml") and callable(value):
-            return self._bound(name, value)
+            if name not in self._bound_cache:
+                self._bound_cache[name] = self._bound(name, value)
+            return self._bound_cache[name]
         return value
 
     def _bound(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -271,6 +274,29 @@ def set_pointer(ref: Any, address: int) -> None:
     ctypes.cast(ctypes.addressof(ptr), ctypes.POINTER(ctypes.c_void_p)).contents.value = address
 
 
+_SIGNATURES: dict[Any, inspect.Signature] = {}
+
+
+def _signature(method: Any) -> inspect.Signature:
+    """A bound method's signature, computed once per function and class."""
+    key = (type(method.__self__), method.__func__)
+    if key not in _SIGNATURES:
+        _SIGNATURES[key] = inspect.signature(method)
+    return _SIGNATURES[key]
+
+
+def _wait(seconds: float) -> None:
+    """Spend `seconds` as the real call would: a sub-2 ms call spins (time.sleep's own floor on a busy
+    machine is ~1 ms, more than the call), a longer one sleeps (NVML's 20 ms window waits, it does
+    not compute)."""
+    if seconds >= 0.002:
+        time.sleep(seconds)
+        return
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 # -- the library ---------------------------------------------------------------------------------------
 
 
@@ -321,7 +347,7 @@ class FakeLibrary:
         with self._spent_lock:
             self._spent[ident] = self._spent.get(ident, 0.0) + seconds
         if self.sleep:
-            time.sleep(seconds)
+            _wait(seconds)
 
     def c_call(self, symbol: str, args: tuple[Any, ...]) -> Any:
         self.c_calls[symbol] += 1
@@ -330,7 +356,7 @@ class FakeLibrary:
             return FUNCTION_NOT_FOUND  # a pointer cached while another library had the symbol
         fn = getattr(self, symbol)
         try:
-            inspect.signature(fn).bind(*args)
+            _signature(fn).bind(*args)
         except TypeError as exc:
             raise FakeViolation(f"{symbol} called with {len(args)} argument(s), not as nvml.h declares it") from exc
         try:
