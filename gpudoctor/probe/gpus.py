@@ -7,15 +7,14 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gpudoctor.knowledge.nic_locality import sysfs_bus_id
 from gpudoctor.knowledge.units import MIB
 from gpudoctor.knowledge.xid import recovery_name
 from gpudoctor.probe.device import LOST, DeviceReader, bus_id, convert_value, text
 from gpudoctor.probe.fabric import fabric
-from gpudoctor.probe.files import read_text
 from gpudoctor.probe.host import guarded
 from gpudoctor.probe.links import nvlinks, pcie, read_error_counts, with_counts
 from gpudoctor.probe.nvml import Nvml
+from gpudoctor.probe.pci_tree import card_max_width
 from gpudoctor.probe.processes import processes
 from gpudoctor.snapshot import Gpu, MigDevice, Missing, RemapHistogram, RemappedRows, SramEcc
 
@@ -65,17 +64,6 @@ def _memory_facts(memory: tuple[Any, bool] | Missing) -> dict[str, int | Missing
         memory_used_mib=convert_value(struct, lambda m: int(m.used) // MIB, what),
         memory_reserved_mib=convert_value(struct, lambda m: int(m.reserved) // MIB, what) if v2 else V1_ONLY,
     )
-
-
-def max_link_width(root: Path, pci_bus_id: str) -> int | Missing:
-    """The card's own widest PCIe link: its Link Capabilities register as the kernel shows it
-    (drivers/pci/pci-sysfs.c max_link_width_show -> pcie_get_width_cap). NVML has no GPU-only width
-    call: nvmlDeviceGetMaxPcieLinkWidth is "possible with this device and system" (nvml.h 5513)."""
-    width = read_text(root, f"/sys/bus/pci/devices/{sysfs_bus_id(pci_bus_id)}/max_link_width")
-    if isinstance(width, Missing):
-        return width
-    lanes = int(width.strip())
-    return lanes if lanes > 0 else Missing("unsupported", "the kernel reports no PCIe link width")
 
 
 def _bool(value: Any) -> bool:
@@ -239,7 +227,7 @@ def read_gpu(nvml: Nvml, index: int, root: Path, isolated: bool | Missing, pci_b
         ecc_mode_current=_pair_field(ecc_mode, 0, _bool, "nvmlDeviceGetEccMode"),
         ecc_mode_pending=_pair_field(ecc_mode, 1, _bool, "nvmlDeviceGetEccMode"),
         **pcie(r),
-        pcie_width_gpu_max=guarded(max_link_width, root, pci) if isinstance(pci, str) else pci,
+        pcie_width_gpu_max=guarded(card_max_width, root, pci) if isinstance(pci, str) else pci,
         nvlinks=nvlinks(r, compute_capability),
         numa_node=r.read("nvmlDeviceGetNumaNodeId", _numa),
         cpu_affinity=r.read("nvmlDeviceGetCpuAffinity", decode_cpu_mask, cpu_set_words()),
