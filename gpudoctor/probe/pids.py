@@ -118,6 +118,10 @@ class PidView:
         )
 
 
+# PIDs already of our namespace (a job's process tree read from our /proc), taken as they are.
+OWN_PIDS = PidView(isolated=False, converts=True, host_proc=None)
+
+
 def pid_view(root: Path, isolated: bool | Missing) -> PidView:
     host = next((root / p for p in HOST_PROCFS if (root / p / "1" / "status").is_file()), None)
     return PidView(isolated, isolated is True and driver_converts_pids(root), host)

@@ -256,6 +256,7 @@ class HostSource(_Paced):
     def _job_processes(self) -> tuple[ProcReading, ...]:
         """The job's processes as process-table rows without a GPU: owner and command read as for a
         GPU process (probe.processes: another user's command line redacted), CPU% and RSS."""
+        from gpudoctor.probe.pids import OWN_PIDS
         from gpudoctor.probe.processes import resolve
 
         assert self.pids is not None and self._usage is not None
@@ -266,7 +267,7 @@ class HostSource(_Paced):
             u = usage.get(pid)
             if u is None:  # gone since the job's tree was read
                 continue
-            _, user, command = resolve(pid, Path("/"), False)
+            _, user, command = resolve(pid, Path("/"), OWN_PIDS)  # our own tree's PIDs
             out.append(
                 ProcReading(
                     pid, None, user=user or "", cpu=u.cpu, rss=u.rss_mib, command=command or "", started=u.started
