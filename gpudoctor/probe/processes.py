@@ -1,7 +1,8 @@
 """Compute processes on a GPU, with their owner and command line where we can see them.
 
-Command lines are other people's: `command_line` redacts their secrets (gpudoctor.safety.redact) before
-they reach a snapshot, a report or a recording, and marks where it did.
+Command lines are other people's: `command_line` keeps only what diagnosis needs (the allow-list of
+gpudoctor.safety.redact) before they reach a snapshot, a report or a recording, and marks where it
+left something out.
 
 NVML reports host PIDs, also inside a container. In an isolated PID namespace those
 numbers mean nothing here (a local process may even have the same number), so they are
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.probe.device import DeviceReader, convert_value
+from gpudoctor.probe.environment import shown_value
 from gpudoctor.safety import redact
 from gpudoctor.snapshot import GpuProcess, Missing
 
@@ -55,10 +57,10 @@ def resolve(pid: int, root: Path, isolated: bool | Missing) -> tuple[int | None,
 
 
 def command_line(args: Iterable[str], limit: int = 300) -> str:
-    """A process's argv as one line, its secrets redacted (`[redacted]`): findings are one-line
-    messages, and `python -c "..."` arguments carry newlines. Whitespace runs become one space;
-    a long line is cut with '...'."""
-    text = " ".join(" ".join(arg.split()) for arg in redact.argv(_first_chars(args, 4 * limit)))
+    """A process's argv as one line as the allow-list shows it (what it leaves out is `[redacted]`):
+    findings are one-line messages, and `python -c "..."` arguments carry newlines. Whitespace runs
+    become one space; a long line is cut with '...'."""
+    text = " ".join(" ".join(arg.split()) for arg in redact.argv(_first_chars(args, 4 * limit), shown_value))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
