@@ -381,7 +381,7 @@ class ProcessTable(DataTable):
                 "n/a" if p.sm is None else f"{p.sm}",
                 "n/a" if p.cpu is None else f"{p.cpu:.0f}",
                 "n/a" if p.rss is None else f"{p.rss} MiB",
-                Text(p.command) if p.command else Text(p.note, style="italic"),
+                Text(p.own_command or p.command) if p.command else Text(p.note, style="italic"),
                 key=key,
             )
         if keep is not None and keep in self.rows_by_key:
