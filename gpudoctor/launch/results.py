@@ -108,6 +108,9 @@ class LaunchResult:
     setup_error: dict[str, Any] | None = None  # nothing started: {"kind", "message", ...}
     peers: list[Peer] = field(default_factory=list)
     under_launcher: bool = False  # torchrun/srun set up the rendezvous: one rank here, env://
+    # Whether the ranks' sockets were out of other local users' reach (launch/netns.py), and how.
+    isolated: bool = False
+    isolation: str = ""
 
     @property
     def node_count(self) -> int:
@@ -141,14 +144,28 @@ class LaunchResult:
         that got least far (their peers wait for them inside a collective)."""
         direct = [r for r in self.ranks if r.state in ("error", "exited")]
         if direct:
-            # A rank whose error is a timeout/connection loss is usually a victim of another.
-            primary = [r for r in direct if r.error_kind not in ("timeout", "peer_lost")] or direct
-            return primary
+            # A rank whose error is a timeout/connection loss is usually a victim of another; when
+            # another local process could have reset that connection, no rank is blamed for it.
+            primary = [r for r in direct if r.error_kind not in ("timeout", "peer_lost")]
+            return primary or ([] if self.interference() else direct)
         hung = [r for r in self.ranks if r.state == "hung"]
         if not hung:
             return []
         least = min(step_index(r.last_step) for r in hung)
         return [r for r in hung if step_index(r.last_step) == least]
+
+    def interference(self) -> str:
+        """Why a failure of this run may be another process's doing ("" when it cannot be): the
+        ranks' sockets were open to other local users (`isolated` False) and the run failed."""
+        if self.isolated or self.ok or self.setup_error is not None:
+            return ""
+        lost = any(r.error_kind == "peer_lost" for r in self.ranks)
+        return (
+            ("a connection between the ranks was closed or reset by its peer" if lost else "the run failed")
+            + f" while the ranks' sockets were open to every local user ({self.isolation or 'not isolated'}): "
+            "another process on this machine may have connected to them, so this may be interference, "
+            "not a fault of the ranks"
+        )
 
     def error_kinds(self) -> set[str]:
         return {r.error_kind for r in self.ranks if r.error_kind}
@@ -188,5 +205,7 @@ class LaunchResult:
             "elapsed_s": round(self.elapsed_s, 3),
             "timed_out": self.timed_out,
             "setup_error": self.setup_error,
+            "isolated": self.isolated,
+            "isolation": self.isolation,
             "ranks": [r.to_json() for r in self.ranks],
         }
