@@ -205,7 +205,8 @@ def launch(
     try:
         with _TermAsInterrupt():
             if device == "cpu" and not multi:  # one node's CPU ranks: out of other users' reach
-                isolation = isolate()
+                with deferred():  # (a Ctrl-C here is acted on once the holder is ours to close)
+                    isolation = isolate()
                 if isolation.active:
                     env["GLOO_SOCKET_IFNAME"] = "lo"  # the namespace's only interface (whatever the host's is)
             # Private (mkdtemp: 0700, an unpredictable name) and removed on every way out: the

@@ -140,6 +140,30 @@ def test_a_rank_in_the_namespace_sees_only_its_own_loopback_and_the_holder_ends_
     assert holder.poll() is not None  # ended when its pipe closed: nothing outlives the launch
 
 
+HOLD_AND_WAIT = (
+    "import sys, time; from gpudoctor.launch.netns import isolate; i = isolate(); "
+    "print(i.holder.pid if i.active else 'none', flush=True); time.sleep(60)"
+)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="network namespaces are Linux's")
+def test_the_holder_ends_when_gpudoctor_is_killed() -> None:
+    owner = subprocess.Popen([sys.executable, "-c", HOLD_AND_WAIT], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        pid = owner.stdout.readline().strip()
+        if pid == "none":
+            pytest.skip("this kernel does not let this user make a user namespace")
+        holder = psutil.Process(int(pid))
+        owner.kill()  # SIGKILL: nothing of gpudoctor's runs to close the holder's pipe
+        owner.wait()
+        holder.wait(timeout=10)  # its standard input ended: it leaves on its own (TimeoutExpired if not)
+        assert not holder.is_running()
+    finally:
+        owner.kill()
+        owner.wait()
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="dropping to another user needs root")
 def test_an_unprivileged_user_gets_the_namespace_where_the_kernel_allows_it() -> None:
     import gpudoctor.launch.netns as netns
