@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from gpudoctor.launch.protocol import Event, Peer, Stage, reached, step_index
 
+# A rank that failed in these phases had opened no socket yet: no other process could have reached it.
+BEFORE_SOCKETS = frozenset({Stage.START.value, Stage.IMPORT.value, Stage.CUDA_INIT.value})
+
 if TYPE_CHECKING:
     from gpudoctor.launch.workload_results import AllreduceResult, CollectivesResult, DdpResult
 
@@ -156,8 +159,19 @@ class LaunchResult:
 
     def interference(self) -> str:
         """Why a failure of this run may be another process's doing ("" when it cannot be): the
-        ranks' sockets were open to other local users (`isolated` False) and the run failed."""
+        ranks' sockets were open to other local users (`isolated` False), and a rank that had
+        sockets (past import) lost a connection, timed out, hung, or failed unexplained in gloo.
+        A known cause (OOM, a busy port, /dev/shm), a CUDA error, or a rank that failed before it
+        had a socket (its peers then wait for it) is not put down to it."""
         if self.isolated or self.ok or self.setup_error is not None:
+            return ""
+        failed = self.failed_ranks()
+        if any(r.phase in BEFORE_SOCKETS for r in failed) or not any(
+            r.state == "hung"
+            or r.error_kind in ("peer_lost", "timeout")
+            or (r.error_kind is None and self.backend == "gloo")
+            for r in failed
+        ):
             return ""
         lost = any(r.error_kind == "peer_lost" for r in self.ranks)
         return (

@@ -241,3 +241,14 @@ def test_in_a_private_namespace_a_lost_connection_still_names_the_ranks() -> Non
     result = LaunchResult("cpu", "gloo", 2, [_lost(0), _lost(1)], 3.0, "file", isolated=True, isolation="ns")
     found = failure_findings(result, Plan("cpu", 2, []))
     assert {f.subject for f in found} == {"rank:0", "rank:1"} and not result.interference()
+
+
+def test_a_failure_no_socket_could_cause_is_not_put_down_to_interference() -> None:
+    """Still importing torch (no socket yet), or a CUDA error on NCCL ranks: said as it is."""
+    importing = RankOutcome(0, 0, None, state="hung", last_step="importing", phase="import")
+    cuda = RankOutcome(1, 1, 6, state="error", last_step="joined", phase="ddp", error="RuntimeError: CUDA error")
+    waiting = RankOutcome(1, 1, None, state="hung", last_step="imported", phase="join")  # (for rank 0)
+    assert LaunchResult("cpu", "gloo", 2, [importing, waiting], 6.5, "file", timed_out="import").interference() == ""
+    assert LaunchResult("cuda", "nccl", 1, [cuda], 3.0, "file").interference() == ""
+    hung = RankOutcome(0, 0, None, state="hung", last_step="joined", phase="ddp")
+    assert "may be interference" in LaunchResult("cpu", "gloo", 1, [hung], 9.0, "file").interference()
