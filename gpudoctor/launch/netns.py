@@ -100,7 +100,11 @@ def join(holder: int, argv: list[str]) -> int:
         print(f"gpudoctor: cannot join the ranks' private network namespace: {exc}", file=sys.stderr)
         return 127
     if argv:
-        os.execv(argv[0], argv)
+        try:
+            os.execvp(argv[0], argv)  # (found on PATH as Popen would have: `--python python3`)
+        except OSError as exc:
+            print(f"gpudoctor: cannot start {argv[0]}: {exc.strerror or exc}", file=sys.stderr)
+            return 127
     return 0
 
 
