@@ -31,7 +31,7 @@ from typing import Any
 from gpudoctor.engine.options import BUSBW, BY_POLICY_KEY
 from gpudoctor.engine.values import SEVERITIES, _choice, _number, parse_busbw, reader
 from gpudoctor.errors import EXIT_USAGE, UserError
-from gpudoctor.safety.user_files import shown
+from gpudoctor.safety.user_files import owner_name, shown
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -101,11 +101,15 @@ NO_POLICY = Policy()
 # owns; sshd refuses an authorized_keys that others can write (tests/reference/policy-trust.md).
 #
 # Discovery skips, with one line on stderr, a file that is not owned by the caller or root, that
-# its group or others can write, or that lies in a world-writable directory; the walk goes on as if
-# it were absent. Skipping rather than refusing: a refusal would let anyone who can write to /tmp
-# stop every gpudoctor run below it. A file named with --config is the user's choice and is used,
+# its group or others can write, or that lies in a world-writable directory, and a file reached
+# through a folder or link another user controls (as git's safe.directory: every folder from /
+# down, every link and the folders of its target, owned by the caller or root and writable by
+# nobody else, sticky folders excepted; `untrusted_path`); the walk goes on as if it were absent.
+# Skipping rather than refusing: a refusal would let anyone who can write to /tmp stop every
+# gpudoctor run below it. A file named with --config is the user's choice and is used,
 # unless every user could have written it (others can write it; or it lies in a world-writable
-# directory, or its group can write it, and neither the caller nor root owns it): that is refused.
+# directory, or its group can write it, and neither the caller nor root owns it; or a folder on its
+# way is writable by every user and not sticky): that is refused.
 
 
 @dataclass(frozen=True)
@@ -115,15 +119,6 @@ class Found:
     path: Path | None
     text: str
     skipped: tuple[tuple[str, str], ...] = ()
-
-
-def _owner(uid: int) -> str:
-    try:
-        import pwd
-
-        return f"user {pwd.getpwuid(uid).pw_name}"
-    except (KeyError, ImportError):
-        return f"uid {uid}"
 
 
 def _distrust(path: Path, st: os.stat_result, *, named: bool) -> str | None:
@@ -137,13 +132,13 @@ def _distrust(path: Path, st: os.stat_result, *, named: bool) -> str | None:
         return None
     if world_dirs:
         return f"it lies in the world-writable directory {world_dirs[0]}" + (
-            f" and is owned by {_owner(st.st_uid)}" if not ours else ""
+            f" and is owned by {owner_name(st.st_uid)}" if not ours else ""
         )
     if st.st_mode & stat.S_IWGRP and (not ours or not named):
-        who = f"owned by {_owner(st.st_uid)}, " if not ours else ""
+        who = f"owned by {owner_name(st.st_uid)}, " if not ours else ""
         return f"{who}its group can write it (mode {stat.S_IMODE(st.st_mode):04o}; chmod g-w)"
     if not ours and not named:
-        return f"it is owned by {_owner(st.st_uid)}, not by you or root"
+        return f"it is owned by {owner_name(st.st_uid)}, not by you or root"
     return None
 
 
@@ -155,9 +150,13 @@ def _world_writable(directory: Path) -> bool:
 
 
 def _read(path: Path, *, named: bool) -> tuple[str | None, str]:
-    """(why it is not trusted, or None; its text). The checks are made on the file that is read."""
-    from gpudoctor.safety.user_files import UserFileError, read_text
+    """(why it is not trusted, or None; its text). The way to the file is judged first (its folders
+    and links: `untrusted_path`), then the file that is read."""
+    from gpudoctor.safety.user_files import UserFileError, read_text, untrusted_path
 
+    way = untrusted_path(path, None if named else {os.geteuid(), 0})
+    if way is not None:
+        return way, ""
     try:
         return None, read_text(path, trust=lambda st: _distrust(path, st, named=named))
     except UserFileError as exc:

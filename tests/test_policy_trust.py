@@ -167,3 +167,73 @@ def test_config_refuses_another_users_file_in_a_world_writable_directory(
     assert r.exit_code == 2 and "world-writable directory" in r.err and "user nobody" in r.err
     mine = write(scratch / "mine.toml", 'ignore = ["GD3"]\n')  # the caller's own: named on purpose
     assert run_cli(capsys, "check", "--snapshot", NO_DRIVER, "--config", str(mine)).exit_code == 1
+
+
+# --- links and folders on the way (git's safe.directory) --------------------------------------
+
+
+@as_root
+def test_a_link_another_user_planted_in_their_own_folder_is_not_followed_to_a_lax_policy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The review's attack: root runs the check in another user's project, where that user linked
+    gpudoctor.toml to a root-owned policy written for something else (`ignore = ["GD1"]`)."""
+    lax = write(tmp_path / "site" / "lax.toml", PLANTED)  # root's, mode 0644, in a root folder
+    project = tmp_path / "mallory" / "project"
+    project.mkdir(parents=True)
+    link = project / "gpudoctor.toml"
+    link.symlink_to(lax)
+    for path in (tmp_path / "mallory", project):
+        os.chown(path, NOBODY, NOBODY)
+    os.lchown(link, NOBODY, NOBODY)
+    monkeypatch.chdir(project)
+    r = run_cli(capsys, "check", "--snapshot", NO_DRIVER, "--json")
+    assert r.exit_code == 1 and r.one("GD101")["status"] == "fail"
+    assert f"reached through {tmp_path / 'mallory'}, owned by user nobody" in ignored_line(r.err, link)
+
+
+@as_root
+def test_a_link_owned_by_another_user_in_a_root_folder_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lax = write(tmp_path / "site" / "lax.toml", PLANTED)
+    (tmp_path / "job").mkdir()
+    link = tmp_path / "job" / "gpudoctor.toml"
+    link.symlink_to(lax)
+    os.lchown(link, NOBODY, NOBODY)
+    monkeypatch.chdir(tmp_path / "job")
+    r = run_cli(capsys, "check", "--snapshot", NO_DRIVER, "--json")
+    assert r.exit_code == 1
+    assert f"reached through the link {link}, owned by user nobody" in ignored_line(r.err, link)
+
+
+@as_root
+def test_a_link_to_a_policy_in_another_users_folder_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = write(tmp_path / "mallory" / "policy.toml", PLANTED)  # root's file, in a folder nobody owns
+    os.chown(tmp_path / "mallory", NOBODY, NOBODY)
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "gpudoctor.toml").symlink_to(target)
+    monkeypatch.chdir(tmp_path / "repo")
+    r = run_cli(capsys, "check", "--snapshot", NO_DRIVER, "--json")
+    assert r.exit_code == 1 and f"reached through {tmp_path / 'mallory'}, owned by user nobody" in r.err
+
+
+def test_the_callers_own_link_to_their_own_policy_is_followed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = write(tmp_path / "shared" / "team.toml", "expect-gpus = 8\n")
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "gpudoctor.toml").symlink_to("../shared/team.toml")  # relative, as people write them
+    monkeypatch.chdir(tmp_path / "repo")
+    found = pol.find()
+    assert found.path == tmp_path.resolve() / "repo" / "gpudoctor.toml" and found.skipped == ()
+    assert pol.load().to_json()["set"] == {"expect_gpus": 8} and target.exists()
+
+
+def test_a_folder_every_user_can_write_without_the_sticky_bit_refuses_even_a_named_file(tmp_path: Path) -> None:
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)  # anyone may rename the file away and put another in its place
+    path = write(loose / "policy.toml", "expect-gpus = 8\n")
+    with pytest.raises(pol.PolicyError, match="can be written by others"):
+        pol.load(path)

@@ -49,16 +49,20 @@ class NcclList:
         return self.matches(name, port) != self.exclude
 
 
+def split_nccl_list(value: str) -> tuple[str, list[str]]:
+    """The list's flags (`^` first, then `=`, as NCCL strips them) and its comma-separated items."""
+    flags = "^" if value.startswith("^") else ""
+    text = value[len(flags) :]
+    if text.startswith("="):
+        flags, text = flags + "=", text[1:]
+    return flags, text.split(",")
+
+
 def parse_nccl_list(value: str) -> NcclList:
-    text = value
-    exclude = text.startswith("^")
-    if exclude:
-        text = text[1:]
-    exact = text.startswith("=")
-    if exact:
-        text = text[1:]
+    flags, items = split_nccl_list(value)
+    exclude, exact = "^" in flags, "=" in flags
     entries = []
-    for item in text.split(","):
+    for item in items:
         fields = item.split(":")
         if not fields[0]:
             continue

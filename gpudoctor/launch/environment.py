@@ -113,7 +113,7 @@ def launcher_env(environ: Mapping[str, str]) -> LauncherEnv | None:
     the ranks) could not use, e.g. `RANK='x' is not a rank number`."""
     if not torchrun_env(environ):
         return None
-    from gpudoctor.safety.redact import text as redact_text  # a value may be anything the user typed
+    from gpudoctor.probe.environment import shown_value  # a value may be anything the user typed
 
     values: dict[str, int] = {}
     for name, required, least in _LAUNCHER_INTS:
@@ -126,7 +126,7 @@ def launcher_env(environ: Mapping[str, str]) -> LauncherEnv | None:
         except ValueError:
             value = None
         if value is None or value < least or (name == "MASTER_PORT" and value > 65535):
-            shown = f"{name}={redact_text(raw)!r}" if name in environ else f"{name} is not set and"
+            shown = f"{name}={shown_value(name, raw)!r}" if name in environ else f"{name} is not set and"
             raise LauncherEnvError(
                 f"{shown} is not {what}: under torchrun/srun (RANK, WORLD_SIZE and MASTER_ADDR set) "
                 "gpudoctor joins the launcher's process group; fix the variable or unset RANK to run on this node alone"

@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from gpudoctor.launch.protocol import Event, Peer, Stage, reached, step_index
 
+# A rank that failed in these phases had opened no socket yet: no other process could have reached it.
+BEFORE_SOCKETS = frozenset({Stage.START.value, Stage.IMPORT.value, Stage.CUDA_INIT.value})
+
 if TYPE_CHECKING:
     from gpudoctor.launch.workload_results import AllreduceResult, CollectivesResult, DdpResult
 
@@ -108,6 +111,9 @@ class LaunchResult:
     setup_error: dict[str, Any] | None = None  # nothing started: {"kind", "message", ...}
     peers: list[Peer] = field(default_factory=list)
     under_launcher: bool = False  # torchrun/srun set up the rendezvous: one rank here, env://
+    # Whether the ranks' sockets were out of other local users' reach (launch/netns.py), and how.
+    isolated: bool = False
+    isolation: str = ""
 
     @property
     def node_count(self) -> int:
@@ -141,14 +147,39 @@ class LaunchResult:
         that got least far (their peers wait for them inside a collective)."""
         direct = [r for r in self.ranks if r.state in ("error", "exited")]
         if direct:
-            # A rank whose error is a timeout/connection loss is usually a victim of another.
-            primary = [r for r in direct if r.error_kind not in ("timeout", "peer_lost")] or direct
-            return primary
+            # A rank whose error is a timeout/connection loss is usually a victim of another; when
+            # another local process could have reset that connection, no rank is blamed for it.
+            primary = [r for r in direct if r.error_kind not in ("timeout", "peer_lost")]
+            return primary or ([] if self.interference() else direct)
         hung = [r for r in self.ranks if r.state == "hung"]
         if not hung:
             return []
         least = min(step_index(r.last_step) for r in hung)
         return [r for r in hung if step_index(r.last_step) == least]
+
+    def interference(self) -> str:
+        """Why a failure of this run may be another process's doing ("" when it cannot be): the
+        ranks' sockets were open to other local users (`isolated` False), and a rank that had
+        sockets (past import) lost a connection, timed out, hung, or failed unexplained in gloo.
+        A known cause (OOM, a busy port, /dev/shm), a CUDA error, or a rank that failed before it
+        had a socket (its peers then wait for it) is not put down to it."""
+        if self.isolated or self.ok or self.setup_error is not None:
+            return ""
+        failed = self.failed_ranks()
+        if any(r.phase in BEFORE_SOCKETS for r in failed) or not any(
+            r.state == "hung"
+            or r.error_kind in ("peer_lost", "timeout")
+            or (r.error_kind is None and self.backend == "gloo")
+            for r in failed
+        ):
+            return ""
+        lost = any(r.error_kind == "peer_lost" for r in self.ranks)
+        return (
+            ("a connection between the ranks was closed or reset by its peer" if lost else "the run failed")
+            + f" while the ranks' sockets were open to every local user ({self.isolation or 'not isolated'}): "
+            "another process on this machine may have connected to them, so this may be interference, "
+            "not a fault of the ranks"
+        )
 
     def error_kinds(self) -> set[str]:
         return {r.error_kind for r in self.ranks if r.error_kind}
@@ -188,5 +219,7 @@ class LaunchResult:
             "elapsed_s": round(self.elapsed_s, 3),
             "timed_out": self.timed_out,
             "setup_error": self.setup_error,
+            "isolated": self.isolated,
+            "isolation": self.isolation,
             "ranks": [r.to_json() for r in self.ranks],
         }

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 from gpudoctor.errors import UserError
 from gpudoctor.knowledge.known_errors import classify
 from gpudoctor.launch.environment import LauncherEnvError, launcher_env, rank_env, torch_missing_message
+from gpudoctor.launch.netns import Isolation, isolate
 from gpudoctor.launch.protocol import (
     RENDEZVOUS_ENV,
     RENDEZVOUS_FILE,
@@ -220,8 +221,14 @@ def launch(
     timed_out = None
     outdir: Path | None = None
     lock_fd: int | None = None
+    isolation = Isolation(None, "the ranks ran in the machine's network namespace")
     try:
         with _TermAsInterrupt():
+            if device == "cpu" and not multi:  # one node's CPU ranks: out of other users' reach
+                with deferred():  # (a Ctrl-C here is acted on once the holder is ours to close)
+                    isolation = isolate()
+                if isolation.active:
+                    env["GLOO_SOCKET_IFNAME"] = "lo"  # the namespace's only interface (whatever the host's is)
             # Private (mkdtemp: 0700, an unpredictable name) and removed on every way out: the
             # ranks' reports, logs and the rendezvous store live here.
             sweep_leftovers(Path(tempfile.gettempdir()))
@@ -254,7 +261,14 @@ def launch(
                     log = open(log_path(outdir, o.rank), "wb")  # noqa: SIM115  (closed right after Popen)
                     try:
                         p = subprocess.Popen(
-                            [interpreter, "-m", "gpudoctor.workloads.rank", str(spec_file), str(o.rank)],
+                            [
+                                *isolation.prefix(),
+                                interpreter,
+                                "-m",
+                                "gpudoctor.workloads.rank",
+                                str(spec_file),
+                                str(o.rank),
+                            ],
                             stdin=subprocess.DEVNULL,
                             stdout=log,
                             stderr=subprocess.STDOUT,
@@ -271,6 +285,7 @@ def launch(
         # A second Ctrl-C, SIGTERM or SIGHUP waits until the ranks are stopped and their files gone.
         with deferred():
             stopped = terminate_groups(procs)
+            isolation.close()
             if outdir is not None:
                 _collect(outcomes, procs, outdir, peers, stopped)
                 shutil.rmtree(outdir, ignore_errors=True)
@@ -287,6 +302,8 @@ def launch(
         deadline_s=timeout_s,
         peers=peers,
         under_launcher=multi,
+        isolated=isolation.active,
+        isolation=isolation.note,
     )
 
 

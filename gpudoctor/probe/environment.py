@@ -16,16 +16,24 @@ documented variables of the stack that change how a multi-GPU run behaves:
   debugger/profiler variables that slow or break a run (DCGM_DEBUG_VARS, which the lint reads).
 - Launchers: torchrun's and Slurm's job geometry.
 
-Values are kept with their credentials redacted (`gpudoctor.safety.redact.text`): a `token=` inside
-NCCL_IB_HCA, a `user:password@` in MASTER_ADDR.
+A value is kept when it fits its variable's grammar (`GRAMMARS`), else it is replaced by
+`[redacted]`: MASTER_ADDR a host, NCCL_COMM_ID a host:port, NCCL_IB_HCA NCCL's device list
+(knowledge/nccl_list.py; an item that is not `name[:port...]` goes, so `token=x` does),
+NCCL_SOCKET_IFNAME interface names, the *_FILE and plugin variables paths of ordinary words,
+CUDA_VISIBLE_DEVICES indices and UUIDs, and every other variable a setting: numbers and
+ordinary words (`INFO`, `^LL128`, `allreduce:tree;broadcast:ring`, `expandable_segments:True`,
+`8(x2)`). The same grammars show these variables in other processes' command lines
+(`env NCCL_IB_HCA=... python`: `shown_value` is redact.argv's `known_value`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 
 from gpudoctor.knowledge.debug_vars import DCGM_DEBUG_VARS
-from gpudoctor.safety.redact import text as redact_text
+from gpudoctor.knowledge.nccl_list import split_nccl_list
+from gpudoctor.safety.redact import MARKER, host, host_port, ordinary
 
 NCCL_DOCUMENTED = frozenset(
     {
@@ -260,6 +268,69 @@ def allowed(name: str) -> bool:
     return name in ALLOWED_NAMES
 
 
+MAX_VALUE = 1024  # a longer value is no setting
+
+
+def _words_of(chars: str, split: str) -> Callable[[str], bool]:
+    """Values made of `chars` whose words (cut at `split`) are numbers or ordinary words."""
+    allowed_chars, cut = re.compile(f"[{chars}]*"), re.compile(f"[{split}]+")
+    return lambda v: bool(allowed_chars.fullmatch(v)) and all(ordinary(w) for w in cut.split(v) if w)
+
+
+_setting = _words_of(r"A-Za-z0-9_.,;:^=+%()\[\]>\- ", r",;:^=+%()\[\]> ")
+_path = _words_of(r"A-Za-z0-9_./%+~\-", r"/%")  # `/tmp/nccl.%h.%p.log`, `libnccl-net.so`
+_format = _words_of(r"A-Za-z0-9%\[\]:._/\- ", r"%\[\]:./ ")  # NCCL_DEBUG_TIMESTAMP_FORMAT (strftime)
+_IFNAME = re.compile(r"[A-Za-z0-9_.@\-]{1,15}")  # Linux: IFNAMSIZ is 16 with the NUL
+_HCA = re.compile(r"[A-Za-z0-9_.\-]{1,64}(?::\d{1,5}){0,3}")  # name[:port[:rail[:plane]]]
+_DEVICE = re.compile(r"-?\d{1,4}|(?:GPU-|MIG-(?:GPU-)?)[0-9A-Fa-f/\-]{1,64}|all|none|void|NoDevFiles")
+_HEX_ID = re.compile(r"(?:0x)?[0-9A-Fa-f\-]{1,64}")
+_CIDR = re.compile(r"[0-9A-Fa-f:.]{2,39}/\d{1,3}")
+
+
+def _nccl_items(item: re.Pattern[str]) -> Callable[[str], str]:
+    """A NCCL list (`^=mlx5_0:1,mlx5_1`): its flags and every item that fits `item`, the others replaced."""
+
+    def shown(value: str) -> str:
+        flags, items = split_nccl_list(value)
+        kept = [i if not i or item.fullmatch(i) else MARKER for i in items]
+        return flags + ",".join(k for n, k in enumerate(kept) if not (k == MARKER and n and kept[n - 1] == MARKER))
+
+    return shown
+
+
+def _whole(fits: Callable[[str], bool]) -> Callable[[str], str]:
+    return lambda value: value if fits(value) else MARKER
+
+
+_PATHS = (
+    "NCCL_DEBUG_FILE NCCL_TOPO_FILE NCCL_TOPO_DUMP_FILE NCCL_CONF_FILE NCCL_NET_PLUGIN NCCL_TUNER_PLUGIN "
+    "NCCL_PROFILER_PLUGIN NCCL_ENV_PLUGIN TORCH_NCCL_DEBUG_INFO_TEMP_FILE TORCH_NCCL_DEBUG_INFO_PIPE_FILE "
+    "CUDA_MPS_PIPE_DIRECTORY CUDA_INJECTION32_PATH CUDA_INJECTION64_PATH CUDA_COREDUMP_FILE"
+).split()
+_IFNAMES = ("NCCL_SOCKET_IFNAME", "NCCL_OOB_NET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+# Each kept variable's grammar: how its value is shown. Every name not listed is a setting.
+GRAMMARS: dict[str, Callable[[str], str]] = {
+    "MASTER_ADDR": _whole(host),
+    "NCCL_COMM_ID": _whole(host_port),
+    "NCCL_RAS_ADDR": _whole(host_port),
+    "NCCL_IB_HCA": _nccl_items(_HCA),
+    **dict.fromkeys(_IFNAMES, _nccl_items(_IFNAME)),
+    **dict.fromkeys(_PATHS, _whole(_path)),
+    **dict.fromkeys(("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"), _nccl_items(_DEVICE)),
+    **dict.fromkeys(("NCCL_MNNVL_UUID", "NCCL_MNNVL_CLIQUE_ID"), _whole(lambda v: bool(_HEX_ID.fullmatch(v)))),
+    "NCCL_IB_ADDR_RANGE": _whole(lambda v: bool(_CIDR.fullmatch(v))),
+    "NCCL_DEBUG_TIMESTAMP_FORMAT": _whole(_format),
+}
+_SETTING = _whole(_setting)
+
+
+def shown_value(name: str, value: str) -> str | None:
+    """A kept variable's value as gpudoctor shows it (its grammar's), None for a name not kept."""
+    if not allowed(name):
+        return None
+    return GRAMMARS.get(name, _SETTING)(value) if len(value) <= MAX_VALUE else MARKER
+
+
 def allowed_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The allow-listed variables of `environ`, their values with credentials redacted."""
-    return {name: redact_text(str(value)) for name, value in sorted(environ.items()) if allowed(name)}
+    """The allow-listed variables of `environ`, each value as its grammar shows it."""
+    return {name: str(shown_value(name, str(value))) for name, value in sorted(environ.items()) if allowed(name)}

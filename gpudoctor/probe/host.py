@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpudoctor.probe import cgroup
+from gpudoctor.probe.environment import shown_value
 from gpudoctor.probe.files import missing_from_oserror, parse_cpulist, read_text
 from gpudoctor.probe.kernel_log import xid_events
 from gpudoctor.probe.ports import TORCHRUN_DEFAULT_PORT, check_port
-from gpudoctor.safety.redact import text as redact_text
 from gpudoctor.snapshot import Host, Missing, PortStatus, Virtualization
 
 T = TypeVar("T")
@@ -222,7 +222,7 @@ def master_port(environ: Mapping[str, str]) -> PortStatus | Missing:
     try:
         port = int(raw)
     except ValueError:
-        return Missing("error", f"MASTER_PORT is not a port number: {redact_text(raw)!r}")
+        return Missing("error", f"MASTER_PORT is not a port number: {shown_value('MASTER_PORT', raw)!r}")
     if not 0 < port < 65536:
         return Missing("error", f"MASTER_PORT is out of range: {port}")
     return check_port(host, port)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import errno
 import socket
 
+from gpudoctor.probe.environment import shown_value
 from gpudoctor.probe.processes import command_line
-from gpudoctor.safety.redact import text as redact_text
 from gpudoctor.snapshot import PortStatus
 
 TORCHRUN_DEFAULT_PORT = 29500
@@ -32,10 +32,10 @@ def port_holder(port: int) -> tuple[int | None, str | None]:
 def check_port(host: str, port: int) -> PortStatus:
     """Try to bind host:port the way a c10d store would; never raises.
 
-    The status names the host with its credentials redacted (`user:[redacted]@10.0.0.1`): it
-    goes into snapshots and GD221/GD222 messages.
+    The status names the host as MASTER_ADDR's grammar shows it (a host; anything else, such as
+    `user:password@10.0.0.1`, is `[redacted]`): it goes into snapshots and GD221/GD222 messages.
     """
-    shown = redact_text(host)
+    shown = str(shown_value("MASTER_ADDR", host))
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError, OSError):

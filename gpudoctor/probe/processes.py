@@ -1,7 +1,8 @@
 """Compute processes on a GPU, with their owner and command line where we can see them.
 
-Command lines are other people's: `command_line` redacts their secrets (gpudoctor.safety.redact) before
-they reach a snapshot, a report or a recording, and marks where it did.
+Command lines are other people's: `command_line` keeps only what diagnosis needs (the allow-list of
+gpudoctor.safety.redact) before they reach a snapshot, a report or a recording, and marks where it
+left something out.
 
 NVML's PIDs are ours in the host's PID namespace, and in a container on a driver that converts
 them (open kernel modules since 535.113.01); on older drivers they are the host's. `probe.pids`
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.probe.device import DeviceReader, convert_value
+from gpudoctor.probe.environment import shown_value
 from gpudoctor.probe.pids import PidView, pid_view
 from gpudoctor.safety import redact
 from gpudoctor.snapshot import GpuProcess, Missing
@@ -57,10 +59,10 @@ def resolve(pid: int, root: Path, view: PidView) -> tuple[int | None, str | None
 
 
 def command_line(args: Iterable[str], limit: int = 300) -> str:
-    """A process's argv as one line, its secrets redacted (`[redacted]`): findings are one-line
-    messages, and `python -c "..."` arguments carry newlines. Whitespace runs become one space;
-    a long line is cut with '...'."""
-    text = " ".join(" ".join(arg.split()) for arg in redact.argv(_first_chars(args, 4 * limit)))
+    """A process's argv as one line as the allow-list shows it (what it leaves out is `[redacted]`):
+    findings are one-line messages, and `python -c "..."` arguments carry newlines. Whitespace runs
+    become one space; a long line is cut with '...'."""
+    text = " ".join(" ".join(arg.split()) for arg in redact.argv(_first_chars(args, 4 * limit), shown_value))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

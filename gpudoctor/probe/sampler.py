@@ -86,6 +86,21 @@ class ProcessUsage:
     cpu: float | None  # % of one core since the previous reading; None on the first
     rss_mib: int | None
     started: float | None = None  # psutil's create_time: who a signal would reach
+    own_command: str | None = None  # the command line whole, for the user's own process only (terminal)
+
+
+OWN_COMMAND_LIMIT = 1000  # characters of the user's own command line kept for the dashboard
+
+
+def _own_command(proc: psutil.Process) -> str | None:
+    """The command line of a process of the user running gpudoctor, whole (one line): theirs to see
+    on their terminal. None for anyone else's, whose command only the redacted form shows."""
+    try:
+        if proc.uids().real != os.getuid():
+            return None
+        return " ".join(" ".join(arg.split()) for arg in proc.cmdline())[:OWN_COMMAND_LIMIT] or None
+    except psutil.Error:
+        return None
 
 
 class UsageReader:
@@ -121,7 +136,7 @@ class UsageReader:
                 started: float | None = proc.create_time()
             except psutil.Error:
                 started = None
-            out[pid] = ProcessUsage(cpu, rss, started)
+            out[pid] = ProcessUsage(cpu, rss, started, _own_command(proc))
         for pid in list(self._usage):
             if pid not in out:
                 del self._usage[pid]

@@ -11,18 +11,23 @@ tests/reference/github-actions.md:
 - GitHub shows 10 error and 10 warning annotations per step; past that, the 10th says how many
   more there are and points at the summary.
 - The summary is appended to the file `$GITHUB_STEP_SUMMARY` names (1 MiB per step at most). The
-  runner creates that file; gpudoctor opens it O_APPEND|O_NOFOLLOW without O_CREAT: it never
-  creates a file there nor writes through a symbolic link.
+  runner creates that file; gpudoctor appends to it under the safe-output rules
+  (safety/safe_io.open_append): a regular file only, never created, never through a link, never
+  waited on (a FIFO planted there is refused, not blocked on).
+- Text from elsewhere (another user's command line in a finding, a snapshot's host name) may hold
+  escape sequences, which GitHub's log viewer renders: annotations and the summary show every
+  control and bidi character as `?` (safety/safe_text.CONTROL), as the text report does.
 """
 
 from __future__ import annotations
 
 import errno
-import os
 from collections.abc import Mapping
 from typing import IO
 
 from gpudoctor.findings import Finding, Report, Status
+from gpudoctor.safety.safe_io import open_append
+from gpudoctor.safety.safe_text import CONTROL
 
 ANNOTATIONS_PER_KIND = 10
 SUMMARY_LIMIT = 1 << 20  # bytes GitHub accepts per step summary
@@ -35,7 +40,9 @@ def enabled(flag: bool | None, environ: Mapping[str, str]) -> bool:
 
 
 def escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow command's data: `%`, CR and LF escaped as the runner undoes them, any other
+    control (an escape sequence) or bidi character shown as `?`."""
+    return CONTROL.sub("?", text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
 
 
 def escape_property(text: str) -> str:
@@ -79,19 +86,20 @@ def md(text: str) -> str:
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     for ch in "\\`*_[]|":
         text = text.replace(ch, "\\" + ch)
-    return " ".join(text.split())
+    return CONTROL.sub("?", " ".join(text.split()))
 
 
 def _finding_row(f: Finding) -> str:
     hint = md(f.hint) if f.hint and f.status != Status.PASS else ""
-    return f"| {ICON[f.status]} {f.status.value} | `{f.code}` | {md(f.subject)} | {md(f.message)} | {hint} |"
+    code = "".join(c if c.isalnum() or c in "_.-" else "?" for c in f.code)  # (a peer's code is input too)
+    return f"| {ICON[f.status]} {f.status.value} | `{code}` | {md(f.subject)} | {md(f.message)} | {hint} |"
 
 
 def summary_markdown(report: Report) -> str:
     verdict = "NOT READY" if report.exit_code else "READY"
     counts = ", ".join(f"{n} {s}" for s, n in report.counts().items() if n)
     lines = [
-        f"## {'❌' if report.exit_code else '✅'} gpudoctor {report.command}: {verdict}",
+        f"## {'❌' if report.exit_code else '✅'} gpudoctor {md(report.command)}: {verdict}",
         "",
         f"{md(report.source)} on {md(report.hostname or 'unknown host')}: {counts}; exit {report.exit_code} "
         f"(--fail-on {report.fail_on.value}), gpudoctor {md(report.gpudoctor_version)}"
@@ -130,9 +138,8 @@ def summary_markdown(report: Report) -> str:
 
 
 def append_summary(text: str, path: str) -> None:
-    """Append to the runner's summary file: never create one, never follow a link (OSError otherwise)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
+    """Append to the runner's summary file under the safe-output rules (OSError otherwise)."""
+    with open_append(path) as out:
         out.write(text)
 
 
@@ -147,6 +154,10 @@ def publish(report: Report, environ: Mapping[str, str], err: IO[str]) -> str | N
     try:
         append_summary(summary_markdown(report), path)
     except OSError as exc:
-        reason = "is a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
-        return f"cannot append the GitHub step summary to {path}: {reason}"
+        return summary_problem(path, exc)
     return None
+
+
+def summary_problem(path: str, exc: OSError) -> str:
+    reason = "is a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+    return f"cannot append the GitHub step summary to {path}: {reason}"

@@ -1,523 +1,365 @@
-"""Redaction: secrets never reach a snapshot, report, JUnit file or recording. One way in.
+"""Redaction by allow-list: what gpudoctor copies from another process is what diagnosis needs.
 
-gpudoctor copies other processes' command lines (the MASTER_PORT holder, processes on the GPUs)
-and a few environment values into outputs that users attach to tickets. What it keeps is the
-program and the shape of the command; what it replaces with `[redacted]` (MARKER) is:
+gpudoctor copies other processes' command lines (the MASTER_PORT holder, processes on the GPUs, a
+followed job) into snapshots, reports, JUnit files and recordings that users attach to tickets.
+Secrets come in open-ended shapes (tests/reference/redaction/ has 546 lines from 119 tools), so
+nothing here recognises a secret. `argv` keeps what a diagnosis reads and replaces every other
+argument, or the part of it that is not known, with MARKER (`[redacted]`), which is how an
+output says that something was left out:
 
-- the value of an option whose name says it is a secret (`--password=x`, `--token x`,
-  `--api-key x`, `--hf_token x`, `--db-password x`, `--pass x`): the words of the name decide,
-  see `secret_name`; a secret word also counts at the end of a word (`PGPASSWORD`, `dbpass`,
-  `hftoken`; not `bypass` or `compass`); `--key x` and `--access-key x` are secrets, while
-  `--sort-key loss` is not: a name ending in "key" hides only a value that looks like a key
-  (`key_like`: `--wandb-key <40 hex digits>`). A name whose last word is file/path/dir/filename
-  points at a secret and keeps its value (`--password-file /run/secrets/db`, `--key-file
-  ~/.ssh/id`); plurals are counts (`--max-tokens 4096`); a name whose last word describes the
-  secret keeps its value (`--auth-mode none`, `token_type`, `--secret-name`, `--token-url`:
-  `_DESCRIPTOR_WORDS`), and so do null, boolean and special-token values (`<pad>`, `[PAD]`,
-  `<|eot_id|>`) and values that name a file (`-key server.key`, `--token ~/t.txt`); `pw` counts
-  as the last word only (`--pw x`, `db_pw`; not `--pw-kernel`); digits around a word do not
-  hide it (`PASSWORD2`, `0sig`);
-- the value of a `name=value` pair whose name says so, also inside a longer value
-  (`mlx5_0:1,token=x`, `...?access_token=x&n=1`, an Azure SAS's `&sig=x`, `env PGPASSWORD=x`),
-  quoted or spaced in code (`python -c "login(token='x')"`, `password = "x"`), of a quoted
-  JSON or dict pair (`{"api_key": "x"}`) and of a header (`X-Api-Key: x`, `Authorization: Bearer x`);
-- OpenSSL's `pass:x` pass phrase argument (`-passin pass:x`);
-- `-p WORD`: mysql, sshpass, mongosh and many scripts take a password there, ssh and docker a
-  port, mkdir a path after a flag; the word goes unless it is a number, a port mapping
-  (`8080:80`) or a path. Glued (`-pSECRET`) only after the mysql family and 7z: `find -print`
-  and `gcc -pthread` are options, not secrets;
-- the password options of a few programs whose option names do not say so (`_PROGRAM_OPTIONS`:
-  `curl -u bob:pw` keeps `bob`, `smbclient -U bob%pw`, `lftp -u bob,pw`, `redis-cli -a`,
-  `zip -P`), also after a wrapper (`env X=y mysql -pSECRET`, `sudo curl ...`), and inside a
-  text (`bash -c "mysql -pSECRET db"`, a log line). A program met on the way adds its rules to
-  those already met, never replaces them (a database or URL called `open`), and `&&`, `|`, `;`
-  start the next command afresh;
-- the password of a URL or address with user info (`https://user:pw@host`, `user:pw@10.0.0.1`);
-  the user name stays;
-- the credential after `Bearer ` / `Basic ` (an HTTP authorization scheme);
-- AWS access key IDs (`AKIA...`, `ASIA...`: 20 characters), the prefix kept;
-- a long random string (RANDOM_RULE below).
+- the program (argv[0]) and programs named later (`PROGRAMS`: `env X=1 mysql`, `srun python`),
+  the `-m` module of Python and its launchers, a few subcommand verbs (`WORDS`: `accelerate
+  launch`, `fabric run`, `vllm serve`) and fixed setting words (`WORDS`: `nccl`, `c10d`, `bf16`);
+- option names (`--lr`, `--lr=`, `-np`, `-x`, Open MPI's single-dash words, Java's `-Dname`), and
+  Hydra/OmegaConf or environment keys (`+trainer.devices=`, `NCCL_DEBUG=`);
+- values that are numbers, booleans, `host:port`, an IPv4 address, a file name with a known
+  extension (its directory replaced: `[redacted]/train.py`), a URL's scheme and host (userinfo,
+  path, query replaced; a known file name at the end of the path kept);
+- values of the environment variables gpudoctor keeps by name, by each one's grammar (the
+  caller's `known_value`, probe/environment.py: `NCCL_IB_HCA=mlx5_0:1`).
 
-The long-random-string rule. A candidate is a run of at least 20 letters, digits and `+` (the
-alphabet of API keys and base64; `/`, `-`, `_`, `.` and the like end a run, so a path is judged
-segment by segment). It is random when it is not hexadecimal and its
-characters switch between lower case, upper case and digits often: at least 6 switches and at
-least 0.3 per character. Random base62 text switches about 0.6 times per character, base32
-about 0.4; English words, CamelCase names and paths switch at word boundaries only
-(`TransformerEncoderLayerWithRotaryEmbedding` 0.26, `NVIDIAGeForceRTX4090` 5 switches). Hex
-runs (commit and content hashes, UUIDs, container IDs) are kept: they name things rather than
-unlock them and they are everywhere in paths (`snapshots/8cca5276...`). Model names
-(`Meta-Llama-3.1-70B-Instruct`), options and numbers are short runs and stay whole. Known gaps,
-by design: a bare argument that is a secret made only of hex digits or only of lower-case
-letters, or base64 whose `/` cut it into runs shorter than 20 (give it an option name and it
-goes: `--aws-secret-access-key wJalr/K7MD/...` is redacted by name); a glued `-pSECRET` after a
-program not in _PROGRAM_OPTIONS (argparse would read it as `-p SECRET`); a secret given to an
-option whose name says nothing (`--db-conn x`) unless it is random, a URL password or a key ID.
+Numbers are kept where they are settings, not where they may be PINs (research's decision
+point, tests/reference/redaction/README.md): a number is kept as an option's value (and the
+numbers right after it: `--sizes 4 8 16`) or a `key=value` value, and replaced when it stands
+alone as an argument (`htpasswd -b f user 1234`), when it is glued to a short option
+(`-p99133612`, so `-j8` goes too), and after an option whose name ends in a credential word
+(`--password 1234`, `db.pass=1234`: `_credential`) or that a program documents as its password
+option under another name (`PASSWORD_OPTIONS`: `redis-cli -a 1234`, `sshpass -p 1234`). An
+argument holding spaces (`bash -c "..."`, a PEM block, a rewritten process title) is judged word
+by word; `;`, `&&`, `|` start a new command.
 
-Only the run that looks random is replaced, so `/data/<run>/model.pt` keeps its shape. A text
-that was changed contains MARKER, which is how outputs say that redaction happened.
+`text` is for free text of gpudoctor's own ranks (a log tail, an error): words of ordinary shape
+(letters in one case or CamelCase, with a few digits; numbers; identifiers and paths made of
+those) are kept, any other word is replaced, and so is a `key=value` value named as a credential.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from functools import cache
+from dataclasses import dataclass, field
 
 MARKER = "[redacted]"
+MAX_TEXT = 4096  # a free text is cut here first ("...[cut]"); argv is cut by its caller
+MAX_WORD = 256  # a longer value is never one the allow-list keeps
 
-# Words that make an option or key name a secret ("hf_token", "api-key", "db_password", "--pass").
-_SECRET_WORDS = frozenset(
-    {
-        "password",
-        "passwd",
-        "passphrase",
-        "pass",
-        "pwd",
-        "token",
-        "secret",
-        "secrets",
-        "credential",
-        "credentials",
-        "auth",
-        "authorization",
-        "cookie",
-        "apikey",
-        "accesskey",
-        "secretkey",
-        "privatekey",
-        "signature",
-        "sig",  # Azure shared access signatures: `...&sig=<base64>`
-    }
+NUMBER = re.compile(
+    r"[+-]?(?:0[xX][0-9a-fA-F]{1,16}|\d+-\d+|\d+(?::\d\d){1,3}|(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?"
+    r"(?:[KMGTP]i?B?|[kmgtp]b?|%|ms|us|s|h|d)?)"
 )
-# These also count at the end of a longer word: `PGPASSWORD`, `dbpass`, `hftoken`, `clientsecret`.
-_SECRET_SUFFIXES = ("password", "passwd", "passphrase", "pass", "pwd", "token", "secret", "apikey", "accesskey")
-# English words that end in a secret word and name no secret (`--bypass-cache`, `--compass`).
-_NOT_SECRET_WORDS = frozenset(
-    {
-        "bypass",
-        "compass",
-        "encompass",
-        "surpass",
-        "overpass",
-        "underpass",
-        "trespass",
-        "multipass",
-        "onepass",
-        "twopass",
-        "firstpass",
-        "secondpass",
-        "singlepass",
-    }
+BOOLEANS = frozenset({"true", "false", "yes", "no", "on", "off", "none", "null"})
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST = rf"(?:\d{{1,3}}(?:\.\d{{1,3}}){{3}}|{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\])"
+HOST = re.compile(rf"{_HOST}|[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*(?:%[A-Za-z0-9_.-]{{1,15}})?")
+HOST_PORT = re.compile(rf"(?P<host>{_HOST}):(?P<port>\d{{1,5}})")
+IPV4 = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+# File names worth knowing in a training job's command line (a heuristic list: scripts, configs,
+# data, checkpoints, archives, logs, certificates by name).
+_EXTENSIONS = (
+    "py|sh|bash|ipynb|yaml|yml|json|jsonl|toml|cfg|conf|ini|txt|md|csv|tsv|log|out|err|xml|"
+    "pt|pth|bin|safetensors|ckpt|onnx|h5|hdf5|npz|npy|pkl|pickle|gguf|ggml|nemo|engine|plan|model|"
+    "slurm|sbatch|parquet|arrow|idx|tfrecord|tar|gz|tgz|bz2|xz|zst|zip|7z|rar|so|whl|sqsh|sif|img|pem|crt|key|rdb"
 )
-# A name whose last word says it holds where a secret is, not the secret (`--password-file
-# /run/secrets/db`, `--key-file ~/.ssh/id`, `--token-path x`): the path is kept.
-_REFERENCE_WORDS = frozenset({"file", "path", "dir", "filename", "fd"})
-# "key" alone is a secret (`--key x`, `key=x`), and so is "<word> key" for these words; other
-# "... key" names (`--sort-key loss`, `--wandb-key <hex>`) are a secret when their value looks like
-# a key (`key_like`), and name a field otherwise.
-_KEY_QUALIFIERS = frozenset(
-    {"api", "access", "secret", "private", "account", "client", "session", "signing", "encryption", "license", "ssh"}
+FILE_NAME = re.compile(rf"[A-Za-z0-9_+*-][A-Za-z0-9_.+*?-]{{0,127}}\.(?:{_EXTENSIONS})", re.IGNORECASE)
+MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){0,15}")
+_URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,15})://(?P<auth>[^/?#]*)(?P<path>[^?#]*)(?P<rest>[?#].*)?")
+_LONG_OPTION = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_.-]{0,79}")
+_KEY = re.compile(r"[+~]{0,2}[A-Za-z_][A-Za-z0-9_.@/-]{0,127}")
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+# Single-dash option words of launchers (Open MPI's mpirun(1), Intel MPI, llama.cpp, terraform):
+# other single-dash words are a short option with a value glued on (`-pSECRET`).
+SINGLE_DASH_WORDS = frozenset(
+    "np ppn npernode mca gmca host hostfile machinefile bind-to map-by rank-by report-bindings x "
+    "display-map tag-output oversubscribe genv genvall env wdir ngl ngld ctk ctv var var-file".split()
 )
-
-
-# The last word of a name that describes a secret rather than holds it (`--auth-mode none`,
-# `token_type: bpe`, `--secret-name my-secret`, `--token-url https://...`); a heuristic list.
-_DESCRIPTOR_WORDS = frozenset(
-    {"type", "types", "mode", "kind", "format", "length", "len", "size", "count", "limit", "policy", "method"}
-    | {"style", "strategy", "name", "names", "url", "uri", "endpoint", "host", "port", "version", "timeout", "ttl"}
+# Programs whose name is kept wherever it stands (after a wrapper: `srun python`, `env X=1 mysql`).
+PROGRAMS = frozenset(
+    "bash sh zsh cd env nohup sudo nice ionice taskset numactl timeout time stdbuf setsid chrt exec "
+    "srun sbatch salloc mpirun mpiexec horovodrun torchrun deepspeed accelerate fabric lightning "
+    "nsys ncu strace gdb valgrind xargs docker podman kubectl apptainer singularity enroot conda "
+    "uv pip poetry coverage pytest ssh sshpass mysql mysqldump mysqladmin mariadb redis-cli "
+    "valkey-cli curl wget zip unzip 7z unrar ipmitool sqlcmd ldapsearch openssl smbclient mongo "
+    "mongosh htpasswd".split()
 )
-
-
-def _words(name: str) -> list[str]:
-    """The words of a name, lower case, leading and trailing digits dropped (`0sig`, a prefix glued
-    by a log; `PASSWORD2`, `token1`)."""
-    return [w for w in (w.strip("0123456789") for w in re.split(r"[^a-z0-9]+", name.lower())) if w]
-
-
-def _secret_word(word: str) -> bool:
-    if word in _SECRET_WORDS:
-        return True
-    return word not in _NOT_SECRET_WORDS and word.endswith(_SECRET_SUFFIXES)
-
-
-def secret_name(name: str) -> bool:
-    """Whether an option or key name says its value is a secret (case and separators ignored)."""
-    words = _words(name)
-    if not words or words[-1] in _REFERENCE_WORDS or (len(words) > 1 and words[-1] in _DESCRIPTOR_WORDS):
-        return False
-    if any(_secret_word(w) for w in words) or words[-1] == "pw":  # `--pw`, `db_pw`; not `--pw-kernel`
-        return True
-    if words == ["key"]:
-        return True
-    return any(w == "key" and i > 0 and words[i - 1] in _KEY_QUALIFIERS for i, w in enumerate(words))
-
-
-def key_name(name: str) -> bool:
-    """A name that ends in "key" (`--wandb-key`, `--cache-key`, `--sort-key`): a secret only when
-    its value looks like a key (`key_like`)."""
-    words = _words(name)
-    return bool(words) and words[-1].endswith("key")
-
-
-def key_like(value: str) -> bool:
-    """A value that looks like an API key: 20 or more key characters (letters, digits, `+/=-`),
-    letters and digits both, no `_` or `.` (identifiers, metric and file names have them) and
-    not a path (`/`, `~` or `.` first). A 40-digit hex wandb key is one; `val_accuracy_top5` is not."""
-    return (
-        len(value) >= MIN_RUN
-        and _rules()["keychars"].fullmatch(value) is not None
-        and not value.startswith(("/", "~", "."))
-        and any(c.isdigit() for c in value)
-        and any(c.isalpha() for c in value)
-    )
-
-
-def secret_pair(name: str, value: str) -> bool:
-    """Whether `value`, given as the value of option or key `name`, is to be redacted."""
-    rules = _rules()
-    if (
-        not value
-        or value == MARKER
-        or rules["no_secret_value"].fullmatch(value)
-        or rules["file_value"].fullmatch(value)
-    ):
-        return False
-    return secret_name(name) or (key_name(name) and key_like(value))
-
-
-# A key or option name in a text. It starts only where a run of name characters starts (the
-# lookbehind; `_SECRET`, `0token` and `--api-key` whole), so a long run is tried once, not from
-# each of its characters; a subscript's closing quote and bracket may follow (`environ['X']=`).
-_NAME = r"(?<![A-Za-z0-9_.\-])(?P<name>[0-9_.\-]*[A-Za-z][A-Za-z0-9_.\-]*)(?P<close>['\"]?\]?)"
-
-
-@cache
-def _rules() -> dict[str, re.Pattern[str]]:
-    """The patterns, compiled on first use (importing this module is on `check --quick`'s path)."""
-    return {
-        # A string literal assigned in code given to `python -c`, to its closing quote, the quotes
-        # and spaces kept: `token='x'`, `password = "a b"`, `os.environ['HF_TOKEN']='x'`,
-        # `OpenAI(api_key="x")`; `==` is a comparison. Only a secret name's literal is replaced; any
-        # other is left for the next rule to look inside (`cmd = "run --env=PGPASSWORD=x"`).
-        "literal": re.compile(
-            _NAME + r"(?P<sep>[ \t]*=(?!=)[ \t]*[rRbBuUfF]{0,2})(?:'(?P<v1>[^'\n]*)'?|\"(?P<v2>[^\"\n]*)\"?)"
-        ),
-        # `name=value` inside a text; the value runs to the next separator of a list or query
-        # string. With spaces around `=` and no quote it is code (`key = jax.random.PRNGKey(0)`).
-        "assignment": re.compile(
-            _NAME + r"=(?![rRbBuUfF]{1,2}['\"])(?P<value>[^\s,;&'\"]+)"  # (`r'...'` is the literal rule's)
-        ),
-        # A quoted pair of JSON or a Python dict (`'{"api_key": "x"}'`), its quotes maybe escaped
-        # (`"{\"api_key\": \"x\"}"` inside a shell string).
-        "quoted_pair": re.compile(
-            r"(?P<pre>\\?(?P<q>['\"])(?P<name>[0-9_.\-]*[A-Za-z][A-Za-z0-9_.\-]*)\\?(?P=q)"
-            r"[ \t]*:[ \t]*\\?(?P<q2>['\"]))"
-            r"(?P<value>[^'\"\n\\]+)(?:\\?(?P=q2))?"  # (a text cut inside the value has no closing quote)
-        ),
-        # OpenSSL's pass phrase argument (`-passin pass:x`, `-passout pass:x`; openssl-passphrase-options(1):
-        # "pass:password ... the actual password is password"); `env:`, `file:`, `fd:` name where it is.
-        "openssl_pass": re.compile(r"(?<![A-Za-z0-9_])(?P<pre>pass:)(?P<pw>[^\s'\"]+)"),
-        # `Name: value` as an HTTP header passed on a command line (`curl -H 'X-Api-Key: ...'`), or
-        # YAML's `password: "x"` (the opening quote kept). The 80 characters looked at are a
-        # heuristic bound on what the decision needs (`_redact_headers`).
-        "header": re.compile(
-            r"(?<![A-Za-z0-9\-])(?P<name>[0-9\-]*[A-Za-z][A-Za-z0-9\-]*):[ \t]*"
-            r"(?=(?P<q>['\"]?)(?P<value>[^'\"\n]{1,80}))"
-        ),
-        # user:password@host in a URL or a bare address; not a container image's `name:tag@sha256:...`.
-        # (The user starts only after a space, `/@,;` or a quote: `x:x:x:...` is tried once; a
-        # password of at most 256 characters, a heuristic bound that keeps `,a:,a:...@` linear.)
-        "userinfo": re.compile(
-            # (`redis://:password@host`: a URL may give a password with no user)
-            r"(?P<pre>(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@,;'\"]*|(?<![^\s/@,;'\"])[^\s:/@,;'\"]+)"
-            r":(?P<pw>[^\s@/'\"]{1,256})@(?=[^\s@])(?!sha\d+:)"
-        ),
-        # HTTP authorization schemes; a plain English word after "Basic" ("Basic checks") is not one.
-        "scheme": re.compile(r"\b(?P<pre>(?:Bearer|bearer|Basic)\s+)(?P<cred>[A-Za-z0-9._~+/\-]{8,}=*)"),
-        # A value that names a file holds no secret itself (`openssl req -key server.key`, `--token
-        # ~/t.txt`); the extensions are a heuristic list of key, certificate and config files.
-        "file_value": re.compile(
-            r"(?:~|\.{1,2})/.*|[^\s=:]*\.(?:key|pem|crt|cer|der|p12|pfx|jks|json|ya?ml|txt|conf|cfg|ini)"
-        ),
-        # Values that hold no secret whatever the name (a heuristic): a null or a boolean, a
-        # tokenizer's special token (`<pad>`, `</s>`, `<|eot_id|>`, `[PAD]`).
-        "no_secret_value": re.compile(
-            r"(?i:none|null|nil|true|false|undefined)|</?\|?[A-Za-z_]{1,40}\|?>|\[[A-Z]{2,8}\]"
-        ),
-        "to_line_end": re.compile(r"[^'\"\n]*"),
-        "run": re.compile(r"[A-Za-z0-9+]{20,}"),
-        "hex": re.compile(r"[0-9a-f]+|[0-9A-F]+"),
-        "space": re.compile(r"(\s+)"),
-        "keychars": re.compile(r"[A-Za-z0-9+/=\-]+"),
-        # AWS access key IDs: long-term (AKIA) and temporary (ASIA) ones, 20 characters
-        # (docs.aws.amazon.com IAM "Unique identifiers"; tests/reference/redaction_shapes.md).
-        "aws_key_id": re.compile(r"(?<![A-Za-z0-9])(?P<pre>AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
-        # Not a secret after `-p`: a number, a port mapping (`8080:80`, `127.0.0.1:80:80/tcp`), a path.
-        "plain_p": re.compile(r"[0-9][0-9.:]*(?:/(?:tcp|udp|sctp))?|[./~].*|.*/.*"),
-    }
-
-
-MIN_RUN = 20
-MIN_SWITCHES = 6
-MIN_SWITCH_RATE = 0.3
-
-
-def _kind(c: str) -> int:
-    return 0 if c.isdigit() else 1 if c.islower() else 2 if c.isupper() else -1
-
-
-def looks_random(run: str) -> bool:
-    """The long-random-string rule (module docstring) for one run of key/base64 characters."""
-    chars = [c for c in run if c.isalnum()]
-    if len(run) < MIN_RUN or _rules()["hex"].fullmatch("".join(chars)):
-        return False
-    kinds = [_kind(c) for c in chars]
-    switches = sum(1 for a, b in zip(kinds, kinds[1:], strict=False) if a != b)
-    return switches >= MIN_SWITCHES and switches >= MIN_SWITCH_RATE * len(chars)
-
-
-def _redact_literal(match: re.Match[str]) -> str:
-    group = "v1" if match.group("v1") is not None else "v2"
-    if not secret_pair(match.group("name"), match.group(group)):
-        return match.group()
-    quote = "'" if group == "v1" else '"'
-    closed = quote if match.end(group) < match.end() else ""  # (a text cut inside the literal)
-    return f"{match.group('name')}{match.group('close')}{match.group('sep')}{quote}{MARKER}{closed}"
-
-
-def _redact_assignment(match: re.Match[str]) -> str:
-    head, value = match.group("name") + match.group("close") + "=", match.group("value")
-    if secret_pair(match.group("name"), value):
-        return f"{head}{MARKER}"
-    if "=" in value:  # `--env=HF_TOKEN=...`, `--set=auth.password=...`: the pair inside is judged too
-        return f"{head}{_rules()['assignment'].sub(_redact_inner_assignment, value)}"
-    return match.group()
-
-
-def _redact_inner_assignment(match: re.Match[str]) -> str:
-    """The pair inside another's value: judged once, not again inside itself (`a=a=a=...` stays linear)."""
-    if secret_pair(match.group("name"), match.group("value")):
-        return f"{match.group('name')}{match.group('close')}={MARKER}"
-    return match.group()
-
-
-def _redact_quoted_pair(match: re.Match[str]) -> str:
-    if not secret_pair(match.group("name"), match.group("value")):
-        return match.group()
-    close = match.group()[len(match.group("pre")) + len(match.group("value")) :]
-    return f"{match.group('pre')}{MARKER}{close}"
-
-
-def _redact_headers(value: str) -> str:
-    """`Name: value` pairs whose name says secret, the value to the end of the line replaced. The
-    pattern only looks ahead at the value, so a pair that is not secret (`ERROR: auth failed,
-    password: x`) does not hide the pairs after it."""
-    rules = _rules()
-    out: list[str] = []
-    done = 0
-    for match in rules["header"].finditer(value):
-        if match.start() < done:
-            continue  # inside a value already replaced
-        # The decision reads the value's first 80 characters, so that each `Name:` costs a bounded
-        # look; only a value that is replaced is read to its end.
-        shown = match.group("value").strip()
-        if shown.startswith(MARKER) or not secret_pair(match.group("name"), shown):
-            continue  # (`pass:[redacted] -in req.pem`: the pass phrase rule took it)
-        out += [value[done : match.start()], f"{match.group('name')}: {match.group('q')}{MARKER}"]
-        end = rules["to_line_end"].match(value, match.start("value"))
-        done = end.end() if end else match.end("value")
-    return "".join(out) + value[done:] if out else value
-
-
-def _redact_scheme(match: re.Match[str]) -> str:
-    cred = match.group("cred")
-    if cred.isalpha() and cred.islower():
-        return match.group()
-    return f"{match.group('pre')}{MARKER}"
-
-
-MAX_TEXT = 4096  # longer texts are cut first: the patterns cost up to quadratic time in a text's length
-
-
-def text(value: str) -> str:
-    """A free text (an environment value, an address, a log line) with its secrets replaced; a text
-    over MAX_TEXT characters is cut there (marked "...[cut]") so that no input can stall gpudoctor."""
-    if not value:
-        return value
-    if len(value) > MAX_TEXT:
-        return text(value[:MAX_TEXT]) + "...[cut]"
-    rules = _rules()
-    out = rules["userinfo"].sub(lambda m: f"{m.group('pre')}:{MARKER}@", value) if "@" in value else value
-    out = rules["openssl_pass"].sub(lambda m: f"{m.group('pre')}{MARKER}", out)
-    out = _redact_headers(out)
-    out = rules["scheme"].sub(_redact_scheme, out)
-    out = rules["quoted_pair"].sub(_redact_quoted_pair, out)
-    out = rules["literal"].sub(_redact_literal, out)
-    out = rules["assignment"].sub(_redact_assignment, out)
-    out = rules["aws_key_id"].sub(lambda m: f"{m.group('pre')}{MARKER}", out)
-    out = rules["run"].sub(lambda m: MARKER if looks_random(m.group()) else m.group(), out)
-    if "-" not in out or not rules["space"].search(out):
-        return out  # one word, or no option in it
-    # A command inside a text (`bash -c "mysql -pSECRET db"`, a log line that echoes one): the
-    # words go through the same option-aware pass as a command line's arguments.
-    parts = rules["space"].split(out)
-    parts[0::2] = _tokens(parts[0::2], {}, lambda word: word)
-    return "".join(parts)
-
-
-def _option_name(arg: str) -> str | None:
-    """The name of an option argument (`--api-key`, `-token`), None for anything else."""
-    if not arg.startswith("-") or arg in ("-", "--"):
-        return None
-    name = arg.lstrip("-")
-    if not name or not name[0].isalpha():
-        return None  # a negative number, not an option
-    return name
-
-
-# Programs whose options carry a password in a shape no option name tells: "value" (the next
-# argument or glued, `-Ppw`), "glued" (only glued: mysql's `-pPASSWORD`; `-p db` prompts and names a
-# database) and "userinfo" (`user:password`, the user kept; Samba's `user%password` and lftp's
-# `user,password` the same with their own separator). From each program's manual; see
-# tests/reference/redaction_shapes.md.
-_MYSQL = {"-p": "glued"}
-_SAMBA = {"-U": "userinfo%", "--user": "userinfo%"}
-_PROGRAM_OPTIONS: dict[str, dict[str, str]] = {
-    "curl": {"-u": "userinfo", "--user": "userinfo", "-U": "userinfo", "--proxy-user": "userinfo"},
-    "sshpass": {"-p": "value"},
-    "redis-cli": {"-a": "value"},
-    "mongo": {"-p": "value"},
-    "mongosh": {"-p": "value"},
-    "zip": {"-P": "value"},
-    "unzip": {"-P": "value"},
-    "lftp": {"-u": "userinfo,", "--user": "userinfo,"},
-    "open": {"-u": "userinfo,", "--user": "userinfo,"},  # lftp's own command, in `lftp -c 'open -u ...'`
-    "openssl": {"-k": "next"},  # `openssl enc -k password` (openssl-enc(1)); `-key`, `-keyout` are others
-    **dict.fromkeys(("smbclient", "rpcclient", "smbcacls", "smbget", "smbtree"), _SAMBA),
-    "7z": {"-p": "glued"},
-    "7za": {"-p": "glued"},
-    **dict.fromkeys(("mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlshow", "mysqlcheck"), _MYSQL),
-    **dict.fromkeys(("mariadb", "mariadb-dump", "mariadb-admin"), _MYSQL),
+_PYTHON = re.compile(r"(?:python|pypy)[0-9.]*")
+PYTHON_LAUNCHERS = frozenset({"torchrun", "deepspeed", "accelerate", "fabric", "lightning", "coverage"})
+# Subcommand verbs that say what a launcher does, and the fixed words of the settings a diagnosis
+# reads (backends, rendezvous, precision, devices): a vocabulary, never a value a user makes up.
+WORDS = frozenset(
+    "launch run fit validate test predict train eval evaluate serve agent sweep sync show topo diag "
+    "profile download upload install checkout lab notebook start stop status exec login logout "
+    "config env list info version benchmark nccl gloo mpi ucc c10d etcd etcd-v2 static cuda cpu "
+    "auto bf16 fp16 fp32 tf32 16-mixed bf16-mixed 32-true ddp fsdp ring tree".split()
+)
+# Options that take a password under a name that does not say so, per program (each program's
+# manual; tests/reference/redaction/README.md): their value is replaced even when it is a number.
+_SAMBA = frozenset({"-U", "--user"})
+PASSWORD_OPTIONS: dict[str, frozenset[str]] = {
+    "sshpass": frozenset({"-p"}),
+    "redis-cli": frozenset({"-a"}),
+    "valkey-cli": frozenset({"-a"}),
+    "redis-benchmark": frozenset({"-a"}),
+    "zip": frozenset({"-P"}),
+    "unzip": frozenset({"-P"}),
+    "ipmitool": frozenset({"-P"}),
+    "sqlcmd": frozenset({"-P"}),
+    "bcp": frozenset({"-P"}),
+    "mosquitto_pub": frozenset({"-P"}),
+    "mosquitto_sub": frozenset({"-P"}),
+    "ldapsearch": frozenset({"-w"}),
+    "openssl": frozenset({"-k", "-pass", "-passin", "-passout"}),
+    "curl": frozenset({"-u", "--user", "-U", "--proxy-user"}),
+    "smbclient": _SAMBA,
+    "rpcclient": _SAMBA,
+    **dict.fromkeys(("mysql", "mysqldump", "mysqladmin", "mariadb", "mongo", "mongosh"), frozenset({"-p"})),
 }
+# The last word of a name that holds a credential (`--password`, `db.pass`, `HF_TOKEN`, `--api-key`).
+_CREDENTIAL_WORDS = frozenset(
+    "password passwd pass pwd pw passphrase passcode pin token secret key apikey auth credential "
+    "credentials sig signature cookie".split()
+)
+_SEPARATORS = frozenset({";", "&&", "||", "|", "&"})
+_QUOTES = "'\"`()"
 
 
-def _userinfo(value: str, separator: str = ":") -> str:
-    user, sep, password = value.partition(separator)
-    return f"{user}{sep}{MARKER}" if sep and password else text(value)
+def _credential(name: str) -> bool:
+    """Whether an option or key name says its value is a credential (its last word does)."""
+    words = [w.strip("0123456789") for w in re.split(r"[^a-z0-9]+", name.lower())]
+    words = [w for w in words if w]
+    return bool(words) and (words[-1] in _CREDENTIAL_WORDS or words[-1].endswith(("password", "token", "secret")))
 
 
-def _shown_value(how: str, value: str) -> str:
-    """A password option's value as shown: "userinfo<sep>" keeps the user, the rest goes."""
-    return _userinfo(value, how.removeprefix("userinfo") or ":") if how.startswith("userinfo") else MARKER
+def host_port(value: str) -> bool:
+    match = HOST_PORT.fullmatch(value)
+    return match is not None and int(match.group("port")) < 65536  # (0: any free port)
 
 
-def _value_rule(option: str, how: str | None) -> Callable[[str], str] | None:
-    """How the argument after `option` is shown, or None when it is an argument like any other."""
-    if how is not None and how.startswith("userinfo"):
-        return lambda value: _shown_value(how, value)
-    if how in ("value", "next"):
-        return lambda value: MARKER
-    name = option.lstrip("-")
-    if option == "-p":
-        # `-p WORD` is ambiguous (mysql, sshpass and many scripts: a password; ssh, docker: a port;
-        # mkdir: a flag before a path): a number, a port mapping or a path is kept, a word is not.
-        return lambda value: text(value) if _rules()["plain_p"].fullmatch(value) else MARKER
-    if secret_name(name) or key_name(name):
-        return lambda value: MARKER if secret_pair(name, value) else text(value)
-    return None
+def host(value: str) -> bool:
+    return len(value) <= 253 and HOST.fullmatch(value) is not None
 
 
-def argv(args: Iterable[str]) -> list[str]:
-    """A command line with its secret values replaced; the program (args[0]) is never changed.
+def file_name(value: str) -> str | None:
+    """A file name with a known extension, its directory replaced (`./`, `/`, `~/` kept), or None."""
+    folder, slash, base = value.rpartition("/")
+    if not FILE_NAME.fullmatch(base):
+        return None
+    return base if not slash else f"{folder if folder in ('', '.', '..', '~') else MARKER}/{base}"
 
-    `--name=value` and `--name value` are redacted when `secret_pair(name, value)` says so; `-p
-    WORD` unless WORD is a number, a port mapping or a path; the password options of the
-    programs in _PROGRAM_OPTIONS (also after a wrapper: `env X=y mysql -pSECRET`, `sudo curl -u
-    bob:pw`); every argument also goes through `text` (URLs with passwords, key=value pairs,
-    AWS key IDs, random runs).
-    """
+
+def url(value: str) -> str | None:
+    """A URL as its scheme, host and port (and a known file name at the end of its path), or None."""
+    match = _URL.fullmatch(value)
+    if match is None:
+        return None
+    userinfo, at, where = match.group("auth").rpartition("@")
+    shown = f"{match.group('scheme')}://{MARKER + '@' if at else ''}"
+    shown += where if host(where) or host_port(where) else MARKER
+    path = match.group("path")
+    if path not in ("", "/"):
+        name = file_name(path.rsplit("/", 1)[-1])
+        shown += f"/{name}" if name and path.count("/") == 1 else f"/{MARKER}" + (f"/{name}" if name else "")
+    return shown + (f"{match.group('rest')[0]}{MARKER}" if match.group("rest") else "")
+
+
+def value(text: str, bare: bool = False) -> str:
+    """An argument or option value as shown: kept when the allow-list knows its shape, else MARKER.
+    `bare`: the argument stands alone (no option before it), where a number may be a PIN."""
+    if not text:
+        return text
+    if len(text) > MAX_WORD:
+        return MARKER
+    if NUMBER.fullmatch(text):
+        return MARKER if bare else text
+    if text.lower() in BOOLEANS or host_port(text) or IPV4.fullmatch(text):
+        return text
+    if "," in text:
+        return _collapse([value(part, bare) for part in text.split(",")], ",")
+    if ":" in text and all(FILE_NAME.fullmatch(part) for part in text.split(":")):
+        return text  # a list of files (`ckpt_1.pt:ckpt_2.pt`)
+    shown = url(text) if "://" in text else file_name(text)
+    return shown if shown is not None else MARKER
+
+
+def _collapse(parts: list[str], sep: str) -> str:
+    """Parts joined, a run of MARKERs shown once."""
+    out = [p for i, p in enumerate(parts) if not (p == MARKER and i and parts[i - 1] == MARKER)]
+    return sep.join(out)
+
+
+KnownValue = Callable[[str, str], "str | None"]  # (variable, value) -> shown, None: not a known variable
+
+
+@dataclass
+class _State:
+    """What the arguments before this one tell about it."""
+
+    known_value: KnownValue | None
+    table: frozenset[str] = frozenset()  # the password options of the programs met so far
+    python: bool = False  # a Python or a Python launcher was met: `-m` names a module
+    pending: str = ""  # what the previous argument makes of this one: credential, module, value, number
+    programs: list[str] = field(default_factory=list)
+
+    def program(self, name: str) -> None:
+        self.table |= PASSWORD_OPTIONS.get(name, frozenset())
+        self.python = self.python or bool(_PYTHON.fullmatch(name)) or name in PYTHON_LAUNCHERS
+
+    def reset(self) -> None:
+        self.table, self.python, self.pending = frozenset(), False, ""
+
+
+def _option(arg: str, state: _State) -> str | None:
+    """An option shown (its name kept, a glued or `=` value judged), or None when `arg` is none."""
+    if not arg.startswith("-") or arg in ("-", "--") or NUMBER.fullmatch(arg):
+        return None
+    name, eq, rest = arg.partition("=")
+    body = name.lstrip("-")
+    credential = _credential(body) or name in state.table
+    if name.startswith("--"):
+        shown = name if _LONG_OPTION.fullmatch(name) else None
+    elif (len(body) == 1 and body.isalnum()) or (len(body) == 2 and body.isalpha()) or body in SINGLE_DASH_WORDS:
+        shown = name
+    elif body[:1] == "D" and MODULE.fullmatch(body[1:]):
+        shown = name  # Java's -Dname=value
+    else:  # a value glued to a short option (`-pSECRET`, `-p99133612`, `-j8`): replaced whatever it is
+        state.pending = "credential" if credential else ""
+        return f"-{body[0]}{MARKER}" if body[:1].isalnum() else MARKER
+    if shown is None:
+        return MARKER
+    if eq:
+        state.pending = ""
+        return f"{shown}={MARKER if credential else _pair_value(rest, state)}"
+    module = name in ("-m", "--module") and state.python
+    state.pending = "credential" if credential else "module" if module else "value"
+    return shown
+
+
+def _pair_value(text: str, state: _State, depth: int = 0) -> str:
+    """The value of `--name=value`: a `key=value` inside (`--env=HF_TOKEN=x`) is judged as one, to
+    a depth of 2 (`a=a=a=...` costs no more than its length)."""
+    inner = _assignment(text, state, depth + 1) if depth < 2 else None
+    return inner if inner is not None else value(text)
+
+
+def _assignment(arg: str, state: _State, depth: int = 0) -> str | None:
+    """`key=value` (Hydra, OmegaConf, environment): the key kept, the value by its grammar."""
+    key, eq, rest = arg.partition("=")
+    if not eq or not rest or rest.startswith("=") or not _KEY.fullmatch(key):
+        return None  # (`abc==`: base64 padding, not a pair)
+    known = state.known_value(key.lstrip("+~"), rest) if state.known_value else None
+    if known is not None:
+        return f"{key}={known}"
+    if state.known_value and _ENV_NAME.fullmatch(key):
+        return f"{key}={MARKER}"  # an environment variable not kept by name: its value never is
+    return f"{key}={MARKER if _credential(key) else _pair_value(rest, state, depth)}"
+
+
+def _argument(arg: str, state: _State) -> str:
+    """One argument (no whitespace in it) as shown."""
+    pending, state.pending = state.pending, ""
+    option = _option(arg, state)
+    if option is not None:
+        return option
+    if pending == "credential":
+        return MARKER
+    base = arg.rsplit("/", 1)[-1]
+    if "=" not in arg and (base in PROGRAMS or _PYTHON.fullmatch(base)):
+        state.program(base)
+        return arg if arg == base else f"{MARKER}/{base}"
+    if pending == "module" and MODULE.fullmatch(arg):
+        return arg
+    if arg in WORDS:
+        return arg
+    pair = _assignment(arg, state)
+    if pair is not None:
+        return pair
+    shown = value(arg, bare=pending not in ("value", "number"))
+    if pending in ("value", "number") and shown == arg and NUMBER.fullmatch(arg):
+        state.pending = "number"  # `--sizes 4 8 16`: the numbers after an option's are its values too
+    return shown
+
+
+def _words(arg: str, state: _State) -> str:
+    """An argument holding spaces (`bash -c "..."`, a PEM block, a process title), word by word."""
+    out: list[str] = []
+    for word in arg.split():
+        core = word.strip(_QUOTES).rstrip(";")
+        if word in _SEPARATORS:
+            state.reset()
+            out.append(word)
+            continue
+        shown = _argument(core, state) if core else ""
+        if MARKER in shown and not shown.replace(MARKER, "").strip(_PUNCT):
+            shown = MARKER  # (`socket,` in code: nothing but punctuation kept)
+        ends = word.rstrip(_QUOTES).endswith(";")
+        out.append(word if shown == core else shown + (";" if ends else ""))
+        if ends:
+            state.reset()
+    return _collapse(out, " ")
+
+
+def _arg(arg: str, state: _State) -> str:
+    if len(arg) > MAX_TEXT:
+        arg = arg[:MAX_TEXT]
+    if not any(c.isspace() for c in arg):
+        return _argument(arg, state)
+    key, eq, rest = arg.partition("=")
+    if eq and _KEY.fullmatch(key):  # `msg=hello world`, `--prompt=a b`: the key, then the words
+        shown = MARKER if _credential(key) else _words(rest, state)
+        return f"{key}={shown}"
+    return _words(arg, state)
+
+
+_PROGRAM = re.compile(r"[A-Za-z0-9_./+~:\[\]-]{1,256}")
+
+
+def argv(args: Iterable[str], known_value: KnownValue | None = None) -> list[str]:
+    """A command line as gpudoctor may copy it into an output (module docstring). `known_value`
+    shows the value of a variable kept by name (`NCCL_IB_HCA=...`), None for any other name."""
     items = list(args)
     if not items:
         return []
-    if len(items) == 1 and _rules()["space"].search(items[0]):
-        # A process that rewrote its argv (setproctitle: Ray workers, gunicorn, postgres) shows its
-        # whole command line as one string: its words are read as a command line's arguments.
-        parts = _rules()["space"].split(items[0])
-        words = parts[0::2]
-        parts[0::2] = [words[0], *_tokens(words[1:], _PROGRAM_OPTIONS.get(_program(words[0]), {}), text)]
-        return ["".join(parts)]
-    return [items[0], *_tokens(items[1:], _PROGRAM_OPTIONS.get(_program(items[0]), {}), text)]
+    state = _State(known_value)
+    first, *rest = items[0].split(None, 1) or [""]
+    program = first if _PROGRAM.fullmatch(first) else MARKER
+    state.program(first.rsplit("/", 1)[-1])
+    head = program + (" " + _words(rest[0], state) if rest else "")  # a process title (setproctitle)
+    return [head, *(_arg(a, state) for a in items[1:])]
 
 
-_SHELL_SEPARATORS = frozenset({"&&", "||", "|", ";", "&"})
+# -- free text of gpudoctor's own ranks ------------------------------------------------------------
+# A word of ordinary shape: lower case, Capitalized, UPPER or CamelCase letters, maybe a few digits
+# after them (`mlx5`, `cuda`, `c10d`, `ProcessGroupNCCL`), or a number.
+_SEGMENT = re.compile(
+    r"[a-z]{1,24}\d{0,3}|[A-Z][a-z]{1,23}\d{0,3}|[A-Z]{1,24}\d{0,3}|\d{1,20}|[a-z]{1,4}\d{1,3}[a-z]{1,4}"
+    r"|(?:[A-Z][a-z]?)?(?:[A-Z]?[a-z]{2,16}|[A-Z]{2,8}(?![a-z])){1,6}"
+)
+_PUNCT = "'\"`()[]{}<>,;:.!?*"
 
 
-def _tokens(items: list[str], table: dict[str, str], plain: Callable[[str], str]) -> list[str]:
-    """The option-aware pass over the arguments of a command (or the words of a text): options
-    whose values are secrets, `-p WORD`, the password options of a program named in `table` or
-    met on the way; `plain` shows every other argument."""
-    out: list[str] = []
-    pending: Callable[[str], str] | None = None  # the rule for the value of the option just seen
-    for arg in items:
-        name = _option_name(arg)
-        if not arg or (pending is not None and name is None):
-            out.append(pending(arg) if pending is not None and arg else arg)
-            pending = None if arg else pending
-            continue
-        pending = None
-        if name is None:
-            out.append(plain(arg))
-            if arg in _SHELL_SEPARATORS or arg.endswith(";"):
-                table = {}  # the next command's program starts afresh
-            else:  # a program started by a wrapper (`env X=y mysql`, `bash -c "mysql`): its rules are
-                # added, never in place of the rules met so far (a database or URL named `open`)
-                table = {**_PROGRAM_OPTIONS.get(_program(arg.lstrip("'\"(`")), {}), **table}
-            continue
-        option, eq, value = arg.partition("=")
-        glued = next(
-            (o for o, how in table.items() if len(o) == 2 and how != "next" and arg.startswith(o) and len(arg) > 2),
-            None,
-        )
-        glued = None if eq else glued
-        if glued is not None:  # -pSECRET, -ubob:pw
-            out.append(glued + _shown_value(table[glued], arg[2:]))
-            continue
-        cluster = _clustered(arg, table) if not eq else None
-        if cluster is not None:  # curl -sSu bob:pw, -fsSLubob:pw: the flags, then the one that takes a value
-            at, how = cluster
-            rest = arg[at + 1 :]
-            if rest:
-                out.append(arg[: at + 1] + _shown_value(how, rest))
-            else:
-                out.append(arg)
-                pending = _value_rule(f"-{arg[at]}", how)
-            continue
-        rule = _value_rule(option, table.get(option))
-        if eq:
-            out.append(f"{option}={rule(value)}" if rule is not None and value else plain(arg))
-            continue
-        pending = rule
-        out.append(plain(arg))
-    return out
+def ordinary(word: str) -> bool:
+    """A word of ordinary shape (identifiers, paths and dotted names of such words, numbers)."""
+    core = word.strip(_PUNCT)
+    if len(core) > MAX_WORD or ("@" in core and ":" in core.partition("@")[0]):
+        return False  # (user:password@host)
+    parts = core.split("=")
+    if any(_credential(key) for key in parts[:-1]):
+        return False  # a value named as a credential (`token=abc`)
+    return all(
+        NUMBER.fullmatch(part) or all(_SEGMENT.fullmatch(s) for s in re.split(r"[^A-Za-z0-9]+", part) if s)
+        for part in parts
+    )
 
 
-def _clustered(arg: str, table: dict[str, str]) -> tuple[int, str] | None:
-    """In a cluster of short flags (`-sSu`), where the program's value-taking option stands and its
-    rule: getopt reads the flags before it and gives it the rest of the word, or the next one."""
-    if not table or not arg.startswith("-") or arg.startswith("--") or len(arg) < 3:
-        return None
-    for at in range(1, len(arg)):
-        how = table.get(f"-{arg[at]}")
-        if how is not None and how not in ("glued", "next"):
-            return at, how
-        if not arg[at].isalpha():
-            return None
-    return None
-
-
-def _program(arg: str) -> str:
-    return arg.rsplit("/", 1)[-1]
+def text(value: str) -> str:
+    """A free text of gpudoctor's own ranks with each word of no ordinary shape replaced; a text
+    over MAX_TEXT characters is cut there first (marked "...[cut]")."""
+    if not value:
+        return value
+    cut = len(value) > MAX_TEXT
+    parts = re.split(r"(\s+)", value[:MAX_TEXT])
+    parts[0::2] = [p if ordinary(p) else MARKER for p in parts[0::2]]
+    return "".join(parts) + ("...[cut]" if cut else "")
 
 
 def redacted(value: str | None) -> bool:

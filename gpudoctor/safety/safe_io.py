@@ -21,7 +21,10 @@ prepared. The rules, for every output:
 
 `write_text` is for documents written whole; `open_stream` for files written line by line
 (`watch --record`): the stream is a new file from its first byte, renamed into place at once,
-so it never truncates an existing inode either.
+so it never truncates an existing inode either. `open_append` is for a file another program made
+for gpudoctor to add to (the GitHub runner's step summary): a regular file only (a FIFO would
+block or stream to whoever reads it), never created, never through a link, never a file with
+other hard links, never another user's file in a folder others can write (fs.protected_regular).
 
 `read_text` is for input files (snapshots, recordings): only a regular file is read (a FIFO
 would block until someone writes to it, `/dev/zero` never ends), opened without blocking, and
@@ -42,6 +45,7 @@ FIFO_READER_GRACE_S = 2.0  # how long a FIFO output waits for its reader to open
 __all__ = [
     "InputFileError",
     "check_target",
+    "open_append",
     "open_input",
     "open_stream",
     "read_bytes",
@@ -193,6 +197,48 @@ def open_stream(path: str | Path) -> IO[str]:
         tmp.unlink(missing_ok=True)
         raise
     return out
+
+
+NOT_REGULAR = "not a regular file (gpudoctor appends to regular files only)"
+
+
+def _refuse_append(path: Path, st: os.stat_result) -> None:
+    """Why gpudoctor will not append to this (OSError), judged on what is there or was opened."""
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) else "not a file"
+        raise OSError(errno.EINVAL, f"is {kind}, {NOT_REGULAR}")
+    if st.st_nlink > 1:
+        raise PermissionError(errno.EPERM, "has other hard links (gpudoctor does not append to a file named elsewhere)")
+    if st.st_uid == os.geteuid():
+        return
+    try:
+        parent = os.stat(path.parent if str(path.parent) else ".")
+    except OSError:
+        return
+    if parent.st_mode & (stat.S_IWOTH | stat.S_IWGRP) and st.st_uid != parent.st_uid:  # fs.protected_regular=2
+        raise PermissionError(errno.EPERM, f"is owned by user {_user(st.st_uid)} in a directory other users can write")
+
+
+def open_append(path: str | Path) -> IO[str]:
+    """The existing regular file at `path`, opened to append to (see the module's rules); OSError
+    with a one-line reason otherwise. Never blocks: a FIFO is refused, not waited on."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "is a symbolic link (gpudoctor does not write through links)") from None
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise OSError(errno.EINVAL, f"is a FIFO, {NOT_REGULAR}") from None
+        raise
+    try:
+        _refuse_append(Path(path), os.fstat(fd))  # what was opened, not what was looked at
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "a", encoding="utf-8")
 
 
 class InputFileError(OSError):

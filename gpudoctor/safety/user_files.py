@@ -87,6 +87,69 @@ def _read_trusted(path: str | Path, trust: Callable[[os.stat_result], str | None
     return data.decode("utf-8")
 
 
+MAX_LINKS = 40  # links followed on one path before giving up (Linux's own limit, ELOOP)
+
+
+def owner_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"user {pwd.getpwuid(uid).pw_name}"
+    except (KeyError, ImportError):
+        return f"uid {uid}"
+
+
+def _judge_dir(directory: str, st: os.stat_result, trusted: set[int] | None) -> str | None:
+    """Why another user controls what `directory` holds (None: nobody but its owner does). A sticky
+    directory that others can write (/tmp) lets nobody replace an entry that is not theirs: the
+    entry itself is judged next."""
+    writable = st.st_mode & (stat.S_IWOTH if trusted is None else stat.S_IWGRP | stat.S_IWOTH)
+    if writable and not st.st_mode & stat.S_ISVTX:
+        return f"its folder {directory} can be written by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    if trusted is not None and st.st_uid not in trusted:
+        return f"it is reached through {directory}, owned by {owner_name(st.st_uid)}"
+    return None
+
+
+def untrusted_path(path: str | Path, trusted: set[int] | None) -> str | None:
+    """Why the file at `path` is reached through a folder or link that someone other than the users
+    `trusted` controls (None: it is not), judged as git's safe.directory judges a repository: every
+    folder from / down, and every link on the way with the folders of its target, must be owned by a
+    trusted user and writable by nobody else (a sticky folder excepted). `trusted=None`: only what
+    EVERY user controls counts (a folder others can write that is not sticky)."""
+    pending = list(Path(os.path.abspath(path)).parts[1:])
+    current, links, judged = "/", 0, set()
+    try:
+        while pending:
+            if current not in judged:
+                judged.add(current)
+                why = _judge_dir(current, os.stat(current), trusted)
+                if why is not None:
+                    return why
+            name = pending.pop(0)
+            if name in ("", ".", ".."):
+                current = os.path.dirname(current) if name == ".." else current
+                continue
+            entry = os.path.join(current, name)
+            lst = os.lstat(entry)
+            if not stat.S_ISLNK(lst.st_mode):
+                if not pending:
+                    return None  # the file itself: its reader judges it (owner, mode) on the open file
+                current = entry
+                continue
+            if trusted is not None and lst.st_uid not in trusted:
+                return f"it is reached through the link {entry}, owned by {owner_name(lst.st_uid)}"
+            links += 1
+            if links > MAX_LINKS:
+                return f"it is reached through more than {MAX_LINKS} links"
+            target = os.readlink(entry)
+            current = "/" if os.path.isabs(target) else current
+            pending = [p for p in Path(target).parts if p != "/"] + pending
+    except OSError:
+        return None  # (the file is opened next, and that says why it cannot be)
+    return None
+
+
 def _no_constants(name: str) -> Any:
     raise UserFileError(f"not valid JSON: {name} is not a number JSON allows")
 

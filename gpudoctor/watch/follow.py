@@ -15,7 +15,9 @@ followed too: gpudoctor becomes the job's child subreaper (PR_SET_CHILD_SUBREAPE
 descendant is re-parented to gpudoctor, not to init, so it stays in the tree and is reaped here),
 every descendant seen is recorded with its start time, and those outside the group are told to
 the sentinel. `stop()` signals the group and every recorded or adopted descendant; the sentinel
-does the same from its list.
+does the same from its list. Both also find descendants by the job's mark: a random token in the
+job's environment (sentinel.JOB_ENV), which every descendant inherits, so one that detached after
+the last process reading is found too (only the sentinel and the job know the token).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -62,10 +65,13 @@ def adopt_orphans() -> bool:
 
 
 class Job:
-    def __init__(self, proc: subprocess.Popen[bytes] | None, root: psutil.Process, command: str) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes] | None, root: psutil.Process, command: str, display: str = ""
+    ) -> None:
         self._popen = proc
         self.root = root
-        self.command = command
+        self.command = command  # as the allow-list shows it: what recordings get
+        self.display = display or command  # the user's own command whole: for the terminal only
         self._lock = threading.Lock()
         self._tree: frozenset[int] = frozenset({root.pid})
         self.exit_code: int | None = None
@@ -75,6 +81,7 @@ class Job:
         self._known: dict[int, psutil.Process] = {}  # every descendant seen (psutil checks the start time)
         self._told: set[int] = set()  # descendants outside the group already told to the sentinel
         self.stderr: StderrTail | None = None  # the command's stderr, passed through, its tail kept
+        self.token = ""  # the job's mark in its environment (sentinel.JOB_ENV); "" for an attached PID
 
     @classmethod
     def start(
@@ -89,12 +96,15 @@ class Job:
         (the CLI does; it changes who reaps orphans for the whole gpudoctor process). `channel`: the
         job's step-channel directory, which the sentinel removes if gpudoctor dies. `keep_stderr`: its
         standard error goes through a pipe to ours, its tail kept (`Job.stderr`: why a rank failed)."""
+        from gpudoctor.watch.sentinel import JOB_ENV
+
         adopting = adopt and adopt_orphans()
+        token = secrets.token_hex(16)
         read_end, write_end = os.pipe() if keep_stderr else (None, None)
         try:
             proc = subprocess.Popen(
                 argv,
-                env=env,
+                env={**(os.environ if env is None else env), JOB_ENV: token},
                 stderr=write_end,
                 start_new_session=True,  # its own process group: stop() reaches every rank
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
@@ -105,11 +115,11 @@ class Job:
                     os.close(fd)
             what = "not found" if isinstance(exc, FileNotFoundError) else "not executable"
             raise UserError(f"command {what}: {argv[0]}", EXIT_USAGE, "usage") from None
-        job = cls(proc, psutil.Process(proc.pid), command_line(argv))
+        job = cls(proc, psutil.Process(proc.pid), command_line(argv), display=" ".join(argv))
         if write_end is not None and read_end is not None:
             os.close(write_end)  # the command holds it now: the pipe ends when the command's last writer does
             job.stderr = StderrTail(read_end)
-        job.adopting = adopting
+        job.adopting, job.token = adopting, token
         job._start_sentinel(channel)
         return job
 
@@ -148,6 +158,8 @@ class Job:
         finally:
             os.close(read_end)
         self._sentinel_pipe = write_end
+        with contextlib.suppress(OSError):
+            os.write(write_end, f"={self.token}\n".encode())  # the mark: through the pipe, never argv
 
     def _release_sentinel(self) -> None:
         """The job is stopped: tell the sentinel to exit without doing anything, and reap it."""
@@ -166,14 +178,18 @@ class Job:
 
     @classmethod
     def attach(cls, pid: int) -> Job:
+        display = ""
         try:
             proc = psutil.Process(pid)
-            command = command_line(proc.cmdline()) or proc.name()
+            argv = proc.cmdline()
+            command = command_line(argv) or proc.name()
+            if proc.uids().real == os.getuid():
+                display = " ".join(" ".join(a.split()) for a in argv)  # the user's own: whole on the terminal
         except psutil.NoSuchProcess:
             raise UserError(f"no process with PID {pid}", EXIT_USAGE, "usage") from None
         except psutil.AccessDenied:
             command = f"PID {pid}"
-        return cls(None, proc, command)
+        return cls(None, proc, command, display)
 
     @property
     def owned(self) -> bool:
@@ -264,15 +280,22 @@ class Job:
                 os.write(self._sentinel_pipe, "".join(lines).encode())
 
     def _strays(self) -> list[psutil.Process]:
-        """Live descendants outside the job's process group (recorded or adopted), which killpg misses."""
+        """Live descendants outside the job's process group (recorded, adopted or carrying the job's
+        mark), which killpg misses; only those whose start time psutil knows, so that a signal
+        reaches them and not a process that took a number since."""
+        from gpudoctor.watch.sentinel import marked
+
         with self._lock:
             known = dict(self._known)
         known.update((p.pid, p) for p in self._descendants())
+        with contextlib.suppress(psutil.Error):
+            known.update((p.pid, p) for p in marked(self.token, os.getuid(), self.root.create_time()))
         out = []
         for pid, p in known.items():
             if pid == self.root.pid:
                 continue
             try:
+                p.create_time()  # raises when unknown: psutil could not tell a reused PID
                 if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and os.getpgid(pid) != self.root.pid:
                     out.append(p)
             except (OSError, psutil.Error):

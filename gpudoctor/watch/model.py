@@ -250,9 +250,12 @@ class ProcReading:
     note: str = ""  # why the rest is unknown, e.g. a PID from outside this container
     sm: int | None = None  # % of the GPU's SM time this process used (nvmlDeviceGetProcessUtilization)
     started: float | None = None  # its start time (epoch s): a signal goes to this process, not a reused PID
+    # The user's own process's command line whole, for the dashboard only: never written to a file
+    # (to_json leaves it out, a recording cannot set it); `command`, as the allow-list shows it, is.
+    own_command: str = field(default="", metadata={"terminal_only": True}, compare=False)
 
     def __post_init__(self) -> None:
-        _clean_texts(self, ("user", "command", "note"))
+        _clean_texts(self, ("user", "command", "note", "own_command"))
 
     def to_json(self) -> dict[str, Any]:
         return _compact(self)
@@ -265,7 +268,7 @@ class ProcReading:
     def parse(cls, data: Any, dropped: list[str]) -> ProcReading:
         if not isinstance(data, dict):
             raise ValueError(f"a process reading is not an object: {data!r}")
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls) if not f.metadata.get("terminal_only")}
         kwargs = {k: v for k, v in data.items() if k in known}
         pid = kwargs["pid"] = _whole(kwargs.get("pid"))
         if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < MAX_ID:
@@ -289,8 +292,13 @@ def _clean_texts(reading: Any, names: tuple[str, ...]) -> None:
 
 
 def _compact(obj: Any) -> dict[str, Any]:
-    """A reading's fields without the absent ones (keeps recordings small: absent means n/a)."""
-    return {f.name: getattr(obj, f.name) for f in fields(obj) if getattr(obj, f.name) not in (None, "")}
+    """A reading's fields without the absent ones (keeps recordings small: absent means n/a), and
+    without those for the terminal only."""
+    return {
+        f.name: getattr(obj, f.name)
+        for f in fields(obj)
+        if getattr(obj, f.name) not in (None, "") and not f.metadata.get("terminal_only")
+    }
 
 
 def _object(data: Any, what: str, cls: type) -> dict[str, Any]:

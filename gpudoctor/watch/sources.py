@@ -114,6 +114,7 @@ def proc_readings(
                     command=p.command or "",
                     sm=share,
                     started=None if u is None else u.started,
+                    own_command=(u.own_command if u is not None else None) or "",
                 )
             )
     return tuple(out)

@@ -31,9 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.knowledge.node_facts import DROPPED, MAX_PAYLOAD_BYTES
 from gpudoctor.knowledge.pair_isolation import RETESTS, analyse, disjoint_batches, merged, retested
 from gpudoctor.launch.faults import Faults
-from gpudoctor.workloads.rank import RankContext, host_bytes
+from gpudoctor.workloads.rank import RankContext, decoded, padded
 
 SLOW_FACTOR = 10.0  # the slownet/slownode faults make a timed step take this many times as long (test-only)
 
@@ -174,6 +175,42 @@ def group_state() -> str:
     return f"{group_mode()}/{len(distributed_c10d._world.pg_names)}"
 
 
+def member(m: Any, rank: int) -> dict[str, Any]:
+    """What rank `rank` said about itself, held to the shape this module sends: every rank judges
+    the same gathered list alike, so a malformed one stops them all with the same one-line error."""
+    from gpudoctor.knowledge.node_facts import MAX_TEXT
+
+    ok = (
+        isinstance(m, dict)
+        and m.get("rank") == rank
+        and all(isinstance(m.get(k), str) and len(m[k]) <= MAX_TEXT for k in ("key", "host", "groups"))
+        and isinstance(m.get("node_rank"), int)
+        and not isinstance(m.get("node_rank"), bool)
+        and (m.get("expected") is None or (isinstance(m["expected"], int | float) and 0 < m["expected"] < 1e6))
+    )
+    if not ok:
+        raise ValueError(f"rank {rank} sent a description of itself gpudoctor cannot use: {str(m)[:200]}")
+    return m
+
+
+def leader_entries(received: list[Any], keys: list[str]) -> dict[str, dict[str, Any]]:
+    """Each node's entry (facts, counters) by node key, as its local rank 0 sent it; an entry that
+    is not from the node its sender belongs to, or was dropped (too large, not JSON), carries
+    `{DROPPED: why}` as its facts, which the check reports."""
+    out: dict[str, dict[str, Any]] = {}
+    for sender, entry in enumerate(received):
+        if entry is None:
+            continue
+        key = keys[sender]
+        if isinstance(entry, dict) and DROPPED in entry:
+            out[key] = {"facts": entry}
+        elif isinstance(entry, dict) and entry.get("key") == key:
+            out[key] = entry
+        else:
+            out[key] = {"facts": {DROPPED: f"rank {sender} sent an entry that is not its node's"}}
+    return out
+
+
 def _nodes(members: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per node, in node-rank order: key, host, node_rank, ranks."""
     nodes: dict[str, dict[str, Any]] = {}
@@ -185,9 +222,10 @@ def _nodes(members: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(nodes.values(), key=lambda n: (n["node_rank"], n["host"]))
 
 
-def gather_json(ctx: RankContext, obj: Any, dst: int = 0) -> list[Any] | None:
+def gather_json(ctx: RankContext, obj: Any, dst: int = 0, limit: int = MAX_PAYLOAD_BYTES) -> list[Any] | None:
     """Every rank's JSON-able `obj` at rank `dst` only (None elsewhere): the one-way counterpart of
-    RankContext.all_gather_json (JSON in uint8 tensors: no numpy, no unpickling what peers send)."""
+    RankContext.all_gather_json (JSON in uint8 tensors: no numpy, no unpickling what peers send; a
+    payload over `limit` bytes, or not JSON, arrives as `{DROPPED: why}`)."""
     import torch
     import torch.distributed as dist
 
@@ -196,14 +234,12 @@ def gather_json(ctx: RankContext, obj: Any, dst: int = 0) -> list[Any] | None:
     sizes = [torch.zeros_like(size) for _ in range(ctx.world_size)]
     dist.all_gather(sizes, size)
     lengths = [int(s.item()) for s in sizes]
-    mine = torch.zeros(max(1, *lengths), dtype=torch.uint8, device=ctx.device)
-    if payload:
-        mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(ctx.device)
+    mine, _ = padded(payload, lengths, limit, ctx.device)
     parts = [torch.empty_like(mine) for _ in range(ctx.world_size)] if ctx.rank == dst else None
     dist.gather(mine, parts, dst=dst)
     if parts is None:
         return None
-    return [json.loads(host_bytes(t[:n]).decode("utf-8")) for t, n in zip(parts, lengths, strict=True)]
+    return [decoded(t, n, limit) for t, n in zip(parts, lengths, strict=True)]
 
 
 def _counters_now() -> dict[str, dict[str, int]] | None:
@@ -231,7 +267,7 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
         "expected": params.get("expected_gbps"),
         "groups": group_state(),
     }
-    gathered = ctx.all_gather_json(me)
+    gathered = [member(m, i) for i, m in enumerate(ctx.all_gather_json(me))]
     nodes = _nodes(gathered)
     mine = next(n for n in nodes if n["key"] == key)
     expectations = [m["expected"] for m in gathered]
@@ -258,7 +294,7 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
     sent = {"key": key, "facts": params.get("facts"), "counters": after} if ctx.local_rank == 0 else None
     received = gather_json(ctx, sent, dst=0)
     if received is not None:  # the report's rank
-        leaders = {r["key"]: r for r in received if r}
+        leaders = leader_entries(received, [m["key"] for m in gathered])
         out["facts"] = {n["key"]: (leaders.get(n["key"]) or {}).get("facts") for n in nodes}
         out["counters_after"] = {k: r["counters"] for k, r in leaders.items() if r.get("counters") is not None}
     else:

@@ -24,6 +24,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.knowledge.node_facts import DROPPED, MAX_PAYLOAD_BYTES
 from gpudoctor.launch.faults import Faults
 from gpudoctor.launch.protocol import RENDEZVOUS_ENV, EventWriter, Peer, RankSpec, Stage, events_path, read_spec
 from gpudoctor.workloads import placement
@@ -96,7 +97,9 @@ def host_bytes(tensor: Any) -> bytes:
     return ctypes.string_at(host.data_ptr(), host.numel() * host.element_size())
 
 
-def all_gather_json(obj: Any, world: int, device: Any = None, group: Any = None) -> list[Any]:
+def all_gather_json(
+    obj: Any, world: int, device: Any = None, group: Any = None, limit: int = MAX_PAYLOAD_BYTES
+) -> list[Any]:
     """`dist.all_gather_object` without numpy and without pickle.
 
     torch's all_gather_object turns the received bytes back into objects with
@@ -105,6 +108,10 @@ def all_gather_json(obj: Any, world: int, device: Any = None, group: Any = None)
     peers send. This sends JSON as a uint8 tensor: sizes first, then the padded payloads.
     `device`: where the group's collectives run (default: this rank's GPU under NCCL, else CPU);
     `group`: a process group other than the default one (e.g. a gloo group: device CPU).
+
+    What a peer sends is input (knowledge/node_facts.py): a payload over `limit` bytes is sent by
+    nobody (every rank decides alike from the sizes) and, like one that is not JSON, arrives as
+    `{DROPPED: why}`.
     """
     import torch
     import torch.distributed as dist
@@ -118,13 +125,31 @@ def all_gather_json(obj: Any, world: int, device: Any = None, group: Any = None)
     sizes = [torch.zeros_like(size) for _ in range(world)]
     dist.all_gather(sizes, size, group=group)
     lengths = [int(s.item()) for s in sizes]
-    longest = max(1, *lengths)
-    mine = torch.zeros(longest, dtype=torch.uint8, device=device)
-    if payload:
-        mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(device)
+    mine, longest = padded(payload, lengths, limit, device)
     gathered = [torch.empty(longest, dtype=torch.uint8, device=device) for _ in range(world)]
     dist.all_gather(gathered, mine, group=group)
-    return [json.loads(bytes(t[:n].cpu().tolist()).decode("utf-8")) for t, n in zip(gathered, lengths, strict=True)]
+    return [decoded(t, n, limit) for t, n in zip(gathered, lengths, strict=True)]
+
+
+def padded(payload: bytes, lengths: list[int], limit: int, device: Any) -> tuple[Any, int]:
+    """This rank's payload in a tensor as long as the longest one sent (none over `limit` is)."""
+    import torch
+
+    longest = max(1, *(n for n in lengths if 0 <= n <= limit))
+    mine = torch.zeros(longest, dtype=torch.uint8, device=device)
+    if payload and len(payload) <= limit:
+        mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(device)
+    return mine, longest
+
+
+def decoded(tensor: Any, length: int, limit: int) -> Any:
+    """A peer's JSON, or `{DROPPED: why}` for one over `limit` bytes or not JSON."""
+    if not 0 <= length <= limit:
+        return {DROPPED: f"it sent {length} bytes, over the {limit >> 10} KiB a node may send"}
+    try:
+        return json.loads(host_bytes(tensor[:length]).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return {DROPPED: "it sent something that is not JSON"}
 
 
 def _device_id_supported(version: str) -> bool:

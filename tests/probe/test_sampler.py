@@ -126,6 +126,16 @@ def test_processes_are_named_through_the_probe_with_cpu_and_rss(tmp_path: Path) 
     assert again.cpu is not None  # measured over the interval since the first reading
 
 
+def test_only_the_users_own_process_has_its_whole_command_for_the_dashboard(monkeypatch: pytest.MonkeyPatch) -> None:
+    import psutil
+
+    sampler = NvmlSampler(Nvml(ProcsOf(os.getpid())))
+    whole = " ".join(" ".join(a.split()) for a in psutil.Process().cmdline())
+    assert sampler.usage([os.getpid()])[os.getpid()].own_command == whole[:1000]
+    monkeypatch.setattr(os, "getuid", lambda: os.geteuid() + 1)  # as another user's process would be
+    assert sampler.usage([os.getpid()])[os.getpid()].own_command is None
+
+
 def test_host_pids_are_not_pinned_on_local_processes_in_a_pid_namespace(tmp_path: Path) -> None:
     # A container without --pid=host and without /.dockerenv or a `container` variable: NVML's
     # host PID happens to be the number of a local process (this one); it must not be shown as it.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import junitparser
@@ -15,7 +16,9 @@ from gpudoctor.findings import CheckResult, Finding, Report, Status
 from gpudoctor.render import github
 from gpudoctor.render.junit import junit_tree
 from gpudoctor.render.prometheus import report_metrics
+from gpudoctor.safety.safe_text import CONTROL
 from tests.helpers.cli import run_cli
+from tests.helpers.processes import clean_env, run_gpudoctor
 from tests.helpers.snapshots import load
 from tests.paths import FIXTURES, H100, MIXED
 
@@ -313,3 +316,46 @@ def test_the_github_summary_names_a_policy_file_that_was_ignored() -> None:
     text = github.summary_markdown(report)
     assert "policy file /tmp/gpudoctor.toml ignored: every user can write it" in text
     assert ", policy None" not in text
+
+
+# --- issue 24: the step summary under the safe-output rules; escape sequences never reach GitHub ---
+
+
+def _check_with_summary(path: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = clean_env(GITHUB_ACTIONS="true", GITHUB_STEP_SUMMARY=str(path))
+    return run_gpudoctor("check", "--snapshot", H100, "--json", env=env, timeout=timeout)
+
+
+def test_a_fifo_planted_at_the_step_summary_neither_blocks_the_check_nor_receives_it(tmp_path: Path) -> None:
+    fifo = tmp_path / "summary.md"
+    os.mkfifo(fifo)
+    r = _check_with_summary(fifo)  # (used to wait forever in open() for a reader)
+    assert r.returncode == 3 and json.loads(r.stdout)["exit_code"] == 0
+    assert r.stderr.strip().endswith("is a FIFO, not a regular file (gpudoctor appends to regular files only)")
+    # with someone reading it, still nothing is streamed to them
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        r = _check_with_summary(fifo)
+        assert r.returncode == 3 and "is a FIFO" in r.stderr
+        assert os.read(reader, 100) == b""  # (its writer came and went without a byte)
+    finally:
+        os.close(reader)
+
+
+def test_the_step_summary_is_not_appended_through_a_hard_link(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    os.link(victim, tmp_path / "summary.md")
+    r = _check_with_summary(tmp_path / "summary.md")
+    assert r.returncode == 3 and "has other hard links" in r.stderr and victim.read_text() == "keep"
+
+
+ESCAPES = "\x1b]0;owned\x07\x1b[31mred\x1b[0m \u202egnp.exe\u202c \x9b2J"
+
+
+def test_escape_sequences_from_other_peoples_text_never_reach_annotations_or_the_summary() -> None:
+    f = Finding("GD311", Status.FAIL, f"gpu:0 {ESCAPES}", f"pid 7 python {ESCAPES} holds the GPU", f"kill {ESCAPES}")
+    report = Report("check", f"snap {ESCAPES}", "now", "0", f"host{ESCAPES}", [CheckResult("c", "C", [f], 0.0)])
+    produced = "\n".join([*github.annotations(report), github.summary_markdown(report)])
+    assert not CONTROL.search(produced), repr(produced)
+    assert "?]0;owned?" in produced and "?[31mred" in produced  # shown, defused

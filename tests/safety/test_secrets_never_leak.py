@@ -270,11 +270,11 @@ def test_no_planted_secret_reaches_any_output(
     if master_addr == "127.0.0.1":
         holder = json_run.one("GD221")["evidence"]
         assert holder["holder_pid"] and holder["holder_command_redacted"] is True
-        assert f"--api-key={MARKER} --token {MARKER} https://bob:{MARKER}@hub.example/r" in holder["holder_command"]
+        assert f"--api-key={MARKER} --token {MARKER} https://{MARKER}@hub.example/{MARKER}" in holder["holder_command"]
     else:
-        assert json_run.one("GD222")["message"] == f"MASTER_ADDR 'admin:{MARKER}@127.0.0.1' does not resolve"
+        assert json_run.one("GD222")["message"] == f"MASTER_ADDR '{MARKER}' does not resolve"
     snapshot_env = json.loads(outputs["snapshot file"])["env"]
-    assert snapshot_env["NCCL_IB_HCA"] == f"mlx5_0:1,mlx5_1:1,token={MARKER}"
+    assert snapshot_env["NCCL_IB_HCA"] == f"mlx5_0:1,mlx5_1:1,{MARKER}"
     assert "NCCL_PASSWORD" not in snapshot_env and "TORCH_SECRET_KEY" not in snapshot_env
     assert MARKER in outputs["watch recording"] and doc["hostname"] == socket.gethostname()
     header = json.loads(outputs["watch recording"].splitlines()[0])

@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gpudoctor.watch.follow import Job
 from tests.helpers.processes import GpudoctorCli, clean_env, marked
 
 FAKE = clean_env(GPUDOCTOR_WATCH_FAKE="healthy:8", PYTHONUNBUFFERED="1")
@@ -482,6 +483,45 @@ def test_the_sentinel_stops_a_setsid_grandchild_when_gpudoctor_is_killed(tmp_pat
         assert not os.path.exists(channel)  # and the step channel's directory is not left behind
 
 
+DETACH_JOB = (
+    "import subprocess, sys, time\n"
+    "kid = subprocess.Popen(['setsid', 'sleep', '300'])\n"  # leaves the job's group and session at once
+    "open(sys.argv[1], 'w').write(str(kid.pid))\n"
+    "time.sleep(300)\n"
+)
+
+
+def test_the_sentinel_stops_a_descendant_that_detached_just_before_gpudoctor_was_killed(tmp_path: Path) -> None:
+    """Killed within a moment of the detach, gpudoctor never read the processes again to tell the
+    sentinel: the sentinel finds the grandchild by the job's mark in its environment."""
+    script, pidfile = tmp_path / "job.py", tmp_path / "kid"
+    script.write_text(DETACH_JOB)
+    cmd = [sys.executable, "-m", "gpudoctor", "watch", "--no-tui", "--interval", "60", "--process-interval", "60"]
+    proc = subprocess.Popen(
+        [*cmd, "--", sys.executable, str(script), str(pidfile)],
+        env={**FAKE, "GPUDOCTOR_WATCH_FAKE": "healthy:2"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    kid = None
+    try:
+        deadline = time.monotonic() + 30
+        while not (pidfile.exists() and pidfile.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        kid = psutil.Process(int(pidfile.read_text()))
+        assert os.getsid(kid.pid) != os.getsid(proc.pid)
+        proc.kill()  # before any process reading could see the grandchild
+        proc.wait(timeout=10)
+        assert _gone(kid), "the grandchild that detached outlived gpudoctor"
+    finally:
+        if kid is not None:
+            with contextlib.suppress(psutil.Error):
+                kid.kill()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_a_terminal_that_goes_away_ends_the_dashboard_and_the_job() -> None:
     """The SSH session or the tmux pane closes: writes to the terminal fail, then SIGHUP arrives.
     Textual's writer thread dies on the first failed write and the app used to block for good on its
@@ -546,3 +586,25 @@ def test_a_recording_of_made_up_readings_says_so_and_a_bad_fake_count_is_a_usage
     r = gpudoctor_cli("watch", "--no-tui", "--duration", "1", env={**FAKE, "GPUDOCTOR_WATCH_FAKE": "straggler:xx"})
     assert r.returncode == 2 and "GPUDOCTOR_WATCH_FAKE: 'xx' is not a GPU count" in r.stderr
     assert "internal error" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+class _Unidentified:
+    """A descendant whose start time psutil could not read: a signal could reach a reused PID."""
+
+    pid = 2**22 + 777
+
+    def create_time(self) -> float:
+        raise psutil.AccessDenied(self.pid)
+
+    def is_running(self) -> bool:
+        return True
+
+
+def test_stopping_a_job_never_signals_a_descendant_whose_start_time_is_unknown() -> None:
+    job = Job.start([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        job._known[_Unidentified.pid] = _Unidentified()  # type: ignore[assignment]
+        assert all(p.pid != _Unidentified.pid for p in job._strays())
+    finally:
+        job.stop(grace_s=1.0)
+    assert job.poll() is not None

@@ -126,3 +126,44 @@ def test_ranks_that_would_name_groups_differently_skip_the_pair_tests_instead_of
     for iso in got.values():
         assert isinstance(iso, dict) and iso["ran"] is False and iso["skipped"] is True, iso
         assert "local/1, local/2" in iso["why"]
+
+
+def _bounded_rank(rank: int, store_path: str, results: multiprocessing.Queue) -> None:
+    """One "node" per rank; rank 2's facts are a 2 MiB blob (a node gone wrong, or hostile)."""
+    import os
+
+    os.environ["GROUP_RANK"] = str(rank)
+    import torch
+    import torch.distributed as dist
+
+    from gpudoctor.launch.faults import Faults
+    from gpudoctor.launch.protocol import EventWriter
+    from gpudoctor.workloads import nodes
+    from gpudoctor.workloads.rank import RankContext
+
+    store = dist.FileStore(store_path, WORLD)
+    store.set_timeout(timedelta(seconds=20))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD, timeout=timedelta(seconds=20))
+    try:
+        events = EventWriter(Path(store_path).parent / f"events{rank}.jsonl")
+        ctx = RankContext(rank, WORLD, 0, torch.device("cpu"), "gloo", Faults(rank, ""), events)
+        sent = {"blob": "x" * (2 << 20)} if rank == 2 else {"driver": f"550.{rank}"}
+        out = nodes.run(ctx, {"bytes": 4096, "warmup": 0, "iters": 1, "rounds": 0, "facts": sent})
+        results.put((rank, out.get("facts")))
+    except Exception as exc:  # noqa: BLE001  (reported to the test)
+        results.put((rank, f"{type(exc).__name__}: {exc}"[:300]))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_node_that_sends_more_than_the_bound_is_dropped_by_every_rank_alike(tmp_path: Path) -> None:
+    from gpudoctor.knowledge.node_facts import DROPPED
+
+    got = _run_ranks(_bounded_rank, tmp_path)
+    assert sorted(got) == list(range(WORLD)), got  # nobody hung or failed over it
+    assert all(got[r] is None for r in (1, 2, 3))  # the facts go to rank 0 only
+    facts = got[0]
+    assert isinstance(facts, dict) and len(facts) == WORLD, facts
+    by_rank = {int(key.rsplit("#", 1)[1]): value for key, value in facts.items()}
+    assert by_rank[0] == {"driver": "550.0"} and by_rank[3] == {"driver": "550.3"}
+    assert set(by_rank[2]) == {DROPPED} and "over the 1024 KiB a node may send" in by_rank[2][DROPPED]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.checks.active.common import PLATEAU, describe, plan, skip_finding, world_size
+from gpudoctor.checks.active.common import PLATEAU, not_run_message, plan, skip_finding, world_size
 from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status
 from gpudoctor.knowledge.busbw import plateau
@@ -154,13 +154,7 @@ def allreduce(ctx: CheckContext) -> tuple[list[Finding], dict]:
     result = ctx.run("active")
     data = result.results("allreduce")
     if data is None:
-        if result.setup_error is not None:
-            msg = f"all-reduce sweep did not start: {result.setup_error['message']}"
-        else:
-            msg = f"all-reduce sweep did not complete: {describe(result.suspects()) or 'a rank'} failed"
-            first = next(iter(result.suspects()), None)
-            if first is not None and first.error:
-                msg += f" ({first.error[:200]})"
+        msg = not_run_message(result, "all-reduce sweep")
         return [Finding(NOT_RUN.code, Status.FAIL, "host", msg, NOT_RUN.fix, {"launch": result.to_json()})], {}
     findings = []
     details = {"tables": [sweep_table(data)], "sweep": data}

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.checks.active.allreduce import sweep_table, verdict
-from gpudoctor.checks.active.common import describe, plan, skip_finding, world_size
+from gpudoctor.checks.active.common import describe, interference_clause, plan, skip_finding, world_size
 from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status, pair_subject
 from gpudoctor.knowledge import interconnect as topology
@@ -413,6 +413,7 @@ def not_completed(result: Any) -> Finding:
             msg += f" during send/recv between ranks {pair[0]}-{pair[1]}"
         if first is not None and first.error:
             msg += f" ({first.error[:200]})"
+        msg += interference_clause(result)
     return Finding(NOT_RUN.code, Status.FAIL, "host", msg, NOT_RUN.fix, {"launch": result.to_json()})
 
 

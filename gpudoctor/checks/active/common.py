@@ -176,8 +176,18 @@ def not_run_message(result: LaunchResult, what: str) -> str:
     """Why a task of the shared launch gave no result: "<what> did not start/complete: ..."."""
     if result.setup_error is not None:
         return f"{what} did not start: {result.setup_error['message']}"
-    msg = f"{what} did not complete: {describe(result.suspects()) or 'a rank'} failed"
-    first = next(iter(result.suspects()), None)
+    suspects = result.suspects()
+    if not suspects and result.interference():
+        return f"{what} did not complete: {result.interference()}"
+    msg = f"{what} did not complete: {describe(suspects) or 'a rank'} failed"
+    first = next(iter(suspects), None)
     if first is not None and first.error:
         msg += f" ({first.error[:200]})"
-    return msg
+    return msg + interference_clause(result)
+
+
+def interference_clause(result: LaunchResult) -> str:
+    """ "; this may be interference..." where a failed run's sockets were open to other local users."""
+    if not result.interference():
+        return ""
+    return "; this may be interference: the ranks' sockets were open to other local users"

@@ -93,7 +93,9 @@ RANK_FAILED = Code(
     fix="Read the rank's error and log tail in the evidence. On GPU ranks, run that GPU alone "
     "(`CUDA_VISIBLE_DEVICES=<its UUID> gpudoctor check --select ddp`) to see whether the failure follows the "
     "GPU; on CPU ranks (--device cpu) the cause is the software setup (the torch install, memory, /dev/shm, "
-    "the temporary directory the ranks meet in), not a GPU.",
+    "the temporary directory the ranks meet in), not a GPU. When the ranks' sockets were open to other local "
+    "users (no private network namespace: the finding says so), a lost connection may be another process's "
+    "doing: no rank is blamed for it; re-run, and see `launch.isolation` in the evidence.",
 )
 RANK_TIMEOUT = Code(
     "GD711",
@@ -178,6 +180,12 @@ CODES = [
 
 # The command a failed rank's hint suggests re-running with its GPU alone.
 RERUN = "gpudoctor check --select ddp"
+INTERFERENCE_HINT = (
+    "Re-run. If it repeats, run where other users cannot reach this machine's loopback: gpudoctor puts one node's "
+    "CPU ranks in a private network namespace where the kernel allows unprivileged user namespaces "
+    "(`launch.isolation` in the evidence says why it could not)."
+)
+MAY_BE_INTERFERENCE = " (may be interference: the ranks' sockets were open to other local users)"
 # known_errors kind -> the code that explains it
 KIND_CODE = {"port_in_use": PORT_IN_USE, "fabric_manager": FABRIC, "shm": SHM, "devices_busy": BUSY, "oom": OOM}
 
@@ -196,6 +204,11 @@ def failure_findings(result: LaunchResult, p: Plan) -> list[Finding]:
     out = []
     suspects = result.suspects()
     victims = [r for r in result.failed_ranks() if r not in suspects]
+    interference = result.interference()
+    if interference and not suspects:  # only lost connections: nobody's fault that can be told
+        evidence = {"failed_ranks": [r.rank for r in victims], "isolation": result.isolation}
+        message = f"the ranks did not finish: {interference}"
+        out.append(Finding(RANK_FAILED.code, Status.FAIL, "host", message, INTERFERENCE_HINT, evidence))
     for r in suspects:
         evidence = {
             "rank": r.rank,
@@ -207,6 +220,11 @@ def failure_findings(result: LaunchResult, p: Plan) -> list[Finding]:
             "log_tail": r.log_tail[-1500:],
             "others_stopped": [v.rank for v in victims],
         }
+        # A known cause (OOM, a busy port, ...) is said as it is; a hang or an unexplained error
+        # may be another local process's doing.
+        suffix = MAY_BE_INTERFERENCE if interference else ""
+        if interference:
+            evidence["interference"] = interference
         code = KIND_CODE.get(r.error_kind or "")
         if code is not None:
             out.append(Finding(code.code, Status.FAIL, rank_subject(r), f"{r.label}: {r.error}", code.fix, evidence))
@@ -219,7 +237,7 @@ def failure_findings(result: LaunchResult, p: Plan) -> list[Finding]:
                     RANK_TIMEOUT.code,
                     Status.FAIL,
                     rank_subject(r),
-                    f"{r.label} {what} within the {result.deadline_s:g} s deadline (last phase: {r.phase})",
+                    f"{r.label} {what} within the {result.deadline_s:g} s deadline (last phase: {r.phase}){suffix}",
                     RANK_TIMEOUT.fix if p.device == "cuda" else failure_hint(p, r, RERUN),
                     evidence,
                 )
@@ -230,7 +248,7 @@ def failure_findings(result: LaunchResult, p: Plan) -> list[Finding]:
                     RANK_FAILED.code,
                     Status.FAIL,
                     rank_subject(r),
-                    f"{r.label} failed: {r.error}",
+                    f"{r.label} failed: {r.error}{suffix}",
                     failure_hint(p, r, RERUN),
                     evidence,
                 )

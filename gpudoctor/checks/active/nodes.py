@@ -25,6 +25,7 @@ from gpudoctor.engine.selection import Selection
 from gpudoctor.findings import Finding, Status
 from gpudoctor.knowledge.facts import facts_from_snapshot
 from gpudoctor.knowledge.nic_ports import network_of, port_views
+from gpudoctor.knowledge.node_facts import MAX_FORWARDED
 from gpudoctor.knowledge.odd_one_out import odd_one_out
 from gpudoctor.knowledge.pair_isolation import SLOW_RATIO, Analysis, analyse, merged, retested
 from gpudoctor.knowledge.units import listed
@@ -97,8 +98,11 @@ FACTS_MISSING = Code(
     "node-facts-missing",
     "Every node's facts reached rank 0",
     what="Checks that each node's gpudoctor sent its facts (driver, packages, GPUs, NICs, static findings) "
-    "to global rank 0 in the gather of the `nodes` workload.",
-    why="A node that sent nothing cannot be compared: its differences would go unseen.",
+    "to global rank 0 in the gather of the `nodes` workload, in the shape gpudoctor sends them: facts over "
+    "1 MiB, of another shape (a list where a text belongs, an endless text, a number that is not finite) "
+    "count as not sent, and forwarded findings with a code this gpudoctor does not know are left out "
+    "(gpudoctor/knowledge/node_facts.py).",
+    why="A node that sent nothing, or nothing usable, cannot be compared: its differences would go unseen.",
     fix="Run gpudoctor the same way on every node (the same torchrun command, the same gpudoctor version).",
 )
 INTERNODE_BUSBW = Code(
@@ -181,7 +185,6 @@ CODES = [
 GPU_BYTES = 256 << 20  # large enough for NICs' plateau (nccl-tests multi-node sweeps reach 8 GiB)
 CPU_BYTES = 2 << 20
 ROUNDS = 3
-MAX_FORWARDED = 40  # static findings a node sends to rank 0
 GROW_FAILS = ("link_downed", "link_error_recovery")
 
 
@@ -727,7 +730,8 @@ def nodes(ctx: CheckContext) -> tuple[list[Finding], dict[str, Any]]:
     labels = labels_for(data["nodes"])
     mine = data["node"]
     before = network_facts_counters(ctx)
-    after = (data.get("counters_after") or {}).get(mine, {})
+    data = {**data, "counters_after": received_counters(data)}
+    after = data["counters_after"].get(mine, {})
     findings = growth_findings(before, after, "host", "") if before and after else []
     if len(data["nodes"]) < 2:
         findings.append(
@@ -743,27 +747,59 @@ def nodes(ctx: CheckContext) -> tuple[list[Finding], dict[str, Any]]:
             )
         )
         return findings, {}
-    facts = {k: v for k, v in data["facts"].items() if v is not None}
-    missing = [labels[k] for k, v in data["facts"].items() if v is None]
-    if missing:
-        findings.append(
-            Finding(
-                FACTS_MISSING.code,
-                Status.WARN,
-                f"node:{missing[0]}",
-                f"no facts from node(s) {listed(missing)}",
-                FACTS_MISSING.fix,
-                {"nodes": missing},
-            )
-        )
+    facts, problems = received_facts(data, labels, set(ctx.registry.codes) if ctx.registry else set())
+    findings += problems
+    data = {**data, "facts": facts}
     findings += comparison_findings({labels[k]: v for k, v in facts.items()})
     findings += bandwidth_findings(ctx, data, labels, p.device != "cuda")
-    findings += remote_growth(facts, data.get("counters_after") or {}, labels, mine)
+    findings += remote_growth(facts, data["counters_after"], labels, mine)
     findings += forwarded(facts, labels, mine)
     return findings, {
         "tables": [nodes_table(data, labels)],
         "nodes_run": {k: v for k, v in data.items() if k != "facts"},
     }
+
+
+def received_facts(
+    data: dict[str, Any], labels: dict[str, str], known_codes: set[str]
+) -> tuple[dict[str, dict[str, Any]], list[Finding]]:
+    """The nodes' facts held to the shape gpudoctor sends (knowledge/node_facts.py), and GD464 for
+    the nodes that sent none or none usable (a wrong type, a payload over the bound)."""
+    from gpudoctor.knowledge.node_facts import Malformed, clean_facts
+
+    facts: dict[str, dict[str, Any]] = {}
+    missing, unusable, notes = [], {}, []
+    raw = data.get("facts") if isinstance(data.get("facts"), dict) else {}
+    for key in labels:
+        value = raw.get(key)
+        if value is None:
+            missing.append(labels[key])
+            continue
+        try:
+            facts[key], left = clean_facts(value, known_codes)
+        except Malformed as exc:
+            unusable[labels[key]] = str(exc)
+            continue
+        notes += [f"node {labels[key]}: {n}" for n in left]
+    said = [(f"node:{missing[0]}", f"no facts from node(s) {listed(missing)}", missing)] if missing else []
+    said += [(f"node:{n}", f"the facts node {n} sent are not usable: {why}", [n]) for n, why in unusable.items()]
+    said += [("host", "; ".join(notes), [])] if notes else []
+    out = [Finding(FACTS_MISSING.code, Status.WARN, s, m, FACTS_MISSING.fix, {"nodes": n}) for s, m, n in said]
+    return facts, out
+
+
+def received_counters(data: dict[str, Any]) -> dict[str, dict[str, dict[str, int]]]:
+    """The RDMA counters each node read after the run, held to their shape; a node's that are not left out."""
+    from gpudoctor.knowledge.node_facts import COUNTERS, Malformed
+
+    out = {}
+    raw = data.get("counters_after") if isinstance(data.get("counters_after"), dict) else {}
+    for key, value in raw.items():
+        try:
+            out[key] = COUNTERS(value, "counters_after")
+        except Malformed:
+            continue
+    return out
 
 
 def remote_growth(

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudoctor.checks.active.common import interference_clause
 from gpudoctor.engine.codes import Code
 from gpudoctor.findings import Finding, Status
 from gpudoctor.knowledge import interconnect as topology
@@ -614,7 +615,8 @@ def not_completed(result: Any, label: Callable[[Any], str]) -> Finding:
             NOT_RUN.fix,
             {"launch": result.to_json()},
         )
-    suspects = result.suspects() or result.failed_ranks()
+    # (no rank is blamed for a lost connection while another local process could have caused it)
+    suspects = result.suspects() or ([] if result.interference() else result.failed_ranks())
     first = next(iter(suspects), None)
     who = ", ".join(label(r) for r in suspects) or "a rank"
     msg = f"scaling bench did not complete: {who} failed"
@@ -622,5 +624,6 @@ def not_completed(result: Any, label: Callable[[Any], str]) -> Finding:
         msg += f" during {first.phase}"
         if first.error:
             msg += f" ({first.error[:200]})"
+    msg += interference_clause(result)
     subject = f"rank:{first.rank}" if first is not None and len(suspects) == 1 else "host"
     return Finding(NOT_RUN.code, Status.FAIL, subject, msg, NOT_RUN.fix, {"launch": result.to_json()})

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.checks.active.common import Plan, failure_hint, plan, skip_finding, world_size
+from gpudoctor.checks.active.common import Plan, failure_hint, interference_clause, plan, skip_finding, world_size
 from gpudoctor.checks.active.link_probes import p2p_pairs
 from gpudoctor.engine import CheckContext, Code
 from gpudoctor.findings import Finding, Status, gpu_subject
@@ -330,11 +330,11 @@ def not_finished(code: Code, task: str, what: str, run: DeepRun, check_name: str
         err = result.setup_error
         hint = "No rank started: fix what the message names (the torch install, a busy port, /dev/shm) and run again."
         return [Finding(code.code, Status.FAIL, "host", f"{what} did not start: {err['message']}", hint, dict(err))]
-    suspects = result.suspects() or result.failed_ranks()
+    # (no rank is blamed for a lost connection while another local process could have caused it)
+    suspects = result.suspects() or ([] if result.interference() else result.failed_ranks())
     if not suspects:
-        return [
-            Finding(code.code, Status.ERROR, "host", f"{what} gave no result", code.fix, {"launch": result.to_json()})
-        ]
+        msg = f"{what} gave no result{interference_clause(result)}"
+        return [Finding(code.code, Status.ERROR, "host", msg, code.fix, {"launch": result.to_json()})]
     stopped_in = suspects[0].phase
     blamed = stopped_in if stopped_in in run.tasks else run.tasks[0]
     owner = run.owners.get(blamed, check_name)

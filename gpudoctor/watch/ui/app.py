@@ -35,6 +35,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
+from gpudoctor.safety.safe_text import printable
 from gpudoctor.safety.signals import STOP_SIGNALS
 from gpudoctor.watch.model import ProcReading, Sample
 from gpudoctor.watch.session import End, Session, Update
@@ -150,13 +151,16 @@ def terminal_driver(output: TerminalOutput) -> Any:
     return Driver
 
 
-def may_signal(p: ProcReading) -> str | None:
-    """Why the user may not signal this process (None: they may): only their own, still the same process."""
+def signal_target(p: ProcReading) -> psutil.Process | str:
+    """The process a key may signal, or why not: only the user's own, and only the very process the
+    table shows (its start time read, and the same now: a PID may have gone to another process)."""
     if p.note or not p.command:
         return f"PID {p.pid} is not visible here"
+    if p.started is None:
+        return f"PID {p.pid}: its start time could not be read, so it cannot be told from a process that took its PID"
     try:
-        proc = psutil.Process(p.pid)
-        if p.started is not None and abs(proc.create_time() - p.started) > 0.05:
+        proc = psutil.Process(p.pid)  # psutil's send_signal checks this object's start time again
+        if abs(proc.create_time() - p.started) > 0.05:
             return f"PID {p.pid} is another process now"
         if os.geteuid() != 0 and proc.uids().real != os.getuid():
             return f"PID {p.pid} belongs to {proc.username()}, not to you"
@@ -164,7 +168,13 @@ def may_signal(p: ProcReading) -> str | None:
         return f"PID {p.pid} has ended"
     except psutil.Error as exc:
         return f"PID {p.pid}: {exc}"
-    return None
+    return proc
+
+
+def may_signal(p: ProcReading) -> str | None:
+    """Why the user may not signal this process (None: they may)."""
+    target = signal_target(p)
+    return target if isinstance(target, str) else None
 
 
 class WatchApp(App[str]):
@@ -417,7 +427,7 @@ class WatchApp(App[str]):
         job = self.session.job
         parts.append((source.label, "", True))
         if job is not None:
-            parts.append((f"PID {job.root.pid}: {job.command}", "", True))
+            parts.append((f"PID {job.root.pid}: {printable(job.display)}", "", True))
         parts.append((f"processes by {self.sort}", "dim", False))
         self.query_one("#status", Static).update(status_text(parts, max(20, self.size.width - 2)))
 
@@ -455,18 +465,19 @@ class WatchApp(App[str]):
         def send(yes: bool | None) -> None:
             if not yes:
                 return
-            why = may_signal(chosen)  # again: it may have ended while the question was open
-            if why is not None:
-                self.notify(why, severity="warning")
+            target = signal_target(chosen)  # again: it may have ended while the question was open
+            if isinstance(target, str):
+                self.notify(target, severity="warning")
                 return
             try:
-                psutil.Process(chosen.pid).send_signal(sig)
+                target.send_signal(sig)
             except psutil.Error as exc:
                 self.notify(f"PID {chosen.pid}: {exc}", severity="error")
                 return
             self.notify(f"sent {name} to PID {chosen.pid}")
 
-        self.push_screen(ConfirmSignal(f"Send {name} to PID {chosen.pid} ({chosen.command[:60]})?"), send)
+        shown = chosen.own_command or chosen.command
+        self.push_screen(ConfirmSignal(f"Send {name} to PID {chosen.pid} ({shown[:60]})?"), send)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

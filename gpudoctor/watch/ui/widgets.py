@@ -395,7 +395,7 @@ class ProcessTable(DataTable):
                 *(gpu_cells if self.with_gpus else ()),
                 "n/a" if p.cpu is None else f"{p.cpu:.0f}",
                 "n/a" if p.rss is None else f"{p.rss} MiB",
-                Text(p.command) if p.command else Text(p.note, style="italic"),
+                Text(p.own_command or p.command) if p.command else Text(p.note, style="italic"),
                 key=key,
             )
         if keep is not None and keep in self.rows_by_key:

@@ -5,6 +5,7 @@ The real program in real terminal sizes is tested in tests/watch/test_terminal.p
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from typing import Any
 import psutil
 from rich.console import Console
 
+from gpudoctor.probe.processes import command_line
 from gpudoctor.watch.analysis import Thresholds
 from gpudoctor.watch.model import GpuReading, ProcReading, Sample
 from gpudoctor.watch.recording import read_recording, recording_path
@@ -239,6 +241,8 @@ def test_only_the_users_own_live_processes_may_be_signalled(monkeypatch: Any) ->
         assert may_signal(mine) is None
         assert "another process now" in (may_signal(dataclasses.replace(mine, started=started - 100)) or "")
         assert "not visible here" in (may_signal(dataclasses.replace(mine, command="", note="hidden")) or "")
+        # a start time that could not be read: the PID alone may name another process by now
+        assert "start time could not be read" in (may_signal(dataclasses.replace(mine, started=None)) or "")
         owner = psutil.Process(other.pid).uids().real
         monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # as if another (non-root) user ran gpudoctor
         monkeypatch.setattr(os, "getuid", lambda: owner + 1)
@@ -247,6 +251,30 @@ def test_only_the_users_own_live_processes_may_be_signalled(monkeypatch: Any) ->
         other.kill()
         other.wait()
     assert "has ended" in (may_signal(mine) or "")
+
+
+async def test_the_users_own_process_is_shown_whole_on_the_terminal_and_recorded_redacted(tmp_path: Any) -> None:
+    """`watch` shows the user their own command lines whole; what reaches a file is the allow-list's."""
+    from gpudoctor.watch.recording import RecordWriter
+
+    whole = "python train.py --hf_token hf_MyOwnToken123 --lr 3e-4"
+    proc = ProcReading(pid=4242, gpu=0, gpu_mem=100, user="me", command=command_line(whole.split()), own_command=whole)
+    assert "hf_MyOwnToken123" not in proc.command
+    sample = dataclasses.replace(synthetic_run("healthy", 1)[0], procs=(proc,))
+    path = tmp_path / "rec.jsonl"
+    writer = RecordWriter(str(path), {"interval": 1.0})
+    writer.write(sample)
+    writer.close()
+    assert "hf_MyOwnToken123" not in path.read_text() and "--hf_token [redacted]" in path.read_text()
+    assert "hf_MyOwnToken123" not in json.dumps(proc.to_json())
+    # and a recording cannot put a "whole" command on the screen
+    assert ProcReading.from_json({**proc.to_json(), "own_command": "forged"}).own_command == ""
+    app, session = live_app()
+    async with app.run_test(size=SIZE) as pilot:
+        session.queue.put(sample)
+        await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count == 1)
+        table = app.query_one(ProcessTable)
+        assert str(table.get_row_at(0)[-1]) == whole
 
 
 async def test_a_replay_has_no_process_to_signal() -> None:
