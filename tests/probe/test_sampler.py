@@ -129,7 +129,7 @@ def test_processes_are_named_through_the_probe_with_cpu_and_rss(tmp_path: Path) 
 def test_only_the_users_own_process_has_its_whole_command_for_the_dashboard(monkeypatch: pytest.MonkeyPatch) -> None:
     import psutil
 
-    sampler = NvmlSampler(Nvml(ProcsOf(os.getpid())))
+    sampler = NvmlSampler(Nvml(ProcsOf(os.getpid(), 4242)))
     whole = " ".join(" ".join(a.split()) for a in psutil.Process().cmdline())
     assert sampler.usage([os.getpid()])[os.getpid()].own_command == whole[:1000]
     monkeypatch.setattr(os, "getuid", lambda: os.geteuid() + 1)  # as another user's process would be

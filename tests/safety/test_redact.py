@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.probe.environment import shown_value
+from gpudoctor.probe.pids import OWN_PIDS
 from gpudoctor.probe.ports import check_port
 from gpudoctor.probe.processes import command_line, resolve
 from gpudoctor.safety import redact
@@ -166,7 +167,7 @@ def test_another_process_seen_through_proc_is_redacted() -> None:
     )
     try:
         time.sleep(0.2)
-        _, _, command = resolve(proc.pid, Path("/"), False)
+        _, _, command = resolve(proc.pid, Path("/"), OWN_PIDS)
         assert command is not None and "tok-0000-secret" not in command
         assert command.startswith(f"{sys.executable} -c ") and command.endswith(f" --token {M} --epochs 3")
     finally:
