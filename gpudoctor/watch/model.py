@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from gpudoctor.safety.safe_text import needs_cleaning, printable
+from gpudoctor.watch.data_model import DataReading
 
 
 def plural(count: int, word: str, many: str | None = None) -> str:
@@ -366,6 +367,7 @@ class Sample:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     host: HostReading | None = None  # load, RAM, swap; None: not read
     ranks: tuple[RankReading, ...] | None = None  # training steps (gpudoctor.step()); None: no step channel
+    data: tuple[DataReading, ...] | None = None  # the ranks' samples, loss, loader time (watch/data_model.py)
 
     def gpu(self, index: int) -> GpuReading | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -380,6 +382,8 @@ class Sample:
             out["host"] = self.host.to_json()
         if self.ranks is not None:
             out["ranks"] = [r.to_json() for r in self.ranks]
+        if self.data:
+            out["data"] = [d.to_json() for d in self.data]
         return out
 
     @classmethod
@@ -408,6 +412,7 @@ class Sample:
             cpu = None
         procs = _list(data, "procs")
         ranks = _list(data, "ranks")
+        job_data = _list(data, "data")
         host = data.get("host")
         return cls(
             t=float(t),
@@ -416,6 +421,7 @@ class Sample:
             procs=None if procs is None else tuple(ProcReading.parse(p, dropped) for p in procs),
             host=None if host is None else HostReading.parse(host, dropped),
             ranks=None if ranks is None else tuple(RankReading.parse(r, dropped) for r in ranks),
+            data=None if job_data is None else tuple(DataReading.parse(d) for d in job_data),
         )
 
     def only(self, indices: set[int] | frozenset[int]) -> Sample:

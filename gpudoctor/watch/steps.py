@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpudoctor.training_step import ENV, MAGIC, RECORD, SOCKET_NAME
+from gpudoctor.watch.data_model import MAX_PAYLOAD, DataInbox, DataReading, is_data
 from gpudoctor.watch.model import RankReading, plural
 from gpudoctor.watch.sentinel import CHANNEL_PREFIX
 
@@ -87,6 +88,7 @@ class StepChannel:
         self.rejected = 0  # records from outside the job, or damaged
         self.dropped = 0  # records the ranks could not send (our queue was full)
         self._closed = threading.Event()
+        self.data = DataInbox()  # what the ranks say about their data, loss and loader (training_data)
         try:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self.sock.bind(self.path)
@@ -114,14 +116,21 @@ class StepChannel:
 
     def _receive(self) -> None:
         """One datagram (raises TimeoutError / BlockingIOError when there is none)."""
-        data, ancdata, _, _ = self.sock.recvmsg(RECORD.size + 1, socket.CMSG_SPACE(CREDENTIALS.size))
+        data, ancdata, _, _ = self.sock.recvmsg(MAX_PAYLOAD + 8, socket.CMSG_SPACE(CREDENTIALS.size))
         if self._closed.is_set() and data == WAKE:
             return
         pid = _sender(ancdata)
-        if pid is None or len(data) != RECORD.size or not self._accepted(pid):
+        if pid is None or not self._accepted(pid):
             self.rejected += 1
-            return
-        self._add(pid, data)
+        elif is_data(data):
+            try:
+                self.data.add(pid, data[4:])
+            except ValueError:
+                self.rejected += 1
+        elif len(data) != RECORD.size:
+            self.rejected += 1
+        else:
+            self._add(pid, data)
 
     def _accepted(self, pid: int) -> bool:
         accept = self.accept
@@ -162,6 +171,10 @@ class StepChannel:
                 acc.steps = acc.waited = 0
                 acc.sum_step = acc.max_step = acc.sum_wait = 0.0
         return out
+
+    def take_data(self) -> tuple[DataReading, ...]:
+        """The data the ranks sent since the last call (gpudoctor/watch/data_model.py)."""
+        return self.data.take()
 
     @property
     def note(self) -> str | None:
