@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.engine.codes import Code
+from gpudoctor.watch import data_codes
 
 STRAGGLER = Code(
     "GD901",
@@ -178,3 +179,5 @@ CODES: list[Code] = [
     INPUT_WAIT,
     STEPS_STALLED,
 ]
+# The job's data, numerics and resources (GD940-GD949) are written in their own module.
+CODES += data_codes.CODES

@@ -22,6 +22,8 @@ from typing import Any
 
 from gpudoctor.safety.safe_text import printable
 from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict, analyze
+from gpudoctor.watch.data_model import DataReading
+from gpudoctor.watch.jobbook import JobBook, seen
 from gpudoctor.watch.model import RankReading, Sample, clock, plural
 from gpudoctor.watch.recording import RecordingStream
 
@@ -170,6 +172,7 @@ class Summary:
     ranks: dict[tuple[int | None, int], _RankStats] = field(default_factory=dict)
     warmup_s: float = 0.0
     idle_util: float = DEFAULT.idle_util
+    job: dict[str, Any] | None = None  # the job's data, losses, GPU placement (watch/jobbook.py)
 
     @property
     def duration_s(self) -> float:
@@ -221,6 +224,7 @@ class Summary:
                 for idx, g in sorted(self.gpus.items())
             ],
             "ranks": [r.to_json() for _, r in sorted(self.ranks.items(), key=lambda kv: _rank_order(kv[0]))],
+            "job": self.job,
             "verdicts": [
                 {
                     "code": sp.verdict.code,
@@ -272,6 +276,7 @@ class SummaryBuilder:
         self.end: float | None = None
         self.verdicts: tuple[Verdict, ...] = ()
         self.balance = analyze([], th)
+        self.book = JobBook(th)  # the job's data, numerics and resources (GD940-GD949)
 
     def add(self, s: Sample) -> tuple[Verdict, ...]:
         self.samples += 1
@@ -296,9 +301,20 @@ class SummaryBuilder:
         while self._window and s.t - self._window[0].t > self.th.window_s:
             self._window.popleft()
         self.balance = analyze(self._window, self.th, elapsed=s.t - self.start)
-        self.verdicts = self.balance.verdicts
+        self.book.add(s)
+        self.verdicts = self.book.verdicts(self._window, self.balance)
         self._track(s.t)
         return self.verdicts
+
+    def add_late_data(self, readings: Iterable[DataReading]) -> None:
+        """What the ranks sent as the job ended, after the last sample: judged at the last sample's time."""
+        self.book.add_data(readings)
+        if self.end is None:
+            return
+        verdicts = self.book.verdicts(self._window, self.balance)
+        if {v.key for v in verdicts} - {v.key for v in self.verdicts}:
+            self.verdicts = verdicts
+            self._track(self.end)
 
     def add_ranks(self, ranks: Iterable[RankReading]) -> None:
         """Count steps into the per-rank totals (each sample's, and the last ones a job sent as it ended)."""
@@ -370,6 +386,7 @@ class SummaryBuilder:
             dict(self._ranks),
             self.th.warmup,
             self.th.idle_util,
+            self.book.to_json(),
         )
 
     @property
@@ -463,6 +480,7 @@ def render_text(summary: Summary) -> str:
             lines.append("verdicts: none (the GPUs stayed balanced)")
         else:
             lines.append("verdicts: none")
+        lines += [f"  seen: {line}" for line in seen(summary.job)]
     else:
         lines.append("verdicts:")
         start = summary.start or 0.0
