@@ -399,6 +399,8 @@ class Data:
             return
         current = stream.epoch
         if current is None or current.number != number:
+            if current is not None:
+                current.final = True  # a new epoch number: the last one is over
             current = stream.begin(number, {}, None)
             self.epochs["train"] = number + 1
         current.batches += 1

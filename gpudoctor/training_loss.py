@@ -58,7 +58,7 @@ class Losses:
                 note("loss= takes one number (a 0-d or one-element tensor): a larger tensor is ignored")
                 return
             if getattr(device, "type", "cpu") == "cpu":
-                self.number(self.k, float(value))
+                self.number(self.k, float(value.detach()))  # detached: no autograd warning in the user's loop
                 return
             self.pending.append((self.k, value.detach()))
         except Exception as exc:  # noqa: BLE001  (never raise into the training loop)
@@ -92,11 +92,11 @@ class Losses:
         groups: dict[str, list[tuple[int, Any]]] = {}
         for k, t in held:
             groups.setdefault(str(t.device), []).append((k, t))
-        for device, items in groups.items():
+        for items in groups.values():
             ks = [k for k, _ in items]
             try:
                 values = torch.stack([t.float() for _, t in items])
-                if device.startswith("cuda"):
+                if getattr(items[0][1].device, "type", "") == "cuda":
                     host = values.to("cpu", non_blocking=True)  # into pinned memory: asynchronous
                     event = torch.cuda.Event()
                     event.record()

@@ -271,15 +271,16 @@ class DataBook:
             )
             if overlap:
                 differing.add(role)
-        if not differing or codes.SPLIT_DIFFERS.code in self.found:
-            return differing
+        held = self.found.get(codes.SPLIT_DIFFERS.code)
+        if not differing or (held is not None and "evaluation samples" in held.message):
+            return differing  # told already, with the leak (a split seen later may add the leak to it)
         refs = sorted({rd.ref for rd in self.ranks.values() if set(rd.splits) & differing}, key=_order)
         leak = self._leak()
         detail = "" if leak is None else f"; {leak}"
         roles = " and ".join(sorted(differing))
         message = f"{ranks_text(refs)} split the data set differently (their {roles} splits differ){detail}"
         hint = "Seed random_split the same on every rank: generator=torch.Generator().manual_seed(42)."
-        self._hold(_verdict(codes.SPLIT_DIFFERS, message, hint, refs))
+        self.found[codes.SPLIT_DIFFERS.code] = _verdict(codes.SPLIT_DIFFERS, message, hint, refs)
         return differing
 
     def _leak(self) -> str | None:

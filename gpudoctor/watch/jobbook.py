@@ -29,19 +29,19 @@ class JobBook:
         self.data = DataBook(th)
         self.losses = LossBook()
         self.workers: dict[tuple[int | None, int], int] = {}  # rank -> its loaders' num_workers
-        self.placement: dict[tuple[int | None, int], dict[int, int | None]] = {}  # rank -> GPU -> MiB, last seen
+        self.placement: dict[tuple[int | None, int], dict[int, int | None]] = {}  # rank -> GPU -> MiB
 
     def add(self, s: Sample) -> None:
         if s.data:
             self.add_data(s.data)
-        if s.procs is not None:
+        if s.procs:  # each rank's GPUs as last seen (the reading after the job ended lists none)
             pids = {key[1]: key for key in self.data.hellos()}
-            for key in pids.values():
-                self.placement.pop(key, None)
+            seen: dict[tuple[int | None, int], dict[int, int | None]] = {}
             for p in s.procs:
                 key = pids.get(p.pid)
                 if key is not None:
-                    self.placement.setdefault(key, {})[p.gpu] = p.gpu_mem
+                    seen.setdefault(key, {})[p.gpu] = p.gpu_mem
+            self.placement.update(seen)
 
     def add_data(self, readings: Iterable[DataReading]) -> None:
         readings = list(readings)
