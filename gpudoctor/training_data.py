@@ -40,6 +40,7 @@ import operator
 import os
 import sys
 import time
+from itertools import compress, islice
 from typing import Any
 
 from gpudoctor.training_loss import Losses
@@ -47,7 +48,8 @@ from gpudoctor.training_loss import Losses
 DATA_MAGIC = b"GDD1"
 PREFIX = 32  # indices kept in order at the start of each epoch
 KEEP = 1024  # indices kept at most per epoch (and per split), see the module docstring
-PER_STEP = 256  # indices of one step(samples=) digested; the rest are counted
+CHUNK = 64  # indices a wrapped sampler draws at a time
+PER_STEP = 32  # indices of one step(samples=) digested (the cost budget of a step); the rest are counted
 MULT = 0x9E3779B97F4A7C15  # 2**64 / golden ratio, odd: Fibonacci hashing (Knuth, TAOCP 6.4)
 M64 = (1 << 64) - 1
 PARTIAL_S = 5.0  # an open epoch's digest is sent again at most this often (and when its prefix fills)
@@ -73,6 +75,16 @@ class CoordinatedSample:
             self.kept.add(i)
             if len(self.kept) > KEEP:
                 self.halve()
+
+    def add_many(self, seq: Any) -> None:
+        """A batch of integers, filtered in C-level loops (map, compress): tens of ns an index. A value that
+        is not an int passes the filter (int.__mul__ answers NotImplemented) and is caught when sent."""
+        if self.shift == 0:
+            self.kept.update(seq)
+        else:
+            self.kept.update(compress(seq, map(self.limit.__gt__, map(M64.__and__, map(MULT.__mul__, seq)))))
+        if len(self.kept) > KEEP:
+            self.halve()
 
     def halve(self) -> None:
         while len(self.kept) > KEEP:
@@ -109,31 +121,40 @@ class Epoch:
         self.sent_prefix = False
         self.dirty = True
 
-    def record(self, i: Any) -> None:
-        """One index the sampler gave (a few hundred ns)."""
-        if self.unreadable:
+    def record(self, seq: Any) -> None:
+        """Indices the sampler gave, a batch at a time (a list, tuple or range), in bulk: C-level loops, no
+        Python code per index. Whatever is not an integer index ends the epoch's record (unreadable)."""
+        if self.unreadable or not seq:
             return
-        if type(i) is not int:
-            i = _as_int(i)
-            if i is None:
-                self.unreadable = True
-                return
-        base = self.base
-        if base is not None:
-            if i < 0 or i >= len(base):
-                self.unreadable = True
-                return
-            i = base[i]
-        self.n += 1
-        prefix = self.prefix
-        if len(prefix) < PREFIX:
-            if prefix and i < prefix[-1]:
-                self.ascending = False
-            prefix.append(i)
-        self.sample.add(i)
+        try:
+            if type(seq[0]) is not int:  # numpy or tensor integers: as Python ints (the slow path)
+                seq = [_as_int(i) for i in seq]
+                if None in seq:
+                    raise TypeError("not an index")
+            base = self.base
+            if base is not None:
+                if min(seq) < 0:
+                    raise IndexError("a negative index")
+                seq = list(map(base.__getitem__, seq))
+            self.n += len(seq)
+            prefix = self.prefix
+            room = PREFIX - len(prefix)
+            if room > 0:
+                run = prefix[-1:] + list(seq[:room])
+                if any(b < a for a, b in zip(run, run[1:], strict=False)):
+                    self.ascending = False
+                prefix.extend(run[1:] if prefix else run)
+            self.sample.add_many(seq)
+        except (TypeError, ValueError, IndexError, OverflowError):  # a str * MULT raises, never allocates
+            self.unreadable = True
+            self.sample.kept.clear()
         self.dirty = True
 
     def to_json(self) -> dict[str, Any]:
+        if not all(type(i) is int for i in self.sample.kept) or not all(type(i) is int for i in self.prefix):
+            self.unreadable = True  # a mixed batch got in unfiltered: send nothing of it
+            self.sample.kept.clear()
+            self.prefix.clear()
         doc: dict[str, Any] = {"role": self.role, "epoch": self.number, "n": self.n, "batches": self.batches}
         doc.update(prefix=list(self.prefix), ascending=self.ascending, final=self.final)
         doc.update(kept=sorted(self.sample.kept), shift=self.sample.shift)
@@ -180,9 +201,13 @@ class RecordingSampler:
             yield from self._inner
             return
         record = epoch.record
-        for i in self._inner:
-            record(i)
-            yield i
+        it = iter(self._inner)
+        while True:  # drawn a chunk ahead (a DataLoader with workers draws further ahead itself)
+            chunk = list(islice(it, CHUNK))
+            if not chunk:
+                return
+            record(chunk)
+            yield from chunk
 
     def __len__(self) -> int:
         return len(self._inner)
@@ -217,8 +242,8 @@ def split_of(dataset: Any) -> tuple[list[int] | None, dict[str, Any] | None]:
     if len(base) > KEEP:  # start near the final shift: one pass, then halve if still above
         sample.shift = max(0, (len(base) // KEEP).bit_length() - 1)
         sample.limit = 1 << (64 - sample.shift)
-    for i in base:
-        sample.add(i)
+    for start in range(0, len(base), 65536):
+        sample.add_many(base[start : start + 65536])
     digest = hash(tuple(base)) & M64
     split = {"n": len(base), "base": base_len, "hash": f"{digest:016x}"}
     split.update(kept=sorted(sample.kept), shift=sample.shift)
@@ -419,9 +444,7 @@ class Data:
         except TypeError:
             self.note(f"step(samples=) takes a sequence of sample indices, not {type(samples).__name__}: ignored")
             return
-        record = current.record
-        for i in head:
-            record(i)
+        current.record(head)
         current.n += count - len(head)
 
     # -- sending ---------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ class Thresholds:
     hang_min_s_steps: float = 60.0
     hang_step_factor: float = 10.0
     # The job's data, loss and resources (GD940-GD949, gpudoctor/watch/data_codes.py).
-    overlap_share: float = 0.2  # GD940: a rank's sampled indices also read by another rank in one epoch
+    overlap_share: float = 0.05  # GD940: a rank's sampled indices also read by another rank in one epoch
     loss_min_steps: int = 20  # GD946: finite losses per rank in the window before ranks are compared
     loss_min_intervals: int = 10  # ...and samples in which it and another rank both reported losses
     loss_gap_share: float = 0.25  # ...a gap of this share of the larger mean loss

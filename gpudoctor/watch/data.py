@@ -148,11 +148,14 @@ class DataBook:
         for s in sets.values():
             for i in s:
                 count[i] = count.get(i, 0) + 1
+        # DistributedSampler reads at most world - 1 indices twice (its padding): more shared is proof.
+        padding = max([len(digests) - 1] + [e.replicas - 1 for _, e in digests if e.replicas])
         shares = {}
         for ref, e in readable:
             s = sets[ref]
-            if len(s) >= MIN_EVIDENCE or (e.final and e.n >= 4 and s):
-                shares[ref] = sum(1 for i in s if count[i] > 1) / len(s)
+            shared = sum(1 for i in s if count[i] > 1)
+            if shared > padding and (len(s) >= MIN_EVIDENCE or e.final):
+                shares[ref] = shared / len(s)
         named = sorted(
             {ref for refs in twins for ref in refs} | {r for r, x in shares.items() if x >= self.th.overlap_share},
             key=_order,

@@ -11,10 +11,11 @@ DATA_NOT_SHARDED = Code(
     "data-not-sharded",
     "Several ranks train on the same samples: the data is not split across ranks",
     what="From the sample indices each rank reads (gpudoctor.watch_loader, or step(samples=, epoch=)): within one "
-    "epoch, ranks whose first indices are identical, or of whose sampled indices at least 20% (a heuristic) were "
-    "also read by another rank. DistributedSampler's shards never overlap, apart from at most world size - 1 "
-    "padded samples; the sample of indices kept per epoch (a coordinated hash sample, see docs/watch.md) finds "
-    "an overlap only where there is one. Judged within the first epoch, on partial epochs too.",
+    "epoch, ranks whose first indices are identical, or that share with other ranks more sampled indices than "
+    "DistributedSampler's padding can repeat (world size - 1) and at least 5% of their sample (a heuristic floor). "
+    "DistributedSampler's shards never overlap apart from that padding, and the sample of indices kept per epoch "
+    "(a coordinated hash sample, see docs/watch.md) finds an overlap only where there is one. Judged within the "
+    "first epoch, on partial epochs too.",
     why="DistributedDataParallel 'does not chunk or otherwise shard the input across participating GPUs; the user "
     "is responsible for defining how to do so, for example through the use of a DistributedSampler' (torch "
     "docs, DistributedDataParallel). Without it (or with a DistributedSampler built but not passed to the "
@@ -114,7 +115,7 @@ LOSS_DIVERGES = Code(
     "One rank's loss differs from the others' beyond noise: the replicas are not the same model",
     what="Over the window (30 s), compares each rank's mean loss per sample interval with the median of the other "
     "ranks' in the same interval (so the trend all ranks share cancels out). A rank is named when it stays on one "
-    "side of that median in 90% of at least 10 intervals (a sign test: about 1% by chance) and its mean is 25% of "
+    "side of that median in 90% of at least 10 intervals (a sign test: 2% by chance) and its mean is 25% of "
     "the larger away, with 20 losses at least. Heuristic thresholds; waits for the warm-up.",
     why="Data-parallel ranks run one model on different batches of one data set, so their mean losses agree within "
     "noise. A persistent gap means the replicas differ: DDP's documentation warns 'You should never try to "

@@ -99,7 +99,7 @@ def divergence(win: Sequence[Sample], th: Thresholds) -> list[Verdict]:
 
     Compared interval by interval (each sample's mean loss per rank), so the trend all ranks share as they
     train cancels out: a rank is named when its interval mean lies on the same side of the others' median
-    in `loss_side_share` of the intervals (a sign test: by chance, with 10 intervals at 90%, about 1%) and
+    in `loss_side_share` of the intervals (a sign test: by chance, 9 of 10 or more on one side is 2%) and
     its mean over the window is `loss_gap_share` of the larger away from the others' median."""
     series: dict[RankRef, dict[float, float]] = {}  # rank -> sample time -> its interval mean
     counts: dict[RankRef, int] = {}

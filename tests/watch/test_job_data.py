@@ -150,7 +150,7 @@ def test_step_samples_with_epochs_and_the_per_step_cap() -> None:
     data.flush(time.monotonic(), final=True)
     digests = epochs_sent(sent)
     assert digests[("train", 0)]["n"] == 600 and digests[("train", 0)]["batches"] == 2
-    assert len(digests[("train", 0)]["kept"]) == 512  # 256 digested per step, the rest counted
+    assert len(digests[("train", 0)]["kept"]) == 64  # 32 digested per step (the step's cost budget), the rest counted
     assert digests[("train", 0)]["final"] and not digests[("train", 1)]["final"]
 
 
