@@ -384,11 +384,15 @@ class DataInbox:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._accs: dict[tuple[int | None, int], _Acc] = {}
+        self._rank_of: dict[int, int | None] = {}  # a process has one rank (training_step reads it once)
 
     def add(self, pid: int, payload: bytes) -> None:
-        """A datagram from the job's process `pid` (raises ValueError when damaged)."""
+        """A datagram from the job's process `pid` (raises ValueError when damaged, or when the process
+        claims another rank than before: one process cannot fill the watcher with made-up ranks)."""
         reading = parse_datagram(pid, payload)
         with self._lock:
+            if self._rank_of.setdefault(pid, reading.rank) != reading.rank:
+                raise ValueError(f"PID {pid} changed its rank")
             acc = self._accs.get(reading.key)
             if acc is None:
                 if len(self._accs) >= self.MAX_RANKS:

@@ -321,15 +321,16 @@ def test_the_channel_counts_damaged_and_foreign_data_datagrams_and_keeps_good_on
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
             s.sendto(DATA_MAGIC + json.dumps(GOOD).encode(), channel.path)
             s.sendto(DATA_MAGIC + b"{not json", channel.path)
+            s.sendto(DATA_MAGIC + json.dumps({**GOOD, "rank": 5}).encode(), channel.path)  # one process, one rank
         deadline = time.monotonic() + 10
-        while channel.rejected < 1 and time.monotonic() < deadline:
+        while channel.rejected < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
         channel.accept = lambda pid: False  # now the same sender is not the job's
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
             s.sendto(DATA_MAGIC + json.dumps(GOOD).encode(), channel.path)
-        while channel.rejected < 2 and time.monotonic() < deadline:
+        while channel.rejected < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert channel.rejected == 2
+        assert channel.rejected == 3
         (reading,) = channel.take_data()
         assert reading.pid == me and reading.rank == 1 and reading.epochs[0].n == 3
     finally:
