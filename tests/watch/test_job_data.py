@@ -15,7 +15,17 @@ from typing import Any
 
 import pytest
 
-from gpudoctor.training_data import DATA_MAGIC, KEEP, M64, MULT, PREFIX, CoordinatedSample, Data, WatchedLoader
+from gpudoctor.training_data import (
+    DATA_MAGIC,
+    KEEP,
+    M64,
+    MULT,
+    PER_STEP,
+    PREFIX,
+    CoordinatedSample,
+    Data,
+    WatchedLoader,
+)
 from gpudoctor.training_loss import Losses
 from gpudoctor.training_step import ENV
 from gpudoctor.watch.data import filtered
@@ -150,8 +160,29 @@ def test_step_samples_with_epochs_and_the_per_step_cap() -> None:
     data.flush(time.monotonic(), final=True)
     digests = epochs_sent(sent)
     assert digests[("train", 0)]["n"] == 600 and digests[("train", 0)]["batches"] == 2
-    assert len(digests[("train", 0)]["kept"]) == 64  # 32 digested per step (the step's cost budget), the rest counted
+    assert len(digests[("train", 0)]["kept"]) == 2 * PER_STEP  # digested per step (its cost budget), the rest counted
     assert digests[("train", 0)]["final"] and not digests[("train", 1)]["final"]
+
+
+def test_step_samples_as_lists_digest_as_tensors_do_and_a_loader_takes_over() -> None:
+    """Lists of ints take a shorter path than tensors: the digests the watcher gets must not differ."""
+    rng = random.Random(3)
+    order = [rng.sample(range(5000), 5000) for _ in range(3)]
+    by_list, sent_list = collect()
+    by_tensor, sent_tensor = collect()
+    for epoch in range(3):
+        for start in range(0, 5000, 100):
+            batch = order[epoch][start : start + 100]
+            by_list.on_step(None, batch, epoch)
+            by_tensor.on_step(None, torch.tensor(batch), epoch)
+    for data in (by_list, by_tensor):
+        data.flush(time.monotonic(), final=True)
+    assert epochs_sent(sent_list) == epochs_sent(sent_tensor)
+    assert [epochs_sent(sent_list)[("train", e)]["n"] for e in range(3)] == [5000, 5000, 5000]
+    WatchedLoader(DataLoader(Indexed(8), batch_size=4), "train", by_list)  # now the loader reads the indices
+    by_list.on_step(None, [1, 2, 3], 2)
+    by_list.flush(time.monotonic(), final=True)
+    assert epochs_sent(sent_list)[("train", 2)]["n"] == 5000
 
 
 # -- unwatched ---------------------------------------------------------------------------------------------------
