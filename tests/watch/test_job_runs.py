@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,9 @@ def test_ranks_reading_the_same_data_are_called_within_the_second_epoch(
     summary = lines[-1]
     assert named(summary) == {"GD940": [0, 1]}, summary["verdicts"]
     (v,) = summary["verdicts"]
-    assert "read the same samples" in v["message"] and "100% of their sampled indices" in v["message"]
+    # called on a partial epoch: the share is of what both had read by then (each reads all, in its own order)
+    share = re.search(r"read the same samples in train epoch 0: (\d+)% of their sampled indices", v["message"])
+    assert share and 5 <= int(share[1]) <= 100, v["message"]
     if feed == "loader":
         assert "(sampler: RandomSampler)" in v["message"]  # what the loader really used
     assert first_seen(lines, "GD940") <= epoch_end(marks, 1)
