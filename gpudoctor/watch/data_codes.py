@@ -25,7 +25,8 @@ DATA_NOT_SHARDED = Code(
     fix="Pass a `DistributedSampler(dataset)` as the DataLoader's `sampler=` (and drop `shuffle=True` there, "
     "the sampler shuffles), or shard the data yourself (a Subset per rank, or per-rank files). Ranks meant to "
     "read the same batches (tensor or pipeline parallel groups) are not a mistake: watch only the "
-    "data-parallel ranks' loaders.",
+    "data-parallel ranks' loaders. Its static twin: `gpudoctor lint train.py` finds a DataLoader without a "
+    "DistributedSampler in the script before it runs (GD754 no-distributed-sampler).",
 )
 
 SAME_ORDER_EVERY_EPOCH = Code(
@@ -42,7 +43,8 @@ SAME_ORDER_EVERY_EPOCH = Code(
     "always used.' Every epoch then shows the model the same batches in the same order, which hurts "
     "generalization as if the data were never shuffled after the first epoch.",
     fix="Call `sampler.set_epoch(epoch)` at the start of every epoch, before iterating the DataLoader "
-    "(`train_loader.sampler.set_epoch(epoch)`).",
+    "(`train_loader.sampler.set_epoch(epoch)`). Its static twin: `gpudoctor lint train.py` finds a shuffling "
+    "DistributedSampler with no set_epoch in the script before it runs (GD755 sampler-set-epoch-missing).",
 )
 
 SPLIT_DIFFERS = Code(
@@ -58,7 +60,8 @@ SPLIT_DIFFERS = Code(
     "Each rank then evaluates on samples another rank trains on: the validation score is optimistic, silently.",
     fix="Split with a generator every rank seeds the same: `random_split(ds, [0.9, 0.1], "
     "generator=torch.Generator().manual_seed(42))` (as the random_split documentation shows), or split once "
-    "and save the indices, or split on rank 0 and broadcast.",
+    "and save the indices, or split on rank 0 and broadcast. Its static twin: `gpudoctor lint train.py` finds "
+    "a random_split without a shared generator before the script runs (GD756 random-split-no-generator).",
 )
 
 EVAL_PADDING = Code(
@@ -142,7 +145,9 @@ MEMORY_ON_OTHER_GPU = Code(
     "pytorch/examples#1142: 'The recommended best practice to avoid hangs and high memory utilization on GPU:0 "
     "is to set_device(i)'. GPU 0 runs out of memory first and caps every rank's batch.",
     fix="Call `torch.cuda.set_device(local_rank)` first, before any CUDA work; load with "
-    "`torch.load(path, map_location=f'cuda:{local_rank}')` (or 'cpu'); give DDP `device_ids=[local_rank]`.",
+    "`torch.load(path, map_location=f'cuda:{local_rank}')` (or 'cpu'); give DDP `device_ids=[local_rank]`. "
+    "Its static twins: `gpudoctor lint train.py` finds these causes in the script before it runs (GD758 "
+    "torch-load-no-map-location, GD759 ddp-no-device-ids, GD753 global-rank-as-device).",
 )
 
 TIME_OUTSIDE_STEP = Code(
