@@ -53,6 +53,8 @@ def foreign_memory(win: Sequence[Sample], hellos: Mapping[Key, Hello], th: Thres
     if latest is None or not hellos:
         return []
     gpus = {g.index: (g.name, g.uuid) for g in latest.gpus}
+    if not gpus:  # no GPU watched: the job's processes are listed with no GPU (model.ProcReading.gpu None)
+        return []
     own = {key: own_gpu(h, gpus) for key, h in hellos.items()}
     owner = {gpu: key for key, gpu in own.items() if gpu is not None}
     out = []
@@ -60,7 +62,7 @@ def foreign_memory(win: Sequence[Sample], hellos: Mapping[Key, Hello], th: Thres
         if gpu is None:
             continue
         ref = RankRef(key[0], key[1])
-        mine = [p for p in latest.procs or () if p.pid == key[1]]
+        mine = [p for p in latest.procs or () if p.pid == key[1] and p.gpu is not None]  # None: no GPU used
         stray = [p for p in mine if p.gpu != gpu and (p.gpu_mem is None or p.gpu_mem >= th.stray_mem_mib)]
         if not stray:
             continue

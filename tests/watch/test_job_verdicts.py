@@ -215,6 +215,20 @@ def test_memory_on_another_ranks_gpu_is_named_at_a_contexts_size_and_not_below_t
     assert "holds memory on GPU 0" in unsized.message
 
 
+def test_ranks_that_use_no_gpu_hold_nothing_on_another_ranks_gpu() -> None:
+    """Without a GPU (gloo ranks on the CPU) the job's processes are listed with no GPU: not strays."""
+    hellos = {(0, 100): Hello(local_rank=0), (1, 101): Hello(local_rank=1)}
+    cpu_only = (ProcReading(100, None), ProcReading(101, None))
+    assert foreign_memory([Sample(1.0, (), procs=cpu_only)], hellos, TH) == []
+    gpus = tuple(GpuReading(i, name, uuid) for i, (name, uuid) in H200.items())
+    mixed = (ProcReading(100, 0, 30000), ProcReading(101, None), ProcReading(101, 0, 518))
+    (v,) = foreign_memory([Sample(1.0, gpus, procs=mixed)], hellos, TH)  # the no-GPU row changes nothing
+    assert (
+        v.message
+        == "rank 1 (PID 101) holds 518 MiB on GPU 0 (rank 0's); its own GPU is GPU 1, nothing on its own GPU 1"
+    )
+
+
 def test_workers_are_counted_against_the_cpus_before_more_are_advised() -> None:
     hellos = {(r, 10 + r): Hello(local_rank=r, cpus=16) for r in range(4)}
     (v,) = oversubscribed({k: 4 for k in hellos}, hellos)
