@@ -15,6 +15,7 @@ from gpudoctor.knowledge import clock_reasons
 from gpudoctor.knowledge.units import gpu_list
 from gpudoctor.knowledge.xid import classify, contained, describe
 from gpudoctor.watch import codes
+from gpudoctor.watch.loader_time import loader_shares
 from gpudoctor.watch.model import LOST, RankReading, Sample, plural
 
 # GD905 holds the hot GPU (thermal slowdown) and HW_SLOWDOWN, which the hardware engages for
@@ -69,6 +70,16 @@ class Thresholds:
     # The job's life (gpudoctor/watch/job.py): ranks not joined, or joined and not at step 1, this long;
     # torchrun alone this long. The bound within which a hang before step 1 is named.
     join_after_s: float = 30.0
+
+    # The job's data, loss and resources (GD940-GD949, gpudoctor/watch/data_codes.py).
+    overlap_share: float = 0.05  # GD940: a rank's sampled indices also read by another rank in one epoch
+    loss_min_steps: int = 20  # GD946: finite losses per rank in the window before ranks are compared
+    loss_min_intervals: int = 10  # ...and samples in which it and another rank both reported losses
+    loss_gap_share: float = 0.25  # ...a gap of this share of the larger mean loss
+    loss_side_share: float = 0.9  # ...on the same side of the others' median in this share of the samples
+    stray_mem_mib: float = 64.0  # GD947: memory on a GPU that is not the rank's own
+    outside_share: float = 0.2  # GD948: a rank's time outside both the step and next(loader)
+    outside_ratio: float = 2.0  # ...this many times the others' median
 
     @property
     def warmup(self) -> float:
@@ -163,6 +174,14 @@ class RankStats:
     last_step: int | None
     last_end: float | None
     cycle_s: float | None = None  # mean time from one step's end to the next's (its step and what is around it)
+
+    loader_share: float | None = None  # share inside next(loader), where gpudoctor.watch_loader measures it
+
+    @property
+    def input_share(self) -> float | None:
+        """The share of its steps a rank waits for input: inside next(loader) where that is measured (the
+        rest between steps is other work, GD948), else all the time between steps."""
+        return self.wait_share if self.loader_share is None else self.loader_share
 
 
 def window(samples: Sequence[Sample], window_s: float) -> list[Sample]:
@@ -470,6 +489,7 @@ def _rank_stats(win: Sequence[Sample]) -> dict[tuple[int | None, int], RankStats
         for r in s.ranks or ():
             readings.setdefault((r.rank, r.pid), []).append(r)
     lateness = _lateness(win)
+    loader = loader_shares(win)
     out = {}
     for key, rs in readings.items():
         steps = sum(r.steps for r in rs)
@@ -495,6 +515,7 @@ def _rank_stats(win: Sequence[Sample]) -> dict[tuple[int | None, int], RankStats
             last.last_step,
             last.last_end,
             cycle,
+            loader.get(key),
         )
     return out
 
@@ -553,7 +574,7 @@ def slow_ranks(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -
     for s in timed:
         others = [o for o in timed if o is not s]
         median_step = statistics.median(o.step_s for o in others if o.step_s is not None)
-        median_wait = statistics.median(o.wait_share or 0.0 for o in others)
+        median_wait = statistics.median(o.input_share or 0.0 for o in others)
         steady = s.late_n >= th.min_samples and s.late_share >= th.rank_late_hits
         late = s.late_s if steady else None
         hint = (
@@ -576,12 +597,12 @@ def slow_ranks(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -
                 unit=" ms late",
             )
         elif (
-            s.wait_share is not None
-            and s.wait_share >= th.rank_wait_share
-            and s.wait_share >= th.rank_wait_ratio * median_wait
+            s.input_share is not None
+            and s.input_share >= th.rank_wait_share
+            and s.input_share >= th.rank_wait_ratio * median_wait
         ):
             figure = Figure(
-                100 * s.wait_share,
+                100 * s.input_share,
                 f"{s.ref.label} waits for input {{}}% of its step time, the others {100 * median_wait:.0f}% "
                 "(median): they wait for it in the next collective",
                 unit="% waiting for input",
@@ -618,7 +639,7 @@ def _kept_waiting(s: RankStats, others: Sequence[RankStats], th: Thresholds) -> 
 
 def input_wait(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -> list[Verdict]:
     """GD910: the ranks, as a whole, wait for input a large share of each step."""
-    shares = [s.wait_share for s in stats.values() if s.wait_share is not None and s.steps >= th.min_samples]
+    shares = [s.input_share for s in stats.values() if s.input_share is not None and s.steps >= th.min_samples]
     if not shares:
         return []
     median = statistics.median_low(shares)  # at least half the ranks wait this much: the job, not one rank
@@ -638,7 +659,7 @@ def input_wait(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -
             "The input pipeline cannot keep up: more DataLoader workers, pin_memory, prefetching, "
             "faster storage or preprocessing on the GPU; the host line shows whether the CPUs are saturated.",
             figure=figure,
-            ranks=_refs([s for s in stats.values() if s.wait_share is not None]),
+            ranks=_refs([s for s in stats.values() if s.input_share is not None]),
         )
     ]
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from gpudoctor.safety.safe_text import needs_cleaning, printable
 from gpudoctor.watch.arrival import JobProc
+from gpudoctor.watch.data_model import DataReading
 
 
 def plural(count: int, word: str, many: str | None = None) -> str:
@@ -378,6 +379,8 @@ class Sample:
     ranks: tuple[RankReading, ...] | None = None  # training steps (gpudoctor.step()); None: no step channel
     job: tuple[JobProc, ...] | None = None  # the followed job's processes (watch/arrival.py); None: no job
 
+    data: tuple[DataReading, ...] | None = None  # the ranks' samples, loss, loader time (watch/data_model.py)
+
     def gpu(self, index: int) -> GpuReading | None:
         return next((g for g in self.gpus if g.index == index), None)
 
@@ -393,6 +396,9 @@ class Sample:
             out["ranks"] = [r.to_json() for r in self.ranks]
         if self.job is not None:
             out["job"] = [p.to_json() for p in self.job]
+
+        if self.data:
+            out["data"] = [d.to_json() for d in self.data]
         return out
 
     @classmethod
@@ -422,6 +428,8 @@ class Sample:
         procs = _list(data, "procs")
         ranks = _list(data, "ranks")
         job = _list(data, "job")
+
+        job_data = _list(data, "data")
         host = data.get("host")
         return cls(
             t=float(t),
@@ -431,6 +439,7 @@ class Sample:
             host=None if host is None else HostReading.parse(host, dropped),
             ranks=None if ranks is None else tuple(RankReading.parse(r, dropped) for r in ranks),
             job=None if job is None else tuple(JobProc.parse(p, dropped) for p in job),
+            data=None if job_data is None else tuple(DataReading.parse(d) for d in job_data),
         )
 
     def only(self, indices: set[int] | frozenset[int]) -> Sample:

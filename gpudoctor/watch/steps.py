@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from gpudoctor.training_step import ENV, EVENT, EVENT_MAGIC, MAGIC, RECORD, SOCKET_NAME
 from gpudoctor.watch.arrival import Heard, heard
+from gpudoctor.watch.data_model import MAX_PAYLOAD, DataInbox, DataReading, is_data
 from gpudoctor.watch.model import RankReading, plural
 from gpudoctor.watch.sentinel import CHANNEL_PREFIX
 
@@ -90,6 +91,7 @@ class StepChannel:
         self.rejected = 0  # records from outside the job, or damaged
         self.dropped = 0  # records the ranks could not send (our queue was full)
         self._closed = threading.Event()
+        self.data = DataInbox()  # what the ranks say about their data, loss and loader (training_data)
         try:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self.sock.bind(self.path)
@@ -122,19 +124,24 @@ class StepChannel:
 
     def _receive(self) -> None:
         """One datagram (raises TimeoutError / BlockingIOError when there is none)."""
-        size = max(RECORD.size, EVENT.size) + 1
+        size = max(RECORD.size, EVENT.size, MAX_PAYLOAD + 4) + 1  # one byte more: a longer datagram shows
         data, ancdata, _, _ = self.sock.recvmsg(size, socket.CMSG_SPACE(CREDENTIALS.size))
         if self._closed.is_set() and data == WAKE:
             return
         pid = _sender(ancdata)
-        event = len(data) == EVENT.size and data[:4] == EVENT_MAGIC
-        if pid is None or not (event or len(data) == RECORD.size) or not self._accepted(pid):
+        if pid is None or not self._accepted(pid):
             self.rejected += 1
-            return
-        if event:
+        elif is_data(data):
+            try:
+                self.data.add(pid, data[4:])
+            except ValueError:
+                self.rejected += 1
+        elif len(data) == EVENT.size and data[:4] == EVENT_MAGIC:
             self._add_event(pid, data)
-        else:
+        elif len(data) == RECORD.size:
             self._add(pid, data)
+        else:
+            self.rejected += 1
 
     def _add_event(self, pid: int, data: bytes) -> None:
         got = heard(pid, data)  # the kernel's PID, not the record's
@@ -193,6 +200,10 @@ class StepChannel:
                 acc.steps = acc.waited = 0
                 acc.sum_step = acc.max_step = acc.sum_wait = 0.0
         return out
+
+    def take_data(self) -> tuple[DataReading, ...]:
+        """The data the ranks sent since the last call (gpudoctor/watch/data_model.py)."""
+        return self.data.take()
 
     @property
     def note(self) -> str | None:

@@ -23,7 +23,9 @@ from typing import Any
 from gpudoctor.safety.safe_text import printable
 from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict, analyze
 from gpudoctor.watch.codes import STEPS_STALLED
+from gpudoctor.watch.data_model import DataReading
 from gpudoctor.watch.job import job_verdicts
+from gpudoctor.watch.jobbook import JobBook, seen
 from gpudoctor.watch.model import RankReading, Sample, clock, plural
 from gpudoctor.watch.recording import RecordingStream
 
@@ -173,6 +175,7 @@ class Summary:
     warmup_s: float = 0.0
     idle_util: float = DEFAULT.idle_util
     failure: dict[str, Any] | None = None  # how the followed command failed: the first rank, why (crash.Failure)
+    job: dict[str, Any] | None = None  # the job's data, losses, GPU placement (watch/jobbook.py)
 
     @property
     def duration_s(self) -> float:
@@ -225,6 +228,7 @@ class Summary:
             ],
             "ranks": [r.to_json() for _, r in sorted(self.ranks.items(), key=lambda kv: _rank_order(kv[0]))],
             "failure": self.failure,
+            "job": self.job,
             "verdicts": [
                 {
                     "code": sp.verdict.code,
@@ -276,6 +280,7 @@ class SummaryBuilder:
         self.end: float | None = None
         self.verdicts: tuple[Verdict, ...] = ()
         self.balance = analyze([], th)
+        self.book = JobBook(th)  # the job's data, numerics and resources (GD940-GD949)
 
     def add(self, s: Sample) -> tuple[Verdict, ...]:
         self.samples += 1
@@ -300,8 +305,11 @@ class SummaryBuilder:
         while self._window and s.t - self._window[0].t > self.th.window_s:
             self._window.popleft()
         self.balance = analyze(self._window, self.th, elapsed=s.t - self.start)
+        self.book.add(s)
         stalled = any(v.code == STEPS_STALLED.code for v in self.balance.verdicts)
-        self.verdicts = self.balance.verdicts + tuple(job_verdicts(self._window, self.th, stalled))
+        self.verdicts = self.book.verdicts(self._window, self.balance) + tuple(
+            job_verdicts(self._window, self.th, stalled)
+        )
         self._track(s.t)
         return self.verdicts
 
@@ -314,6 +322,16 @@ class SummaryBuilder:
         self.end = t if self.end is None else max(self.end, t)
         self.verdicts = found
         self._track(t)
+
+    def add_late_data(self, readings: Iterable[DataReading]) -> None:
+        """What the ranks sent as the job ended, after the last sample: judged at the last sample's time."""
+        self.book.add_data(readings)
+        if self.end is None:
+            return
+        verdicts = self.book.verdicts(self._window, self.balance)
+        if {v.key for v in verdicts} - {v.key for v in self.verdicts}:
+            self.verdicts = verdicts
+            self._track(self.end)
 
     def add_ranks(self, ranks: Iterable[RankReading]) -> None:
         """Count steps into the per-rank totals (each sample's, and the last ones a job sent as it ended)."""
@@ -385,6 +403,7 @@ class SummaryBuilder:
             dict(self._ranks),
             self.th.warmup,
             self.th.idle_util,
+            self.book.to_json(),
         )
 
     @property
@@ -479,6 +498,7 @@ def render_text(summary: Summary) -> str:
             lines.append("verdicts: none (the GPUs stayed balanced)")
         else:
             lines.append("verdicts: none")
+        lines += [f"  seen: {line}" for line in seen(summary.job)]
     else:
         lines.append("verdicts:")
         start = summary.start or 0.0
