@@ -368,7 +368,11 @@ class Sample:
     ranks: tuple[RankReading, ...] | None = None  # training steps (gpudoctor.step()); None: no step channel
 
     def gpu(self, index: int) -> GpuReading | None:
-        return next((g for g in self.gpus if g.index == index), None)
+        """The reading of GPU `index` (O(1): an index map made on first use)."""
+        by_index = self.__dict__.get("_by_index")
+        if by_index is None:
+            by_index = self.__dict__["_by_index"] = {g.index: g for g in reversed(self.gpus)}  # the first; not a field
+        return by_index.get(index)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"t": self.t, "gpus": [g.to_json() for g in self.gpus]}

@@ -15,15 +15,15 @@ many times, the worst figure. The dashboard's log, the `--no-tui` summary and `r
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.safety.safe_text import printable
-from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict, analyze
+from gpudoctor.watch.analysis import DEFAULT, Balance, RankStats, Thresholds, Verdict, balance, judge, rank_stats
 from gpudoctor.watch.model import RankReading, Sample, clock, plural
 from gpudoctor.watch.recording import RecordingStream
+from gpudoctor.watch.window import Window
 
 SUMMARY_SCHEMA_VERSION = 1
 MAX_SPANS_PER_VERDICT = 10  # listed spans of one verdict (code and GPUs); later ones fold into the last
@@ -254,12 +254,15 @@ def _rank_order(key: tuple[int | None, int]) -> tuple[bool, int, int]:
 
 
 class SummaryBuilder:
-    """Feed samples in order; `verdicts` are those of the window ending at the latest sample."""
+    """Feed samples in order; `verdicts` are those of the window ending at the latest sample.
+
+    The window is kept as running totals (gpudoctor.watch.window): a sample costs its GPUs and ranks,
+    whatever the window's length; `balance` (the numbers the dashboard shows) is made when read."""
 
     def __init__(self, source: str = "live", th: Thresholds = DEFAULT) -> None:
         self.source = source
         self.th = th
-        self._window: deque[Sample] = deque()
+        self._window = Window(th, th.window_s)
         self._gpus: dict[int, _GpuStats] = {}
         self._ranks: dict[tuple[int | None, int], _RankStats] = {}
         self._open: dict[tuple[Any, ...], VerdictSpan] = {}
@@ -267,11 +270,14 @@ class SummaryBuilder:
         self._count: dict[tuple[Any, ...], int] = {}  # spans listed per verdict
         self._spans: list[VerdictSpan] = []
         self._events: dict[tuple[Any, ...], Event] = {}
+        self._active: set[tuple[Any, ...]] = set()  # the events held at the latest sample
         self.samples = 0
         self.start: float | None = None
         self.end: float | None = None
         self.verdicts: tuple[Verdict, ...] = ()
-        self.balance = analyze([], th)
+        self._balance: Balance | None = None
+        self._rank_stats: dict[tuple[int | None, int], RankStats] = {}
+        self._warming: float | None = None
 
     def add(self, s: Sample) -> tuple[Verdict, ...]:
         self.samples += 1
@@ -292,13 +298,20 @@ class SummaryBuilder:
                 st.mem_peak = max(st.mem_peak, g.mem_used)
                 st.mem_total = g.mem_total or st.mem_total
         self.add_ranks(s.ranks or ())
-        self._window.append(s)
-        while self._window and s.t - self._window[0].t > self.th.window_s:
-            self._window.popleft()
-        self.balance = analyze(self._window, self.th, elapsed=s.t - self.start)
-        self.verdicts = self.balance.verdicts
+        self._window.add(s)
+        self._rank_stats = rank_stats(self._window, self.th) if self._window.ranks else {}
+        verdicts, self._warming = judge(self._window, self.th, s.t - self.start, self._rank_stats)
+        self.verdicts = tuple(verdicts)
+        self._balance = None
         self._track(s.t)
         return self.verdicts
+
+    @property
+    def balance(self) -> Balance:
+        """The latest window's numbers and verdicts (analysis.analyze's), made on first read."""
+        if self._balance is None:
+            self._balance = balance(self._window, self.th, self.verdicts, self._warming, self._rank_stats)
+        return self._balance
 
     def add_ranks(self, ranks: Iterable[RankReading]) -> None:
         """Count steps into the per-rank totals (each sample's, and the last ones a job sent as it ended)."""
@@ -348,8 +361,11 @@ class SummaryBuilder:
                 event.worst = max(event.worst or 0.0, span.value)  # a duration: the longest span
             else:
                 event.worst = _worse(v, event.worst)
-        for key, event in self._events.items():
-            event.active = key in current
+        for key in self._active - current.keys():  # the held ones only: a long run has many events
+            self._events[key].active = False
+        for key in current:
+            self._events[key].active = True
+        self._active = set(current)
 
     def events(self) -> list[Event]:
         """Every verdict that fired, per code and subject: held ones first, then the most recent."""
