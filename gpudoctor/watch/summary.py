@@ -170,6 +170,7 @@ class Summary:
     ranks: dict[tuple[int | None, int], _RankStats] = field(default_factory=dict)
     warmup_s: float = 0.0
     idle_util: float = DEFAULT.idle_util
+    unreadable: bool = False  # the recording's bytes stopped reading (corrupt): `report` exits 2
 
     @property
     def duration_s(self) -> float:
@@ -415,6 +416,7 @@ def summarize_recording(path: str, th: Thresholds = DEFAULT) -> Summary:
         synthetic = isinstance(made, str) and made.startswith("synthetic")  # a test recording
         summary = summarize(stream, f"{path}, {printable(made)[:40]}: made-up readings" if synthetic else path, th)
     summary.damage = stream.damage
+    summary.unreadable = stream.unreadable is not None
     return summary
 
 
