@@ -30,6 +30,7 @@ never more than a cap, so a wrong path is one clear message instead of a hang or
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -172,22 +173,36 @@ def write_text(path: str | Path, text: str) -> None:
         raise
 
 
-def open_stream(path: str | Path) -> IO[str]:
+def open_stream(path: str | Path, first: str = "") -> IO[str]:
     """A text stream for a file written bit by bit (a recording): a new file, already in place.
 
     Whether an existing file may be replaced is the caller's decision (`watch --record` refuses a
     non-empty one without --force); this only makes sure the replacement is a new file and no link
-    is followed.
+    is followed. `first` (a header) is written and flushed before the new file takes the name: when
+    that fails (a full disk) the error is raised and `path` is as it was, never left empty.
     """
     path = Path(path)
     st = check_target(path)
     if _in_place(st):
-        return _open_in_place(path)
+        out = _open_in_place(path)
+        try:
+            if first:
+                out.write(first)
+                out.flush()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                out.close()
+            raise
+        return out
     out, tmp = _new_beside(path, st)
     try:
+        if first:
+            out.write(first)
+            out.flush()
         os.replace(tmp, path)
     except BaseException:
-        out.close()
+        with contextlib.suppress(OSError):
+            out.close()  # flushes what is left, which fails the same way
         tmp.unlink(missing_ok=True)
         raise
     return out

@@ -76,12 +76,13 @@ class RecordWriter:
         self.path = path
         self.samples = 0  # written in full
         self.error: str | None = None  # why recording stopped early
+        line = dumps({"format": FORMAT, "version": FORMAT_VERSION, **header}, separators=(",", ":")) + "\n"
         try:
-            self._file: IO[str] = open_stream(path)  # closed in close()
+            # The header is written before the file takes its name: a full disk leaves no empty file.
+            self._file: IO[str] = open_stream(path, first=line)  # closed in close()
         except OSError as exc:
-            raise UserError(f"cannot write recording {path}: {exc.strerror}", EXIT_UNAVAILABLE, "unavailable") from None
-        if not self._write({"format": FORMAT, "version": FORMAT_VERSION, **header}):
-            raise UserError(f"cannot write recording {path}: {self._reason}", EXIT_UNAVAILABLE, "unavailable")
+            reason = exc.strerror or str(exc)
+            raise UserError(f"cannot write recording {path}: {reason}", EXIT_UNAVAILABLE, "unavailable") from None
 
     def _write(self, doc: dict[str, Any]) -> bool:
         if self.error is not None:

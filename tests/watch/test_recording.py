@@ -401,3 +401,20 @@ def test_a_corrupt_gzip_recording_exits_2_keeping_the_samples_before_the_damage(
     bad.write_bytes(_corrupt_gzip(data, zlib.error, 20))
     r = run_cli(capsys, "report", str(bad))
     assert r.exit_code == 2 and r.err.startswith(f"gpudoctor: cannot read recording {bad}") and not r.out
+
+
+def test_a_full_disk_at_the_start_leaves_no_empty_recording_and_keeps_the_old_one(
+    tmp_path: Path, gpudoctor_cli: GpudoctorCli
+) -> None:
+    """Issue 24: the file was created before its header failed to write: a 0-byte recording (and
+    with --force, the previous recording already replaced by it)."""
+    path = tmp_path / "run.jsonl"
+    args = ["watch", "--no-tui", "--duration", "1", "--record", str(path)]
+    full = _file_size_limit(10)  # not even the header fits
+    r = gpudoctor_cli(*args, env=FAKE, preexec_fn=full)  # noqa: PLW1509
+    assert r.returncode == 3 and "cannot write recording" in r.stderr and "File too large" in r.stderr
+    assert not path.exists() and list(tmp_path.iterdir()) == []  # no empty file, no temporary file
+    old = (RECORDINGS / "healthy.jsonl").read_bytes()
+    path.write_bytes(old)
+    r = gpudoctor_cli(*args, "--force", env=FAKE, preexec_fn=full)  # noqa: PLW1509
+    assert r.returncode == 3 and path.read_bytes() == old and list(tmp_path.iterdir()) == [path]
