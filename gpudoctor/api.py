@@ -102,6 +102,7 @@ def run_checks(
     fail_on: str | None = None,
     device: str = "auto",
     ranks: int | None = None,
+    python: str | Path | None = None,
     timeout_s: float | None = None,
     min_busbw: float | str | None = None,
     allow_mig: bool | None = None,
@@ -123,7 +124,8 @@ def run_checks(
     select/ignore: codes (GD401), prefixes (GD4) or check names; `ignore` adds to the policy's.
     min_busbw: GB/s, or a share of the expected busbw such as "80%".
     collectives: also run and judge these beside all-reduce ("allgather", "reducescatter", ...).
-    baseline: a saved `check --json` report or a snapshot to compare with (GD011-GD016),
+    python: the interpreter the ranks run in (the training environment's), validated first.
+    baseline: a saved `check --json` report or a snapshot to compare with (GD011-GD019),
     `tolerance` (default 10%, "10%" or 0.1) for its measured regressions.
     Every other argument left as None takes the policy's value, then gpudoctor's default.
     """

@@ -1,9 +1,10 @@
-"""Every finding code gpudoctor gives, and its words: `gpudoctor explain CODE`, `gpudoctor
-list-checks` and the docs/checks/ pages (one text, three places).
+"""Every finding code gpudoctor gives, and its words: `gpudoctor explain CODE` (or a check
+name: its codes), `gpudoctor list-checks` and the docs/checks/ pages (one text, three places).
 
 `catalogue()` is the checks' registry with the codes raised outside a check run: the baseline
 comparison (GD011-GD019, which `check --baseline` runs, so --select takes them), the verdicts of
-`gpudoctor watch` (GD9xx) and of `gpudoctor bench scaling`, which `check --select` does not take.
+`gpudoctor watch` (GD9xx), of `gpudoctor bench scaling` and the rules of `gpudoctor lint`
+(GD750-GD799), which `check --select` does not take.
 Retired codes (engine/codes.py RETIRED) are still explained, as removed.
 
 docs/checks/GDxxx.md is generated from the same text (`python scripts/gen_check_docs.py`);
@@ -24,12 +25,13 @@ def catalogue() -> Registry:
     from gpudoctor import checks
     from gpudoctor.checks.active import scaling
     from gpudoctor.compare import codes as baseline
+    from gpudoctor.lint import codes as lint
     from gpudoctor.watch import codes as watch
 
     base = checks.registry()
     return Registry(
         base.checks.values(),
-        {"baseline": baseline.CODES, "watch": watch.CODES, "bench scaling": scaling.CODES},
+        {"baseline": baseline.CODES, "watch": watch.CODES, "bench scaling": scaling.CODES, "lint": lint.CODES},
         runs=base.runs,
         selectable={"baseline"},
     )
@@ -99,6 +101,11 @@ def _raised_line(code: str) -> str:
         return "Raised by `gpudoctor check` itself, for any check; --select and --ignore never hide it."
     if by["kind"] == "baseline":
         return f"Raised by `gpudoctor check --baseline FILE` and `gpudoctor diff A B`. {select}"
+    if by["check"] == "lint":
+        return (
+            "Raised by `gpudoctor lint` on a training script, before it runs; `gpudoctor lint --select` and "
+            "`--ignore` choose its rules (`gpudoctor check --select` does not take them)."
+        )
     if not by["selectable"]:
         also = " (and `gpudoctor report` on its recordings)" if by["check"] == "watch" else ""
         return f"Raised by `gpudoctor {by['check']}`{also}; `gpudoctor check --select` does not take it."
@@ -153,3 +160,42 @@ def _retired_text(code: str) -> str | None:
         f"Retired in gpudoctor {gone.removed_in}: gpudoctor no longer gives this code, and never will give it "
         f"to anything else.{see}\n\n## Why it was removed\n\n{gone.why}\n"
     )
+
+
+def owner_doc(name: str) -> dict[str, Any] | None:
+    """`explain topology`: a check (or another owner of codes: `watch`, `baseline`) and its codes,
+    for the names `--select` takes beside codes; None for a name that owns no code."""
+    reg = catalogue()
+    codes = sorted(c for c, owner in reg.owner.items() if owner == name)
+    if not codes:
+        return None
+    chk = reg.checks.get(name)
+    by = _raised_by(codes[0])
+    return {
+        "schema_version": 1,
+        "command": "explain",
+        "check": name,
+        "title": chk.title if chk is not None else None,
+        "kind": by["kind"],
+        "level": by["level"],
+        "selectable": by["selectable"],
+        "codes": [{"code": c, "name": reg.codes[c].name, "title": reg.codes[c].title} for c in codes],
+    }
+
+
+def owner_text(name: str) -> str | None:
+    doc = owner_doc(name)
+    if doc is None:
+        return None
+    codes = doc["codes"]
+    if doc["kind"] in ("static", "active", "deep"):
+        kind = _raised_line(codes[0]["code"]).split("(", 1)[1].split(")", 1)[0]  # "static", "active: ..."
+        how = f"Check `{name}` ({kind}). `--select {name}` / `--ignore {name}` take all its codes at once."
+    else:  # the runner, the baseline comparison, another command: its sentence without the per-code advice
+        how = _raised_line(codes[0]["code"]).split(" Select or ignore it", 1)[0]
+        if doc["selectable"] and doc["kind"] != "runner":
+            how += " Select or ignore them by code (`--select CODE`) or prefix."
+    head = f"# {name}: {doc['title']}" if doc["title"] else f"# {name}"
+    rows = "".join(f"- {c['code']} {c['name']}: {c['title']}\n" for c in codes)
+    more = "`gpudoctor explain CODE` says what each checks, why it matters and how to fix it."
+    return f"{head}\n\n{how}\n\n## Its codes\n\n{rows}\n{more}\n"

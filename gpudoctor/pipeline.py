@@ -8,6 +8,7 @@ it builds, the policy's severities applied, and "nothing was checked" as a usage
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -20,8 +21,9 @@ from gpudoctor.version import __version__
 if TYPE_CHECKING:
     from gpudoctor.engine.context import CheckOptions
     from gpudoctor.engine.runner import SharedRuns
+    from gpudoctor.engine.selection import Selection
     from gpudoctor.policy import Policy
-    from gpudoctor.snapshot import Snapshot
+    from gpudoctor.snapshot import Snapshot, Software
 
 
 def nothing_checked(results: list[CheckResult], verb: str) -> None:
@@ -90,6 +92,22 @@ def check_level(
     return chosen
 
 
+def training_python(python: str | Path | None, level: int) -> Software | None:
+    """--python PATH: validated (an interpreter the ranks can run in) and its software stack, which
+    replaces this process's in the snapshot; None without it."""
+    if python is None:
+        return None
+    if level < 2:
+        raise UserError(
+            "--python runs the active checks' ranks in that interpreter: not with --quick or --snapshot (level 1)",
+            EXIT_USAGE,
+            "usage",
+        )
+    from gpudoctor.probe.interpreter import software_of
+
+    return software_of(os.path.abspath(python))  # absolute, not resolved: a venv's python is a link
+
+
 def check_options(policy: Policy, level: int, args: Mapping[str, Any]) -> CheckOptions:
     """CheckOptions from the arguments (the option table's names), then the policy, then the
     defaults: the one place they meet. The timeout's bound is checked here, on the merged value,
@@ -127,6 +145,7 @@ def check_options(policy: Policy, level: int, args: Mapping[str, Any]) -> CheckO
         mem_share=merged("mem_share"),
         device=merged("device"),
         ranks=args.get("ranks"),
+        python=None if args.get("python") is None else os.path.abspath(args["python"]),
         timeout_s=timeout,
         min_busbw_gbps=busbw_abs,
         # "min-busbw = '90%'": below 90% of the expectation fails; the warn band stays below it.
@@ -178,10 +197,17 @@ def check(args: Mapping[str, Any], policy: Policy, progress: Callable[[str], Non
         check_env()
         check_launcher_env()
     options = check_options(policy, chosen, args)
+    software = training_python(args.get("python"), chosen)  # refused before the probe, like any usage error
     snap_obj, source = load_snapshot(snapshot)
+    if software is not None:  # judge the stack the ranks will run in, not the one gpudoctor runs in
+        snap_obj = dataclasses.replace(snap_obj, software=software)
+    selection, overridden = driver_not_ignored(selection, policy, args, snap_obj, options.device)
     ctx = CheckContext(snap_obj, options, progress=progress or (lambda message: None))
     runs = SharedRuns(registry.runs)
-    report = build_report(ctx, run_checks(registry, ctx, selection, runs=runs), runs, source, status_on, policy)
+    results = run_checks(registry, ctx, selection, runs=runs)
+    if overridden:
+        results = [_say_overridden(r, overridden, policy) for r in results]
+    report = build_report(ctx, results, runs, source, status_on, policy)
     if base is not None:
         from gpudoctor.compare.rules import compare
         from gpudoctor.compare.sides import Side
@@ -200,6 +226,38 @@ def check(args: Mapping[str, Any], policy: Policy, progress: Callable[[str], Non
     nothing_checked(report.checks, "checked")
     report.checks = apply_severity(report.checks, policy)
     return report
+
+
+DRIVER_CODE = "GD101"  # no NVIDIA driver: without it every GPU check skips
+
+
+def driver_not_ignored(
+    selection: Selection, policy: Policy, args: Mapping[str, Any], snapshot: Snapshot, device: str
+) -> tuple[Selection, tuple[str, ...]]:
+    """A policy file (found upwards, perhaps not the user's) never hides a missing driver: its
+    `ignore = ["GD1"]` would turn a node without a driver into READY, every GPU check a quiet skip.
+    The policy's tokens that hide GD101 are set aside for this run (returned, to be said in the
+    finding); an --ignore typed on the command line is the user's own word and stays."""
+    from gpudoctor.engine.selection import Selection
+
+    if snapshot.driver.nvml_status == "ok" or device == "cpu" or not policy.ignore:
+        return selection, ()
+    hides = [t for t in policy.ignore if Selection((), (t,), selection.registry).ignores(DRIVER_CODE)]
+    if not hides:
+        return selection, ()
+    kept = tuple(t for t in policy.ignore if t not in hides)
+    rebuilt = Selection(selection.select, (*kept, *(args.get("ignore") or ()))).using(selection.registry)
+    return (selection, ()) if rebuilt.ignores(DRIVER_CODE) else (rebuilt, tuple(hides))
+
+
+def _say_overridden(result: CheckResult, tokens: tuple[str, ...], policy: Policy) -> CheckResult:
+    said = ", ".join(tokens)
+    for i, f in enumerate(result.findings):
+        if f.code == DRIVER_CODE and f.status is not Status.PASS:
+            evidence = {**f.evidence, "policy_ignore_set_aside": list(tokens), "policy": str(policy.path)}
+            message = f"{f.message} (shown although the policy ignores {said}: without a driver no GPU was checked)"
+            result.findings[i] = dataclasses.replace(f, message=message, evidence=evidence)
+    return result
 
 
 def build_report(

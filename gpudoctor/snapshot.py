@@ -151,7 +151,9 @@ class FabricInfo:
     """NVSwitch fabric registration (Hopper and later): nvmlDeviceGetGpuFabricInfo."""
 
     state: str  # "not_supported", "not_started", "in_progress", "completed"
-    status: str  # "success" or the NVML error name reported for the registration
+    # "success" or the NVML error name reported for the registration; meaningful only once the state
+    # is "completed", so a reading without it (a recording, a hand-written snapshot) is a Missing.
+    status: str | Missing = NOT_COLLECTED
     health: str | Missing = NOT_COLLECTED  # "healthy", "unhealthy", "limited_capacity"
 
 
@@ -233,6 +235,10 @@ class Driver:
     nvml_version: str | Missing = NOT_COLLECTED
     kernel_module_version: str | Missing = NOT_COLLECTED  # from /proc/driver/nvidia/version
     fabric_manager: str | Missing = NOT_COLLECTED  # systemd state: "active", "inactive", ...
+    # Fields added after schema_version 1 (left out of the JSON while not collected): the user-space
+    # side on disk, apart from the loaded module, so a version mismatch names both halves.
+    nvml_library: str | Missing = _later()  # the file libnvidia-ml.so.1 resolves to: "libnvidia-ml.so.550.107.02"
+    nvml_library_changed: str | Missing = _later()  # ISO 8601 time that file was last changed (installed)
 
 
 @dataclass(frozen=True)
@@ -338,6 +344,37 @@ class Network:
 
 
 @dataclass(frozen=True)
+class PciNode:
+    """A PCI function on the path from a GPU up to its root port (the GPU itself, PCIe switch ports, the
+    root port): what sysfs and, for root, PCI configuration space say about it (probe/pci_tree.py)."""
+
+    upstream: str | None = None  # the bridge above it (sysfs bus id, "0000:17:00.0"); None below a host bridge
+    # Link Capabilities (sysfs max_link_speed / max_link_width): for a GPU the card's own maximum, for
+    # the bridge above it the slot's, whatever the two trained to.
+    max_link_gen: int | Missing = NOT_COLLECTED
+    max_link_width: int | Missing = NOT_COLLECTED
+    iommu_group: int | None | Missing = NOT_COLLECTED  # /sys/.../iommu_group; None: no IOMMU group
+    # The group's DMA domain (/sys/kernel/iommu_groups/<n>/type): "identity" (iommu=pt: no translation),
+    # "DMA" / "DMA-FQ" (translated), "blocked", "unmanaged" (a VFIO user owns it)
+    iommu_type: str | Missing = NOT_COLLECTED
+    # ACS Control register (PCIe extended capability 0x000D, offset 6): bit 0 source validation,
+    # 2 P2P request redirect, 3 P2P completion redirect, 4 upstream forwarding, 5 P2P egress control,
+    # 6 direct translated P2P. None: no ACS capability; no_permission: extended configuration space
+    # needs root (an unprivileged read of sysfs `config` stops at 64 bytes).
+    acs_ctrl: int | None | Missing = NOT_COLLECTED
+
+
+@dataclass(frozen=True)
+class Virtualization:
+    """Whether the machine is a virtual machine, as the kernel sees it."""
+
+    hypervisor: bool | Missing = NOT_COLLECTED  # x86 CPUID's hypervisor bit (/proc/cpuinfo flag "hypervisor")
+    # DMI (/sys/class/dmi/id): "QEMU", "Microsoft Corporation", "Amazon EC2", "Google"; product "Virtual Machine"
+    sys_vendor: str | Missing = NOT_COLLECTED
+    product_name: str | Missing = NOT_COLLECTED
+
+
+@dataclass(frozen=True)
 class Host:
     hostname: str = ""
     kernel: str = ""
@@ -364,6 +401,11 @@ class Host:
     # "CentaurHauls", "  Shanghai  "); ARM: the "CPU implementer" code ("0x41")
     cpu_vendor: str | Missing = _later()
     network: Network | Missing = _later()  # probe/network.py: RDMA ports, interfaces, GPUDirect, PCI places
+    booted: str | Missing = _later()  # ISO 8601 time the kernel booted (/proc/stat btime)
+    # sysfs bus id (lower case) -> node, for every GPU and each bridge above it: PCIe link capabilities,
+    # IOMMU groups and ACS control on the GPUs' paths (probe/pci_tree.py)
+    pci_tree: dict[str, PciNode] | Missing = _later()
+    virtualization: Virtualization | Missing = _later()
 
 
 @dataclass(frozen=True)
@@ -522,6 +564,12 @@ def _decode_dataclass(cls: type, data: Any, where: str) -> Any:
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise SnapshotError(f"{where}: required field {f.name!r} is missing")
     return cls(**kwargs)
+
+
+def part_from_jsonable(cls: type[T], data: Any, where: str) -> T:
+    """One part of a snapshot (its Software, read from another interpreter: probe/interpreter.py),
+    decoded and checked as a whole snapshot's parts are (SnapshotError otherwise)."""
+    return _decode_dataclass(cls, data, where)
 
 
 def from_jsonable(data: Any) -> Snapshot:

@@ -34,6 +34,7 @@ LAYERS = {
     "gpudoctor.checks.active": "active",
     "gpudoctor.checks.deep": "active",
     "gpudoctor.compare": "compare",
+    "gpudoctor.lint": "lint",
     "gpudoctor.render": "render",
     "gpudoctor.watch": "watch",
     "gpudoctor.watch.ui": "ui",
@@ -62,12 +63,17 @@ MAY_IMPORT = {
     "checks": _BELOW_ENGINE | {"engine"},  # static checks read the snapshot: no probe, launch, workloads
     "active": _BELOW_ENGINE | {"engine", "checks", "probe", "launch"},
     "compare": _BELOW_ENGINE | {"engine"},
+    "lint": _BELOW_ENGINE | {"engine"},  # of the engine, its codes only (NARROW)
     "render": {"base", "safety"},
     "watch": _BELOW_ENGINE | {"probe", "engine"},
     "ui": _BELOW_ENGINE | {"watch"},
-    "top": _BELOW_ENGINE | {"probe", "engine", "launch", "checks", "active", "compare", "render", "watch"},
+    "top": _BELOW_ENGINE | {"probe", "engine", "launch", "checks", "active", "compare", "lint", "render", "watch"},
     "cli": set(LAYERS.values()),
 }
+
+# Where a layer may import only some modules of a layer below: lint's rules are pure functions
+# over a parsed script, they need the engine's Code and nothing of the check framework.
+NARROW = {"lint": {"engine": ("gpudoctor.engine.codes",)}}
 
 # Third-party libraries with one home each.
 ONLY_IN = {
@@ -148,6 +154,18 @@ def test_no_import_runs_back_up_a_layer(path: Path) -> None:
         theirs = layer(target)
         if theirs != me and theirs not in MAY_IMPORT[me]:
             wrong.append(f"line {line}: {me} imports {target} ({theirs})")
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_narrow_layers_import_only_what_they_are_allowed(path: Path) -> None:
+    me = layer(module_name(path))
+    allowed = NARROW.get(me, {})
+    wrong = [
+        f"line {line}: {me} imports {target}"
+        for target, line in imports(path)
+        if target.startswith("gpudoctor") and layer(target) in allowed and target not in allowed[layer(target)]
+    ]
     assert not wrong, wrong
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status
-from gpudoctor.knowledge.nvml_status import INSTALL_DRIVER, explain_init_failure
+from gpudoctor.knowledge.nvml_status import INSTALL_DRIVER, explain_init_failure, explain_mismatch
 
 NVML_UNAVAILABLE = Code(
     "GD101",
@@ -24,6 +24,22 @@ def _no_gpu(ctx: CheckContext, message: str, hint: str, evidence: dict[str, obje
     return Finding("GD101", Status.FAIL, "host", message, hint, evidence)
 
 
+def _mismatch(ctx: CheckContext) -> tuple[tuple[str, str], dict[str, str]] | None:
+    """Both halves of a version mismatch, when the snapshot recorded them: the loaded kernel module
+    and the NVML library on disk (and whether a reboot has already happened since it was installed)."""
+    driver, host = ctx.snapshot.driver, ctx.snapshot.host
+    readings = {
+        "kernel_module": driver.kernel_module_version,
+        "nvml_library": driver.nvml_library,
+        "nvml_library_changed": driver.nvml_library_changed,
+        "booted": host.booted,
+    }
+    values = {k: v for k, v in readings.items() if isinstance(v, str)}
+    get = values.get
+    told = explain_mismatch(get("kernel_module"), get("nvml_library"), get("nvml_library_changed"), get("booted"))
+    return None if told is None else (told, values)
+
+
 @check("nvml", "NVIDIA driver and NVML", codes=[NVML_UNAVAILABLE])
 def nvml_available(ctx: CheckContext) -> list[Finding]:
     driver = ctx.snapshot.driver
@@ -32,6 +48,10 @@ def nvml_available(ctx: CheckContext) -> list[Finding]:
         evidence["detail"] = driver.nvml_detail
     if driver.nvml_status != "ok":
         message, hint = explain_init_failure(driver.nvml_status, driver.nvml_detail)
+        sides = _mismatch(ctx) if driver.nvml_status == "version_mismatch" else None
+        if sides is not None:
+            (message, hint), readings = sides
+            evidence.update(readings)
         return [_no_gpu(ctx, message, hint, evidence)]
     count = len(ctx.snapshot.gpus)
     evidence["gpus"] = count

@@ -1,17 +1,19 @@
-"""GD1 (driver and software stack): versions that disagree, drivers too old, persistence, fabric.
+"""GD1 (driver and software stack): versions that disagree, drivers too old, persistence, fabric;
+GD107 (torch and NCCL against the GPUs' architecture) lives in checks/arch_support.py.
 
-GD101 (checks/nvml.py) covers NVML failing to start, including "Driver/library version
+GD101 (checks/driver_reachable.py) covers NVML failing to start, including "Driver/library version
 mismatch"; the checks here only run when NVML answered, so nothing is reported twice.
 """
 
 from __future__ import annotations
 
+from gpudoctor.checks.arch_support import NCCL_TOO_OLD_FOR_GPU, nccl_for_arch
 from gpudoctor.checks.targets import target_gpus
 from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.knowledge.gpu_products import RTX40_FIXED_DRIVER, RTX40_RE
 from gpudoctor.knowledge.units import gpu_list
-from gpudoctor.knowledge.versions import version_text, version_tuple
+from gpudoctor.knowledge.versions import driver_version, version_text, version_tuple
 from gpudoctor.snapshot import Gpu, Snapshot, known
 
 KERNEL_MISMATCH = Code(
@@ -88,20 +90,6 @@ FABRIC_NOT_READY = Code(
     "nvidia-fabricmanager-<branch> matching the driver). Check /var/log/fabricmanager.log; if the "
     "fabric stays degraded, reset the GPUs or reboot, then contact the vendor.",
 )
-NCCL_TOO_OLD_FOR_GPU = Code(
-    "GD107",
-    "nccl-too-old-for-gpu",
-    "torch's NCCL supports the GPUs' architecture",
-    what="Compares the NCCL torch ships (the nvidia-nccl-cu* wheel) with the oldest NCCL that runs "
-    "collectives on the GPUs the run uses: Blackwell GeForce and workstation GPUs (compute capability "
-    "12.x: RTX 50 series, RTX PRO Blackwell) need NCCL 2.26.2 (NVIDIA/nccl#1637 and nccl-tests#287: "
-    "NCCL 2.25.1 fails to launch its kernels there, 'ncclMaxSharedMem 82240 exceeds device/fn "
-    "maxSharedMem 79856'; NVIDIA confirmed 2.26.2 works).",
-    why="With an older NCCL every collective of a multi-GPU run fails (or the run hangs at its first "
-    "all-reduce), whatever the drivers and links: NCCL_P2P_DISABLE does not help.",
-    fix="Install a torch built with NCCL 2.26.2 or newer (torch 2.7 and later for CUDA 12.8 ship it), "
-    "or upgrade the NCCL wheel: `pip install -U nvidia-nccl-cu12`.",
-)
 CODES = [KERNEL_MISMATCH, DRIVER_TOO_OLD, RTX40_P2P, PERSISTENCE_OFF, FABRIC_NOT_READY, NCCL_TOO_OLD_FOR_GPU]
 
 # Minimum Linux driver per CUDA toolkit GA (NVIDIA CUDA release notes, table 3).
@@ -130,32 +118,24 @@ MIN_DRIVER_FOR_CUDA: dict[tuple[int, int], tuple[int, ...]] = {
 }
 # The oldest driver that runs any minor of a CUDA major (minor-version compatibility).
 MINOR_COMPAT_FLOOR: dict[int, tuple[int, ...]] = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580, 65, 6)}
-# The oldest NCCL whose kernels launch on an architecture, by compute-capability major:
-# Blackwell GeForce/workstation (12.x) needs 2.26.2 (NVIDIA/nccl#1637, NVIDIA/nccl-tests#287).
-MIN_NCCL_FOR_ARCH: dict[int, tuple[tuple[int, ...], str]] = {12: ((2, 26, 2), "Blackwell GeForce/workstation")}
 
 
 def _nvml_ok(snapshot: Snapshot) -> bool:
     return snapshot.driver.nvml_status == "ok"
 
 
-def _library_version(nvml_version: str) -> str:
-    """NVML's own version is '12.550.54.15' (CUDA major + driver); keep the driver part."""
-    parts = nvml_version.split(".")
-    return ".".join(parts[1:]) if len(parts) == 4 else nvml_version
-
-
 def kernel_mismatch(ctx: CheckContext) -> list[Finding]:
     driver = ctx.snapshot.driver
     if not _nvml_ok(ctx.snapshot) or not known(driver.kernel_module_version):
         return []
-    kernel = version_tuple(str(driver.kernel_module_version))
+    kernel = driver_version(str(driver.kernel_module_version))
     readings = {"kernel_module": driver.kernel_module_version}
     if known(driver.driver_version):
         readings["driver (NVML)"] = driver.driver_version
     if known(driver.nvml_version):
-        readings["NVML library"] = _library_version(str(driver.nvml_version))
-    others = {k: version_tuple(str(v)) for k, v in readings.items() if k != "kernel_module"}
+        readings["NVML library"] = driver.nvml_version
+    # Every form compares by its driver part: NVML's own version carries the CUDA major in front.
+    others = {k: driver_version(str(v)) for k, v in readings.items() if k != "kernel_module"}
     differ = {k: readings[k] for k, v in others.items() if v is not None and v != kernel}
     if kernel is None or not others:
         return []
@@ -356,7 +336,8 @@ def _fabric_finding(gpu: Gpu) -> Finding | None:
     fabric = gpu.fabric
     if not known(fabric) or fabric.state == "not_supported":
         return None
-    evidence = {"state": fabric.state, "status": fabric.status, "expected": "completed/success"}
+    status = fabric.status if known(fabric.status) else f"unknown ({fabric.status.reason})"
+    evidence = {"state": fabric.state, "status": status, "expected": "completed/success"}
     if known(fabric.health):
         evidence["health"] = fabric.health
     subject = gpu_subject(gpu.index)
@@ -371,7 +352,7 @@ def _fabric_finding(gpu: Gpu) -> Finding | None:
             "wait for it; its version must match the driver's.",
             evidence,
         )
-    if fabric.status != "success":
+    if known(fabric.status) and fabric.status != "success":
         return Finding(
             FABRIC_NOT_READY.code,
             Status.FAIL,
@@ -438,52 +419,6 @@ def fabric(ctx: CheckContext) -> list[Finding]:
             )
         ]
     return [Finding(FABRIC_NOT_READY.code, Status.PASS, "host", "nvidia-fabricmanager is active", "", evidence)]
-
-
-def _cc_major(gpu: Gpu) -> int | None:
-    cc = gpu.compute_capability
-    if not known(cc):
-        return None
-    major = version_tuple(str(cc))
-    return major[0] if major else None
-
-
-def nccl_for_arch(ctx: CheckContext) -> list[Finding]:
-    gpus = target_gpus(ctx)
-    nccl_text = ctx.snapshot.software.torch_nccl
-    if len(gpus) < 2 or not known(nccl_text):
-        return []
-    nccl = version_tuple(str(nccl_text))
-    if nccl is None:
-        return []
-    out = []
-    for major, (need, family) in MIN_NCCL_FOR_ARCH.items():
-        cards = [g for g in gpus if _cc_major(g) == major]
-        if not cards:
-            continue
-        evidence = {
-            "gpus": [g.index for g in cards],
-            "compute_capability": sorted({str(g.compute_capability) for g in cards}),
-            "torch_nccl": nccl_text,
-            "expected_nccl": f">= {'.'.join(map(str, need))}",
-        }
-        names = ", ".join(sorted({g.name for g in cards}))
-        if nccl >= need:
-            msg = f"NCCL {nccl_text} supports {family} GPUs ({names})"
-            out.append(Finding(NCCL_TOO_OLD_FOR_GPU.code, Status.PASS, "host", msg, "", evidence))
-        else:
-            out.append(
-                Finding(
-                    NCCL_TOO_OLD_FOR_GPU.code,
-                    Status.FAIL,
-                    "host",
-                    f"torch's NCCL {nccl_text} is older than {'.'.join(map(str, need))}, the first that runs "
-                    f"collectives on {family} GPUs ({names}): every all-reduce fails or hangs",
-                    "pip install -U nvidia-nccl-cu12 (or a torch built with NCCL 2.26.2 or newer).",
-                    evidence,
-                )
-            )
-    return out
 
 
 @check("driver_stack", "Driver and CUDA stack", codes=CODES, needs="gpus")

@@ -30,8 +30,9 @@ COMPUTE_MODE = Code(
     "GD821",
     "compute-mode-restricted",
     "Compute mode lets every rank use its GPU",
-    what="Reads each GPU's compute mode. 'Prohibited' fails; 'exclusive process' warns; a compute mode "
-    "NVML could not give warns as unknown rather than passing as default.",
+    what="Reads each GPU's compute mode. 'Prohibited' fails; 'exclusive process' warns, and fails when a "
+    "process already holds the GPU (no other context can be made); a compute mode NVML could not give "
+    "warns as unknown rather than passing as default.",
     why="In 'prohibited' mode no CUDA context can be created. In 'exclusive process' mode only one "
     "process may hold a context: a DDP rank that touches cuda:0 before torch.cuda.set_device(rank) "
     "takes GPU 0 and the others fail with 'all CUDA-capable devices are busy or unavailable'.",
@@ -151,6 +152,23 @@ def _compute_mode(gpus: list[Gpu]) -> list[Finding]:
                     "compute mode is 'prohibited': no process can use this GPU",
                     f"sudo nvidia-smi -i {g.index} -c DEFAULT",
                     evidence,
+                )
+            )
+        elif isinstance(g.processes, list) and g.processes and mode.startswith("exclusive"):
+            # One context per GPU, and a process already holds it: every other process fails at its first
+            # CUDA call (NVIDIA/DIGITS#2005: Exclusive_Process K40m holding the DIGITS server, error 46
+            # "all CUDA-capable devices are busy or unavailable").
+            holders = ", ".join(f"PID {p.pid}" + (f" ({p.command})" if p.command else "") for p in g.processes[:3])
+            out.append(
+                Finding(
+                    COMPUTE_MODE.code,
+                    Status.FAIL,
+                    gpu_subject(g.index),
+                    f"compute mode is '{mode}' and {holders} already holds the GPU: any other process's CUDA "
+                    "context fails ('all CUDA-capable devices are busy or unavailable')",
+                    f"Stop the process holding GPU {g.index}, or `sudo nvidia-smi -i {g.index} -c DEFAULT` to let "
+                    "several processes share it.",
+                    {**evidence, "processes": [p.pid for p in g.processes]},
                 )
             )
         else:

@@ -35,10 +35,12 @@ MEMLOCK = Code(
     "GD511",
     "memlock-limited",
     "The locked-memory limit allows RDMA (memlock unlimited)",
-    what="Reads the memlock ulimit (RLIMIT_MEMLOCK) on hosts with InfiniBand/RoCE/EFA interfaces.",
+    what="Reads the memlock ulimit (RLIMIT_MEMLOCK) on hosts with RDMA devices (InfiniBand/RoCE/EFA). A "
+    "limit below the machine's memory fails while NCCL will use the devices (NCCL_IB_DISABLE not 1), and "
+    "warns when NCCL_IB_DISABLE=1 keeps it off them.",
     why="NCCL's InfiniBand and GPUDirect RDMA transports register (pin) large buffers; a small memlock "
-    "limit makes registration fail ('ibv_reg_mr failed', 'Cannot allocate memory') or NCCL falls back "
-    "to slow TCP sockets between nodes.",
+    "limit makes registration fail: 'Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory' "
+    "with `ulimit -l` at 8192 (NVIDIA/nccl-tests#206), and the run stops.",
     fix="Set it unlimited: `ulimit -l unlimited` in the launching shell, `LimitMEMLOCK=infinity` in the "
     "systemd unit, `* - memlock unlimited` in /etc/security/limits.conf, or `docker run --ulimit "
     "memlock=-1`.",
@@ -47,10 +49,10 @@ NOFILE = Code(
     "GD512",
     "nofile-low",
     "The open-files limit is high enough for multi-GPU data loading",
-    what="Reads the open-files ulimit (RLIMIT_NOFILE soft limit) when the run uses several GPUs; below 4096 warns.",
+    what="Reads the open-files ulimit (RLIMIT_NOFILE soft limit) when the run uses a GPU; below 4096 warns.",
     why="torch shares tensors between DataLoader workers and ranks through file descriptors by default; "
-    "with several workers per GPU a 1024 limit ends in 'Too many open files' or 'received 0 items of "
-    "ancdata'.",
+    "with several workers per GPU, one GPU included, a 1024 limit ends in 'Too many open files' or "
+    "'received 0 items of ancdata' (DonsetPG/graph-physics#22).",
     fix="Raise it: `ulimit -n 65536` (hard limit permitting), `LimitNOFILE=` in systemd, or `docker run "
     "--ulimit nofile=65536:65536`. Or call torch.multiprocessing.set_sharing_strategy('file_system').",
 )
@@ -163,37 +165,62 @@ def shm_hint(want: int) -> str:
     )
 
 
-def memlock(ctx: CheckContext) -> list[Finding]:
-    host = ctx.snapshot.host
-    limit = host.memlock_limit_bytes
+def _rdma_present(snapshot: Snapshot) -> list[str]:
+    """RDMA devices (/sys/class/infiniband, host.network) or, without that reading, interfaces whose
+    names say InfiniBand/RoCE/EFA."""
+    host = snapshot.host
+    net = host.network
+    if known(net) and known(net.rdma) and net.rdma:
+        return [d.name for d in net.rdma]
     ifaces = host.network_interfaces if known(host.network_interfaces) else []
-    rdma = [i for i in ifaces if i.lower().startswith(_RDMA_PREFIXES)]
+    return [i for i in ifaces if i.lower().startswith(_RDMA_PREFIXES)]
+
+
+def memlock(ctx: CheckContext) -> list[Finding]:
+    """GD511. NCCL's IB transport pins (ibv_reg_mr) its buffers against RLIMIT_MEMLOCK: with a limited
+    memlock registration fails, "Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory" at
+    `ulimit -l` 8192 (NVIDIA/nccl-tests#206), and the run stops. A failure wherever NCCL will use the
+    RDMA devices (present, NCCL_IB_DISABLE not set); a limit at least the machine's memory pins as much
+    as an unlimited one."""
+    snapshot = ctx.snapshot
+    limit = snapshot.host.memlock_limit_bytes
+    rdma = _rdma_present(snapshot)
     if not known(limit) or not rdma:
         return []
-    evidence = {
+    ram = snapshot.host.ram_total_bytes
+    evidence: dict[str, Any] = {
         "memlock_bytes": "unlimited" if limit is None else limit,
-        "rdma_interfaces": rdma,
+        "rdma_devices": rdma,
         "expected": "unlimited",
     }
-    if limit is None:
-        return [Finding(MEMLOCK.code, Status.PASS, "host", "memlock is unlimited", "", evidence)]
-    return [
-        Finding(
-            MEMLOCK.code,
-            Status.WARN,
-            "host",
-            f"memlock is limited to {size(limit)} on a host with "
-            f"RDMA interfaces ({listed(rdma, 3)}): NCCL cannot register its buffers",
-            "ulimit -l unlimited (limits.conf, LimitMEMLOCK=infinity, or docker --ulimit memlock=-1)",
-            evidence,
+    if limit is None or (known(ram) and limit >= ram):
+        said = "unlimited" if limit is None else f"{size(limit)}, at least the machine's memory"
+        return [Finding(MEMLOCK.code, Status.PASS, "host", f"memlock is {said}", "", evidence)]
+    ib_off = nccl_int(snapshot.env.get("NCCL_IB_DISABLE")) == 1
+    where = f"RDMA devices ({listed(rdma, 3)})"
+    if ib_off:
+        evidence["NCCL_IB_DISABLE"] = snapshot.env["NCCL_IB_DISABLE"]
+        msg = (
+            f"memlock is limited to {size(limit)} on a host with {where}; NCCL_IB_DISABLE=1 keeps NCCL off them "
+            "now, but enabling IB will fail to register its buffers"
         )
-    ]
+        return [Finding(MEMLOCK.code, Status.WARN, "host", msg, MEMLOCK.fix, evidence)]
+    msg = (
+        f"memlock is limited to {size(limit)} on a host with {where} that NCCL will use: registering its "
+        "buffers fails ('ibv_reg_mr ... Cannot allocate memory') and inter-node runs stop"
+    )
+    hint = (
+        "ulimit -l unlimited for the launching shell and every rank (check `ulimit -l` inside mpirun/srun/the "
+        "container): `* - memlock unlimited` in /etc/security/limits.conf, LimitMEMLOCK=infinity for systemd "
+        "units, `docker run --ulimit memlock=-1`"
+    )
+    return [Finding(MEMLOCK.code, Status.FAIL, "host", msg, hint, evidence)]
 
 
 def nofile(ctx: CheckContext, gpus: list[Gpu]) -> list[Finding]:
     limit = ctx.snapshot.host.nofile_limit
-    if not known(limit) or len(gpus) < 2:
-        return []
+    if not known(limit) or not gpus:
+        return []  # DataLoader workers share tensors by descriptor with one GPU too (graph-physics#22)
     evidence = {"nofile": "unlimited" if limit is None else limit, "expected": f">= {NOFILE_MIN}"}
     if limit is None or limit >= NOFILE_MIN:
         return [Finding(NOFILE.code, Status.PASS, "host", f"open-files limit is {evidence['nofile']}", "", evidence)]

@@ -20,6 +20,7 @@ from gpudoctor.checks.unread import unread, unreadable_finding
 from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.knowledge.gpu_products import ecc_expected_on
+from gpudoctor.knowledge.pcie_model import PCIE_GBPS_PER_LANE
 from gpudoctor.knowledge.units import size_mib
 from gpudoctor.snapshot import Gpu, Missing
 
@@ -156,6 +157,10 @@ class Trait:
     # GPUs another check judges on this trait (its owner says it once): left out of the comparison,
     # still named here when NVML could not read it.
     judged_elsewhere: Callable[[Gpu], bool] = lambda g: False
+    # For traits where one value is worse (less memory, a lower power cap, a slower PCIe link): the
+    # value's capacity, higher better. The finding then names the GPUs that are worse off, whether
+    # they are the odd ones or the majority (a faster odd card is no fault of that card).
+    capacity: Callable[[Any], float] | None = None
 
     def lead(self, value: Any) -> str:
         """'is an NVIDIA GeForce RTX 4080' / 'has power limit 350 W'."""
@@ -175,6 +180,7 @@ TRAITS = [
         "the smallest card caps the batch and model size of every rank",
         key=lambda mib: round(mib / 1024),
         always_there=True,
+        capacity=lambda mib: round(mib / 1024),
     ),
     Trait(
         VBIOS,
@@ -195,6 +201,7 @@ TRAITS = [
         "a lower cap clocks the card down under load and every step waits for it",
         key=lambda w: round(w),
         per_model=True,
+        capacity=lambda w: round(w),
     ),
     Trait(
         MODES,
@@ -258,6 +265,7 @@ TRAITS = [
         "less host bandwidth for that rank's data loading and PCIe traffic",
         per_model=True,
         always_there=True,
+        capacity=lambda v: PCIE_GBPS_PER_LANE.get(v[0], 0.0) * v[1],
     ),
 ]
 
@@ -282,6 +290,8 @@ def compare(gpus: list[Gpu], trait: Trait) -> list[Finding]:
         value = ranked[0][0][1]
         msg = f"{len(known)} GPUs alike: {trait.label} {trait.show(value)}"
         return [Finding(trait.code.code, Status.PASS, "host", msg, "", evidence_all)]
+    if trait.capacity is not None:
+        return _worse_off(ranked, trait, evidence_all)
     majority = ranked[0]
     if len(ranked[1]) == len(majority):  # no majority: list the groups
         parts = "; ".join(f"{_gpu_names([g.index for g, _ in grp])}: {trait.show(grp[0][1])}" for grp in ranked)
@@ -295,6 +305,29 @@ def compare(gpus: list[Gpu], trait: Trait) -> list[Finding]:
             evidence = {trait.label: trait.show(v), "expected": expected, "others": [h.index for h, _ in majority]}
             out.append(Finding(trait.code.code, trait.status, gpu_subject(g.index), msg, trait.code.fix, evidence))
     return out
+
+
+def _worse_off(ranked: list[list[tuple[Gpu, Any]]], trait: Trait, evidence_all: dict[str, Any]) -> list[Finding]:
+    """An ordered trait that differs: name the GPUs below the best value, each against the best. When
+    they are the fewer, one finding each; when they are as many as the others or more (a faster odd
+    card), one host finding that names them."""
+    assert trait.capacity is not None
+    by_capacity = sorted(ranked, key=lambda grp: trait.capacity(grp[0][1]), reverse=True)  # type: ignore[misc]
+    best = by_capacity[0]
+    worse = [(g, v) for grp in by_capacity[1:] for g, v in grp]
+    best_text = trait.show(best[0][1])
+    best_gpus = _gpu_names([g.index for g, _ in best])
+    if len(worse) < len(best):
+        out = []
+        for g, v in worse:
+            msg = f"GPU {g.index} {trait.lead(v)}, the others {best_text}: {trait.cost}"
+            evidence = {trait.label: trait.show(v), "expected": best_text, "others": [h.index for h, _ in best]}
+            out.append(Finding(trait.code.code, trait.status, gpu_subject(g.index), msg, trait.code.fix, evidence))
+        return out
+    parts = "; ".join(f"{_gpu_names([g.index for g, _ in grp])}: {trait.show(grp[0][1])}" for grp in by_capacity[1:])
+    msg = f"{trait.label} differs: {parts}, below {best_gpus}'s {best_text}: {trait.cost}"
+    evidence = {**evidence_all, "below_best": [g.index for g, _ in worse], "best": best_text}
+    return [Finding(trait.code.code, trait.status, "host", msg, trait.code.fix, evidence)]
 
 
 def _unreadable(gpus: list[Gpu]) -> list[Finding]:

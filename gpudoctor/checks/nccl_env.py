@@ -19,11 +19,11 @@ from gpudoctor.knowledge import nccl_rules
 from gpudoctor.knowledge.debug_vars import DCGM_DEBUG_VARS
 from gpudoctor.knowledge.expectations import expected_busbw
 from gpudoctor.knowledge.gpu_products import rtx40_p2p_broken
-from gpudoctor.knowledge.nccl_list import parse_nccl_list
+from gpudoctor.knowledge.nccl_list import parse_nccl_list, socket_ifname_read
 from gpudoctor.knowledge.nccl_rules import nccl_int
 from gpudoctor.knowledge.units import listed
 from gpudoctor.knowledge.versions import version_tuple
-from gpudoctor.snapshot import Gpu, Snapshot, known
+from gpudoctor.snapshot import Gpu, Host, Snapshot, known
 
 LAUNCH_BLOCKING = Code(
     "GD230",
@@ -122,8 +122,10 @@ SOCKET_IFNAME = Code(
     "GD626",
     "nccl-socket-ifname-missing",
     "NCCL_SOCKET_IFNAME names an interface that exists",
-    what="Matches NCCL_SOCKET_IFNAME (comma-separated prefixes; '=' for exact names; '^' to exclude) "
-    "against the host's network interfaces.",
+    what="Matches NCCL_SOCKET_IFNAME against the host's network interfaces as NCCL does (src/misc/socket.cc "
+    "and utils.cc: comma-separated prefixes, '=' for exact names, '^' to exclude, no spaces trimmed; a value "
+    "shorter than two characters is ignored). Nothing matched fails; a value NCCL ignores, or one that "
+    "matches only interfaces that are down, warns.",
     why="When nothing matches, NCCL cannot bootstrap: 'Bootstrap : no socket interface found' / 'no "
     "usable interface' and every rank fails at init_process_group. Typical after moving a job script "
     "to a machine whose NICs are named differently (eth0 vs ens5 vs enp...).",
@@ -551,13 +553,38 @@ def socket_ifname_matches(value: str, ifaces: list[str]) -> list[str]:
     return [i for i in ifaces if spec.selects(i)]
 
 
-def _socket_ifname(env: dict[str, str], ifaces: list[str] | None) -> list[Finding]:
+def _down(host: Host) -> set[str]:
+    """Interfaces whose operstate the probe read as down (host.network.interfaces)."""
+    net = host.network
+    if not known(net) or not known(net.interfaces):
+        return set()
+    return {i.name for i in net.interfaces if i.operstate == "down"}
+
+
+def _socket_ifname(env: dict[str, str], ifaces: list[str] | None, host: Host) -> list[Finding]:
     value = env.get("NCCL_SOCKET_IFNAME")
     if value is None or ifaces is None:
         return []
     matched = socket_ifname_matches(value, ifaces)
-    evidence = {"NCCL_SOCKET_IFNAME": value, "interfaces": ifaces, "matched": matched}
+    evidence: dict[str, Any] = {"NCCL_SOCKET_IFNAME": value, "interfaces": ifaces, "matched": matched}
+    if not socket_ifname_read(value):
+        evidence["matched"] = "ignored by NCCL (shorter than two characters)"
+        msg = (
+            f"NCCL_SOCKET_IFNAME={value!r} is ignored: NCCL reads the variable only from two characters on, and "
+            "picks an interface itself (ib first, then anything but docker and lo)"
+        )
+        hint = "Name the interface (`ip -br addr`), e.g. NCCL_SOCKET_IFNAME==eth0, or unset the variable."
+        return [Finding(SOCKET_IFNAME.code, Status.WARN, "host", msg, hint, evidence)]
     if matched:
+        down = _down(host)
+        if all(i in down for i in matched):
+            evidence["down"] = sorted(down & set(matched))
+            msg = (
+                f"NCCL_SOCKET_IFNAME={value} matches only {', '.join(matched)}, which is down: NCCL's bootstrap "
+                "cannot reach the other ranks through it"
+            )
+            hint = "Bring the interface up (`ip link set <name> up`) or name one that is up (`ip -br addr`)."
+            return [Finding(SOCKET_IFNAME.code, Status.WARN, "host", msg, hint, evidence)]
         return [
             Finding(
                 SOCKET_IFNAME.code,
@@ -598,5 +625,5 @@ def nccl_env(ctx: CheckContext) -> list[Finding]:
         *_p2p_level(env, paths, default_p2p(ctx.snapshot, gpus)),
         *_algo_proto(ctx.snapshot, gpus, paths),
         *_ib_disable(env, ifaces),
-        *_socket_ifname(env, ifaces),
+        *_socket_ifname(env, ifaces, host),
     ]

@@ -11,12 +11,13 @@ from dataclasses import replace
 from itertools import combinations
 from typing import Any
 
+from gpudoctor.checks.pcie_links import P2P, PCIE_GEN, PCIE_WIDTH, p2p_findings, pcie_findings
 from gpudoctor.checks.unread import unread, unreadable_finding
 from gpudoctor.engine import CheckContext, Code, check
-from gpudoctor.findings import Finding, Status, gpu_subject, pair_subject
+from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.knowledge import expectations
 from gpudoctor.knowledge import interconnect as topo
-from gpudoctor.knowledge.expectations import PCIE_GBPS_PER_LANE
+from gpudoctor.knowledge.gpu_products import bridge_links
 from gpudoctor.knowledge.visible_gpus import unreadable
 from gpudoctor.snapshot import Gpu, Missing, Snapshot
 
@@ -41,8 +42,12 @@ FEWER_LINKS = Code(
     what="Counts the active NVLink links of each visible GPU (nvmlDeviceGetNvLinkState) against the "
     "number a healthy GPU of its model has: every link NVML lists, active or not (8 on A800/H800). "
     "This is the same count the expected all-reduce busbw (GD407, GD601) is built on, so a GPU "
-    "down links here is one the bandwidth verdict holds to its healthy figure. PCIe cards, whose "
-    "NVLink bridges are optional, are compared with their peers instead. A GPU whose NVLink state NVML "
+    "down links here is one the bandwidth verdict holds to its healthy figure. A PCIe card with a "
+    "bridge is judged against the links its bridges have (NVIDIA's specs: 3 bridges of 4 links on "
+    "A100/H100 PCIe and H100 NVL, one of 4 on GA102, of 2 on TU102), not against its peers, since a "
+    "partly seated bridge takes the same links down at both ends: a link count that is not a whole "
+    "number of bridges fails (partly seated), fewer bridges than the card takes warns; a card with no "
+    "bridge is named only when its peers have one. A GPU whose NVLink state NVML "
     "could not read is named as unreadable (warn), never counted as having none; an SXM module for "
     "which NVML reports no NVLink at all (NOT_SUPPORTED) while its peers of the same model have links "
     "counts as 0 active links.",
@@ -67,44 +72,6 @@ NO_NVLINK_PAIRS = Code(
     "NV12 but an all-reduce drops to ~20 GB/s once a GPU crosses SYS (nccl-tests#178).",
     fix="Run the job on GPUs that share NVLink (CUDA_VISIBLE_DEVICES with CUDA_DEVICE_ORDER=PCI_BUS_ID), "
     "or expect PCIe speed for the collectives; on bridged workstations, fit the missing NVLink bridges.",
-)
-PCIE_WIDTH = Code(
-    "GD404",
-    "pcie-width-degraded",
-    "Every GPU's PCIe link runs at full width",
-    what="Compares each GPU's current PCIe link width with the maximum for GPU and slot "
-    "(nvmlDeviceGetCurrPcieLinkWidth vs nvmlDeviceGetMaxPcieLinkWidth); a GPU whose widths NVML could "
-    "not give is named as unreadable (warn).",
-    why="A link trained narrower (x8 or x4 instead of x16) halves or quarters host bandwidth: slower "
-    "data loading, checkpointing and PCIe collectives for that rank, which the others then wait for.",
-    fix="Reseat the card, check the riser cable and the slot's bifurcation setting in the BIOS, and look "
-    "for PCIe errors in `dmesg`; `sudo lspci -vv` shows LnkCap vs LnkSta for the GPU.",
-)
-PCIE_GEN = Code(
-    "GD405",
-    "pcie-gen-below-max",
-    "Every GPU's PCIe link runs at its maximum generation",
-    what="Compares each GPU's current PCIe generation with its maximum. Idle GPUs lower the generation "
-    "to save power, so at idle this is informational; a GPU that is busy below its maximum is a warning, "
-    "and one whose generation NVML could not give is named as unreadable (warn).",
-    why="A link stuck at a lower generation under load moves data at half the rate per generation step "
-    "(Gen4 x16 ~31 GB/s, Gen3 ~16 GB/s).",
-    fix="Read it again under load (e.g. during `gpudoctor check` active checks or training). If it stays "
-    "low, check the BIOS PCIe speed setting, risers and retimers, and `dmesg` for 'downgraded' links.",
-)
-P2P = Code(
-    "GD406",
-    "p2p-unsupported",
-    "GPU pairs support peer-to-peer access",
-    what="Reads P2P read/write support for each visible GPU pair (nvmlDeviceGetP2PStatus, the data of "
-    "`nvidia-smi topo -p2p rw`).",
-    why="Without P2P, NCCL stages every transfer through host memory (its SHM transport): less bandwidth "
-    "and more CPU load. GeForce cards have P2P disabled by the driver, which is normal but slow; "
-    "missing P2P between NVLink-joined GPUs means NCCL cannot use the NVLink at all.",
-    fix="On GeForce cards nothing can be done but expect PCIe-through-host speeds. On data-centre GPUs, "
-    "check that IOMMU/ACS is not blocking P2P (`iommu=pt`, ACS disabled on the PCIe switches), that "
-    "P2P is not disabled by a registry key, and for NVLink pairs that all links are up and the fabric "
-    "manager is running.",
 )
 EXPECTED = Code(
     "GD407",
@@ -154,8 +121,8 @@ def topology(ctx: CheckContext) -> Any:
     gpus = [snap.gpu(i) for i in indices]
     out += _fewer_links(snap, gpus)
     out += _pairs_without_nvlink(snap, indices)
-    out += _pcie(gpus)
-    out += _p2p(snap, indices)
+    out += pcie_findings(snap, gpus)
+    out += p2p_findings(snap, indices)
     out.append(expected)
     return out, details
 
@@ -220,8 +187,13 @@ def _fewer_links(snap: Snapshot, gpus: list[Gpu]) -> list[Finding]:
         if g.index not in counts:
             continue
         n = counts[g.index]
+        if expectations.is_pcie_card(g):
+            bridge = _bridge_finding(snap, g, n, top)
+            if bridge is not None:
+                short.append(bridge)
+            continue
         healthy = expectations.healthy_nvlinks(snap, g)
-        expected = top if expectations.is_pcie_card(g) or healthy is None else healthy
+        expected = top if healthy is None else healthy
         if n >= expected:
             continue
         status = Status.FAIL if n < 0.75 * expected else Status.WARN
@@ -237,6 +209,49 @@ def _fewer_links(snap: Snapshot, gpus: list[Gpu]) -> list[Finding]:
         msg = f"{len(counts)} GPUs with {top} active NVLinks each"
         short.append(Finding(FEWER_LINKS.code, Status.PASS, "host", msg, "", {"active_links": counts}))
     return out + short
+
+
+BRIDGE_HINT = (
+    "Reseat the NVLink bridge so it is fully home on both cards (a cooler, water block or bracket can stop "
+    "it short: NVIDIA/nccl#340), then check that `nvidia-smi nvlink -s` shows every link up on both GPUs."
+)
+
+
+def _bridge_finding(snap: Snapshot, g: Gpu, n: int, top: int) -> Finding | None:
+    """A PCIe card judged against the links its bridges have, not its peers: a partly seated bridge
+    takes the same links down at both ends, so the peers agree with it. A card with no link up is a
+    card without a bridge (optional), named only when its peers of the run have one."""
+    links = len(g.nvlinks) if isinstance(g.nvlinks, list) else 0
+    evidence: dict[str, Any] = {"active_links": n, "links": links}
+    if n == 0:
+        if not top:
+            return None
+        msg = f"GPU {g.index} has no NVLink active while its peers have {top}: its traffic falls back to PCIe"
+        hint = "Fit the NVLink bridge (or reseat it), or expect PCIe speed for collectives through this GPU."
+        return Finding(FEWER_LINKS.code, Status.WARN, gpu_subject(g.index), msg, hint, {**evidence, "expected": top})
+    geometry = bridge_links(g)
+    full = expectations.healthy_nvlinks(snap, g) or links
+    if n >= full:
+        return None
+    evidence["expected"] = full
+    cost = f"collectives through it run at about {n}/{full} of the bridge speed"
+    if geometry is not None and n % geometry[0]:
+        per = geometry[0]
+        evidence["links_per_bridge"] = per
+        msg = (
+            f"GPU {g.index} has {n} of {full} NVLinks active: an NVLink bridge makes contact on only "
+            f"{n % per} of its {per} links (partly seated); {cost}"
+        )
+        return Finding(FEWER_LINKS.code, Status.FAIL, gpu_subject(g.index), msg, BRIDGE_HINT, evidence)
+    if geometry is not None:
+        per, bridges = geometry
+        evidence["bridges"] = f"{n // per} of {bridges}"
+        up = f"{n // per} of the {bridges} bridges the card takes"
+        msg = f"GPU {g.index} has {n} of {full} NVLinks active: {up}; {cost}"
+        hint = "Fit the missing NVLink bridge(s), or reseat the ones fitted if all are in place. " + BRIDGE_HINT
+        return Finding(FEWER_LINKS.code, Status.WARN, gpu_subject(g.index), msg, hint, evidence)
+    msg = f"GPU {g.index} has {n} of the {full} NVLinks NVML lists active; {cost}"
+    return Finding(FEWER_LINKS.code, Status.WARN, gpu_subject(g.index), msg, BRIDGE_HINT, evidence)
 
 
 def _pairs_without_nvlink(snap: Snapshot, indices: list[int]) -> list[Finding]:
@@ -281,151 +296,6 @@ def _pairs_without_nvlink(snap: Snapshot, indices: list[int]) -> list[Finding]:
     return [Finding(NO_NVLINK_PAIRS.code, Status.WARN, "host", msg, NO_NVLINK_PAIRS.fix, evidence)]
 
 
-def _unread_pair(a: object, b: object) -> Missing | None:
-    first = unread(a, always_there=True)
-    return first if first is not None else unread(b, always_there=True)
-
-
-def _pcie(gpus: list[Gpu]) -> list[Finding]:
-    out: list[Finding] = []
-    idle_low: list[Gpu] = []
-    measured = 0
-    notes: list[Finding] = []
-    width_unread = {g.index: m for g in gpus if (m := _unread_pair(g.pcie_width_current, g.pcie_width_max)) is not None}
-    gen_unread = {g.index: m for g in gpus if (m := _unread_pair(g.pcie_gen_current, g.pcie_gen_max)) is not None}
-    if width_unread:
-        notes.append(unreadable_finding(PCIE_WIDTH.code, "PCIe link width", width_unread))
-    if gen_unread:
-        notes.append(unreadable_finding(PCIE_GEN.code, "PCIe link generation", gen_unread))
-    for g in gpus:
-        cw, mw, cg, mg = g.pcie_width_current, g.pcie_width_max, g.pcie_gen_current, g.pcie_gen_max
-        if isinstance(cw, int) and isinstance(mw, int) and cw < mw:
-            msg = f"GPU {g.index} PCIe link runs at x{cw} of x{mw}: {cw / mw:.0%} of its host bandwidth"
-            evidence = {"width": cw, "expected": mw}
-            out.append(Finding(PCIE_WIDTH.code, Status.WARN, gpu_subject(g.index), msg, PCIE_WIDTH.fix, evidence))
-        if isinstance(cg, int) and isinstance(mg, int):
-            measured += 1
-            if cg >= mg:
-                continue
-            reasons = g.clock_event_reasons
-            if not isinstance(reasons, int) or reasons & 0x1:  # idle (or unknown): a normal downshift
-                idle_low.append(g)
-                continue
-            share = PCIE_GBPS_PER_LANE.get(cg, 0) / PCIE_GBPS_PER_LANE.get(mg, 1)
-            msg = f"GPU {g.index} PCIe link runs at Gen{cg} of Gen{mg} while busy: {share:.0%} of its host bandwidth"
-            evidence = {"gen": cg, "expected": mg, "clock_event_reasons": hex(reasons)}
-            out.append(Finding(PCIE_GEN.code, Status.WARN, gpu_subject(g.index), msg, PCIE_GEN.fix, evidence))
-    if not any(f.code == PCIE_WIDTH.code for f in out) and gpus:
-        widths = sorted({f"x{g.pcie_width_current}" for g in gpus if isinstance(g.pcie_width_current, int)})
-        if widths:
-            msg = f"PCIe links at full width ({', '.join(widths)})"
-            out.append(Finding(PCIE_WIDTH.code, Status.PASS, "host", msg, "", {"widths": widths}))
-    if idle_low:
-        which = ", ".join(f"GPU {g.index} Gen{g.pcie_gen_current}/{g.pcie_gen_max}" for g in idle_low)
-        msg = f"idle GPUs run their PCIe link below the maximum generation ({which}): normal power saving"
-        evidence = {str(g.index): {"gen": g.pcie_gen_current, "max": g.pcie_gen_max} for g in idle_low}
-        evidence["note"] = "idle GPUs lower the link generation; read again under load"
-        out.append(Finding(PCIE_GEN.code, Status.PASS, "host", msg, "", evidence))
-    elif measured and not any(f.code == PCIE_GEN.code for f in out):
-        gens = sorted({f"Gen{g.pcie_gen_current}" for g in gpus if isinstance(g.pcie_gen_current, int)})
-        out.append(
-            Finding(
-                PCIE_GEN.code,
-                Status.PASS,
-                "host",
-                f"PCIe links at their maximum generation ({', '.join(gens)})",
-                "",
-                {},
-            )
-        )
-    return notes + out
-
-
-def _p2p(snap: Snapshot, indices: list[int]) -> list[Finding]:
-    bad: dict[tuple[int, int], str] = {}
-    known = 0
-    for a, b in combinations(indices, 2):
-        pair = snap.pair(a, b)
-        if pair is None:
-            continue
-        statuses = [s for s in (pair.p2p_read, pair.p2p_write) if isinstance(s, str)]
-        if not statuses:
-            continue
-        known += 1
-        failing = [s for s in statuses if s != "ok"]
-        if failing:
-            bad[(min(a, b), max(a, b))] = failing[0]
-    if not known:
-        return []
-    if not bad:
-        return [
-            Finding(P2P.code, Status.PASS, "host", f"P2P read/write supported between all {known} GPU pairs", "", {})
-        ]
-    out: list[Finding] = []
-    pcie_only = {}
-    for (a, b), status in bad.items():
-        nv = topo.nvlink_count(snap, a, b)
-        if nv:
-            msg = f"GPUs {a} and {b} are joined by NV{nv} but P2P reports {status}: NCCL cannot use the NVLink"
-            evidence = {"p2p": status, "expected": "ok", "link": f"NV{nv}"}
-            out.append(Finding(P2P.code, Status.FAIL, pair_subject(a, b), msg, P2P.fix, evidence))
-        else:
-            pcie_only[(a, b)] = status
-    if not pcie_only:
-        return out
-    geforce = all("GeForce" in snap.gpu(i).name for i in indices)
-    cost = "NCCL stages every transfer through host memory (SHM), a fraction of the PCIe bandwidth"
-    hint = P2P.fix
-    if geforce:
-        cost += "; normal for GeForce cards, whose driver disables P2P"
-        hint = "Expected on GeForce cards: nothing to fix. Budget for slower collectives, or use GPUs with P2P/NVLink."
-    statuses = sorted(set(pcie_only.values()))
-    evidence = {"pairs": {f"{a}-{b}": s for (a, b), s in pcie_only.items()}, "expected": "ok"}
-    cross = _cross_socket_only(snap, indices, pcie_only)
-    if cross and not geforce:
-        listed = ", ".join(f"{a}-{b}" for a, b in pcie_only)
-        msg = (
-            f"P2P is unsupported exactly on the {len(pcie_only)} GPU pair(s) that cross the CPU sockets (SYS): "
-            f"{listed} ({', '.join(statuses)}); the pairs within a socket have it. NCCL stages the "
-            "cross-socket transfers through host memory"
-        )
-        evidence["cause"] = "cpu interconnect"
-        out.append(Finding(P2P.code, Status.WARN, "host", msg, CROSS_SOCKET_HINT, evidence))
-        return out
-    if len(pcie_only) == known:
-        msg = f"no GPU pair supports P2P ({', '.join(statuses)}): {cost}"
-        out.append(Finding(P2P.code, Status.WARN, "host", msg, hint, evidence))
-    else:
-        for (a, b), status in pcie_only.items():
-            msg = f"GPUs {a} and {b} do not support P2P ({status}): {cost}"
-            out.append(
-                Finding(P2P.code, Status.WARN, pair_subject(a, b), msg, P2P.fix, {"p2p": status, "expected": "ok"})
-            )
-    return out
-
-
-# P2P between GPUs under different CPU sockets goes over the CPU interconnect (QPI/UPI, xGMI),
-# which many platforms do not let carry peer-to-peer traffic: NVML reports such pairs as not
-# supported (often IOH_TOPOLOGY_NOT_SUPPORTED, nvidia-smi topo -p2p "TNS"), and NCCL itself does
-# not use P2P past PXB by default (nccl src/graph/paths.cc, ncclTopoCheckP2p).
-CROSS_SOCKET_HINT = (
-    "Not a GPU or driver fault: the CPU interconnect between the sockets does not carry "
-    "peer-to-peer traffic on this platform (nvidia-smi topo -p2p shows the same). Keep a job's GPUs "
-    "on one socket (CUDA_VISIBLE_DEVICES with the GPUs of one NUMA node, see the topology table's "
-    "NUMA affinity), or budget for host-memory speed between the sockets."
-)
-
-
-def _cross_socket_only(snap: Snapshot, indices: list[int], missing: dict[tuple[int, int], str]) -> bool:
-    """Whether P2P is missing on exactly the pairs that cross the CPU sockets (SYS)."""
-    sys_pairs = {
-        (a, b)
-        for a, b in combinations(indices, 2)
-        if topo.pcie_level(snap, a, b) == "SYS" and not topo.nvlink_count(snap, a, b)
-    }
-    return bool(missing) and set(missing) == sys_pairs
-
-
 def _expected(snap: Snapshot, indices: list[int], visible: int) -> Finding:
     """GD407: the healthy all-reduce busbw of the visible GPUs (of the machine's, when fewer than
     two are visible: MIG, or CUDA_VISIBLE_DEVICES naming one), with its basis."""
@@ -449,5 +319,8 @@ def _expected(snap: Snapshot, indices: list[int], visible: int) -> Finding:
         return Finding(EXPECTED.code, Status.SKIP, "host", msg, "", evidence)
     evidence.update(expect.to_json())
     figure = evidence["expected_busbw_gbps"]  # the rounded figure the evidence carries: one number, not two
-    msg = f"all-reduce on {scope} should reach {figure:.1f} GB/s busbw at 1 GiB and above ({expect.basis})"
+    said = f"{figure:.1f} GB/s" if expect.high_gbps is None else expect.figure()
+    msg = f"all-reduce on {scope} should reach {said} busbw at 1 GiB and above ({expect.basis})"
+    if not expect.certain:
+        msg += f"; an estimate: {expect.unknown} would make it certain"
     return Finding(EXPECTED.code, Status.PASS, "host", msg, "", evidence)

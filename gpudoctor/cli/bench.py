@@ -11,7 +11,6 @@ Light to import (click only): the ranks import torch, this process never does.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from gpudoctor.cli.types import FiniteFloat, OnceGroup
+from gpudoctor.cli.types import FiniteFloat, NonEmpty, OnceGroup
 from gpudoctor.engine.options import MAX_TIMEOUT_S
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
 
@@ -78,6 +77,12 @@ def _where(min_ranks: int) -> Any:
     return _options(
         click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True),
         click.option("--ranks", type=click.IntRange(min=min_ranks, max=64), help="Ranks for --device cpu (default 2)."),
+        click.option(
+            "--python",
+            type=NonEmpty("a file name"),
+            metavar="PATH",
+            help="Run the ranks with this Python: your training environment's interpreter (its torch is measured).",
+        ),
     )
 
 
@@ -124,15 +129,25 @@ class Target:
     gpus: list[int] = field(default_factory=list)  # NVML index per local rank
     uuids: list[str] = field(default_factory=list)
     snapshot: Any = None  # the probe of this machine (GPUs only)
+    python: str | None = None  # the interpreter the ranks run in (--python, validated); None: this one
 
 
-def _target(device: str, ranks: int | None, minimum: int, what: str) -> Target:
+def _target(device: str, ranks: int | None, minimum: int, what: str, python: str | None = None) -> Target:
     """Resolve --device/--ranks with the rule `check` uses (launch.choose_device: `auto` without a
-    visible GPU runs nothing); fewer than `minimum` GPUs is 'could not run' (exit 3)."""
+    visible GPU runs nothing); fewer than `minimum` GPUs is 'could not run' (exit 3). --python is
+    validated here, before any probe (a usage error, exit 2)."""
+    from dataclasses import replace
+
     from gpudoctor.launch import check_launcher_env, choose_device
     from gpudoctor.launch.faults import check_env
 
     check_env()  # a fault spec the ranks cannot read is a usage error before any rank starts
+    if python is not None:
+        from gpudoctor.probe.interpreter import software_of
+
+        python = os.path.abspath(python)  # not resolved: a venv's python is a link
+        software_of(python)
+        return replace(_target(device, ranks, minimum, what), python=python)
     launcher = check_launcher_env()  # so is a torchrun/srun variable torch could not read
     if ranks is not None and device != "cpu":
         raise UserError("--ranks needs --device cpu (on GPUs there is one rank per visible GPU)", EXIT_USAGE, "usage")
@@ -178,6 +193,7 @@ def _run(task: Any, target: Target, timeout_s: float, as_json: bool) -> Any:
         gpus=target.gpus,
         gpu_uuids=target.uuids,
         progress=_progress(as_json),
+        python=target.python,
     )
 
 
@@ -201,6 +217,7 @@ def _console() -> Any:
 def bench_allreduce(
     device: str,
     ranks: int | None,
+    python: str | None,
     min_bytes: str | None,
     max_bytes: str | None,
     factor: int,
@@ -212,7 +229,8 @@ def bench_allreduce(
     """Sweep all-reduce sizes across one rank per GPU (or N CPU ranks); print algbw and busbw."""
     from gpudoctor.launch import Task
 
-    target = _target(device, ranks, 2, "all-reduce")
+    target = _target(device, ranks, 2, "all-reduce", python)
+    started = time.monotonic()
     params: dict[str, Any] = {"sizes": _sweep_sizes(target, min_bytes, max_bytes, factor)}
     params |= _repeats(target, iters, warmup)
     result = _run(Task("allreduce", params), target, timeout_s, as_json)
@@ -220,20 +238,24 @@ def bench_allreduce(
     if data is None:
         raise UserError(_why_not(result), EXIT_UNAVAILABLE, "unavailable")
     wrong = sum(r["wrong"] for r in data["rows"])
-    exit_code = 1 if wrong else 0
-    if as_json:
-        doc = {
-            "schema_version": 1,
-            "command": "bench",
-            "exit_code": exit_code,
-            "results": {"allreduce": data, "launch": result.to_json()},
-        }
-        click.echo(json.dumps(doc, indent=2))
-    else:
-        _print_table(data)
-        if wrong:
-            click.echo(f"{wrong} wrong element(s): the sums are not exact (see `gpudoctor explain GD602`)", err=True)
-    sys.exit(exit_code)
+    if as_json:  # the document every bench prints: the report (its findings, exit code) plus `results`
+        report = _report("bench allreduce", "allreduce", "All-reduce sweep", [_exact(result, data)], started, "fail")
+        _emit(report, [], {"allreduce": data, "launch": result.to_json()}, as_json)
+    _print_table(data)
+    if wrong:
+        click.echo(f"{wrong} wrong element(s): the sums are not exact (see `gpudoctor explain GD602`)", err=True)
+    sys.exit(1 if wrong else 0)
+
+
+def _exact(result: Any, data: AllreduceResult) -> Any:
+    """The sweep's one verdict, as a finding: every sum exact (GD602 pass), or who sent or got wrong ones."""
+    from gpudoctor.checks.active.allreduce import WRONG, wrong_finding
+    from gpudoctor.findings import Finding, Status
+
+    if any(r["wrong"] for r in data["rows"]):
+        return wrong_finding(result, data["rows"])
+    sizes = len(data["rows"])
+    return Finding(WRONG.code, Status.PASS, "host", f"every all-reduce sum was exact ({sizes} size(s))")
 
 
 def _sweep_sizes(target: Target, min_bytes: str | None, max_bytes: str | None, factor: int) -> list[int]:
@@ -313,6 +335,7 @@ def _emit(report: Any, tables: list[dict[str, Any]], results: dict[str, Any], as
 def bench_collectives(
     device: str,
     ranks: int | None,
+    python: str | None,
     ops: str,
     pair_bytes: str | None,
     min_bytes: str | None,
@@ -336,7 +359,7 @@ def bench_collectives(
         raise UserError(f"--ops: {exc}", EXIT_USAGE, "usage") from None
     if not chosen:
         raise UserError("--ops names no collective (all-reduce: `gpudoctor bench allreduce`)", EXIT_USAGE, "usage")
-    target = _target(device, ranks, 2, "a collective")
+    target = _target(device, ranks, 2, "a collective", python)
     started = time.monotonic()
     on_gpu = target.device == "cuda"
     params: dict[str, Any] = {
@@ -428,6 +451,7 @@ def _counts(text: str | None, world: int) -> list[int]:
 def bench_scaling(
     device: str,
     ranks: int | None,
+    python: str | None,
     model: str,
     counts: str | None,
     batch: int | None,
@@ -453,7 +477,7 @@ def bench_scaling(
     from gpudoctor.checks.active import scaling
     from gpudoctor.launch import Task, torchrun_env
 
-    target = _target(device, ranks, 1, "scaling")
+    target = _target(device, ranks, 1, "scaling", python)
     kind = target.device
     models = ["cnn", "transformer"] if model == "both" else [model]
     texts = {"cnn": cnn_size, "transformer": transformer_size}

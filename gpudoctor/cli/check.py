@@ -55,6 +55,7 @@ from gpudoctor.errors import EXIT_USAGE, UserError
     "fail_on",
     "device",
     "ranks",
+    "python",
     "timeout_s",
     "min_busbw",
     "allow_mig",
@@ -94,6 +95,7 @@ def check(
     outputs = Outputs(junit_path, prometheus_path, github, inputs=inputs) if not other_rank else Outputs(github=False)
     outputs.precheck()
     options["select"], options["ignore"] = split(options["select"]), split(options["ignore"])
+    recorded_device(snapshot_path, options["device"], options["ranks"])
     report = run_checks(
         snapshot=snapshot_path,
         config=config_path,
@@ -163,6 +165,28 @@ def diff(
         use_config=not no_config,
     )
     print_report(report, as_json, verbose, outputs, quiet, color)
+
+
+def recorded_device(snapshot_path: str | None, device: str, ranks: int | None) -> None:
+    """On a recorded snapshot no workload runs: --ranks has nothing to place (refused), and --device
+    only tells the static checks where the job will run, which the user is told (not ignored silently)."""
+    if snapshot_path is None:
+        return
+    if ranks is not None:
+        raise UserError(
+            "--ranks: no rank runs on a recorded snapshot (--snapshot runs the static checks only)", EXIT_USAGE, "usage"
+        )
+    if device == "cpu":
+        click.echo(
+            "gpudoctor: note: no workload runs on a recorded snapshot; --device cpu only tells the static checks "
+            "the job runs on CPU (a missing driver, GD101, is then a skip, not a failure)",
+            err=True,
+        )
+    elif device == "cuda":
+        click.echo(
+            "gpudoctor: note: no workload runs on a recorded snapshot; --device cuda judges it as --device auto does",
+            err=True,
+        )
 
 
 def quiet_or_verbose(quiet: bool, verbose: int) -> None:

@@ -28,6 +28,7 @@ LAZY_COMMANDS = {
     "check": "gpudoctor.cli.check:check",
     "diff": "gpudoctor.cli.check:diff",
     "explain": "gpudoctor.cli.info:explain",
+    "lint": "gpudoctor.cli.lint:lint",
     "list-checks": "gpudoctor.cli.info:list_checks",
     "report": "gpudoctor.cli.watch:report",
     "snapshot": "gpudoctor.cli.info:snapshot_cmd",
@@ -51,7 +52,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
-@click.version_option(__version__, prog_name="gpudoctor")
+@click.version_option(__version__, "-V", "--version", prog_name="gpudoctor")
 def main() -> None:
     """Is this machine ready for multi-GPU PyTorch training, and is the run balanced?"""
 
@@ -78,6 +79,10 @@ def run(argv: list[str] | None = None) -> None:
         _fail(argv, exc.kind, str(exc), exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        # `gpudoctor` or `gpudoctor bench` alone: the help laid out as --help shows it (flattened
+        # onto one line it was unreadable), on stderr with the usage error's exit code, as click does.
+        _show_help(exc)
     except (click.exceptions.Abort, KeyboardInterrupt) as exc:
         # click turns an interruption inside a command into Abort, after ending the ^C line itself
         newline = not isinstance(exc, click.exceptions.Abort)
@@ -95,6 +100,14 @@ def run(argv: list[str] | None = None) -> None:
         )
     else:
         sys.exit(0)
+
+
+def _show_help(exc: click.exceptions.NoArgsIsHelpError) -> None:
+    try:
+        click.echo(exc.ctx.get_help(), err=True)
+    except (OSError, ValueError):
+        pass  # no stderr left to say it on
+    sys.exit(exc.exit_code)
 
 
 def _one_line_usage(exc: click.ClickException) -> str:

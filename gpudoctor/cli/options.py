@@ -35,7 +35,9 @@ COLOR = click.option(
     show_default=True,
     help="Style the text output: auto = on a terminal unless NO_COLOR is set.",
 )
-QUIET = click.option("-q", "--quiet", is_flag=True, help="Show only what is not a pass, and the summary line.")
+QUIET = click.option(
+    "-q", "--quiet", is_flag=True, help="Show only what warned, failed or crashed, and the summary line."
+)
 JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema: gpudoctor/schemas).")
 JUNIT = click.option(
     "--junit", "junit_path", type=FILE_NAME, metavar="FILE", help="Also write the findings as JUnit XML."

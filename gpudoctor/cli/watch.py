@@ -138,6 +138,7 @@ class _WatchCommand(OnceCommand):
 
 DEMOS = ("straggler", "hung", "starved", "throttle", "xid", "lost", "balanced")  # synthetic.DEMOS, kept light
 MAX_DEMO_GPUS = 128
+DEMO_AFTER_WARMUP_S = 30.0  # `--demo` into a pipe: how long it plays past the warm-up (in the demo's time)
 EXIT_GRACE_S = 0.5  # once stopped: output a terminal does not take within this long is given up (exit anyway)
 
 
@@ -195,7 +196,8 @@ EXIT_GRACE_S = 0.5  # once stopped: output a terminal does not take within this 
     is_flag=False,
     flag_value="straggler",
     default=None,
-    help="Play a built-in synthetic training job live, no GPU needed (default: straggler).",
+    help="Play a built-in synthetic training job live, no GPU needed (default: straggler); "
+    "without a terminal it ends once its verdicts have fired.",
 )
 @warmup_option
 @click.option(
@@ -279,6 +281,11 @@ def watch(
         shown = term or "(unset)"
         click.echo(f"gpudoctor: TERM={shown} cannot show the dashboard; printing lines (--no-tui)", err=True)
         tui = False
+    if demo and not tui and duration is None:
+        # Lines into a pipe or a file: nobody is there to press Ctrl-C. The demo ends once its verdicts
+        # have had time to fire (the warm-up, then DEMO_AFTER_WARMUP_S of the demo's time).
+        duration = (th.warmup + DEMO_AFTER_WARMUP_S) / speed
+        click.echo(f"gpudoctor: --demo without a terminal ends after {duration:g} s (--duration to choose)", err=True)
     # Open the source before starting a job: no driver means no job started, unless the job's
     # training steps can be followed without a GPU.
     try:
@@ -310,6 +317,8 @@ def watch(
             steps.accept = job.owns
     if job is not None and isinstance(source, SyntheticSource):
         source.pids = lambda: tuple(sorted(job.pids()))  # the fake source puts the job's PIDs on its GPUs
+    if job is not None and isinstance(source, HostSource):
+        source.pids = job.pids  # no GPU: the process table lists the job's own processes (CPU%, RSS)
     session = Session(
         source, record_path=record_path, job=job, gpus=gpus, damage=damage, opened=True, thresholds=th, steps=steps
     )

@@ -25,6 +25,7 @@ class CheckOptions:
     quick: bool = False  # skip checks that run workloads (level 1)
     device: str = "auto"  # "auto", "cuda" or "cpu" for workloads
     ranks: int | None = None  # CPU ranks for --device cpu
+    python: str | None = None  # the interpreter the ranks run in (--python); None: this one
     timeout_s: float = 120.0  # the whole of the active checks (at most options.MAX_TIMEOUT_S)
     min_busbw_gbps: float | None = None
     busbw_warn_ratio: float = 0.8  # measured/expected below this: warn

@@ -141,6 +141,15 @@ OPTIONS: tuple[Option, ...] = (
         show_default=True,
     ),
     Option("ranks", "--ranks", INT, "Ranks for --device cpu (default 2).", low=1, high=64),
+    # Not a policy key: a file found upwards of the working directory must not choose what runs.
+    Option(
+        "python",
+        "--python",
+        PATH,
+        "Run the ranks with this Python: your training environment's interpreter (its torch, CUDA and "
+        "NCCL are judged); gpudoctor itself can then be installed without torch.",
+        metavar="PATH",
+    ),
     Option(
         "timeout_s",
         "--timeout",

@@ -156,7 +156,7 @@ def wire(ctx: CheckContext, registry: Registry, selection: Selection, runs: Shar
 
 
 # What an unmet need's skip points at, and the lost GPU (GD827) that a GPU check leaves out.
-CAUSE_OWNER = {"GD101": "nvml", "GD201": "visibility", "GD827": "lost_gpus"}
+CAUSE_OWNER = {"GD002": "torch_install", "GD101": "nvml", "GD201": "visibility", "GD827": "lost_gpus"}
 
 
 def hidden_causes(ctx: CheckContext, results: list[CheckResult], selection: Selection) -> list[CheckResult]:
@@ -186,6 +186,6 @@ def hidden_causes(ctx: CheckContext, results: list[CheckResult], selection: Sele
 
 
 def _see_shown(f: Finding, code: str) -> Finding:
-    if f.status is not Status.SKIP or f.evidence.get("see") != code:
-        return f
+    if f.status is not Status.SKIP or f.evidence.get("see") != code or f"({code}, not shown)" not in f.message:
+        return f  # a skip that said its own reason (an active check's plan) keeps its words
     return dataclasses.replace(f, message=f"{f.message.split(': ', 1)[0]}: see {code}")

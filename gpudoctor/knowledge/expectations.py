@@ -15,15 +15,17 @@ Interconnect classes (`fabric`), for the set of GPUs that run the collective:
   NCCL's rings use every link a GPU has toward the other GPUs of the run, so the bound is the
   smallest per-GPU sum of links toward the run's GPUs (not one pair's count).
 - "bridge": PCIe cards joined by NVLink bridges (A100 PCIe, H100 PCIe/NVL, GA102: RTX 3090,
-  A6000, A40). Only when bridges join every GPU of the run; bridged islands joined over PCIe
-  are bound by the PCIe hops ("pcie").
+  A6000, A40). Only when bridges join every GPU of the run; for bridged islands joined over PCIe
+  the ring crosses PCIe, and leaves each island through as many GPUs' PCIe links as its smallest
+  island has GPUs (two bridged pairs: two PCIe hops side by side, up to the bridge's own rate).
   For meshes and bridges NVLink must carry a whole ring (every GPU once, NVLink pair to NVLink
-  pair); otherwise the ring's PCIe hop bounds it.
-- "pcie": the ring crosses PCIe: the slowest GPU's PCIe generation x width at NCCL's rates
-  (shared k ways where k GPUs below one PCIe switch send through host memory over its uplink),
-  times the efficiency of the transport (P2P where NCCL uses it: NVML offers it and the pair is
-  within NCCL's default P2P level for this CPU and NCCL version; else host memory), and a
-  further factor when a pair crosses the CPU interconnect (SYS).
+  pair); otherwise the ring's PCIe hops bound it.
+- "pcie": the ring crosses PCIe: knowledge/pcie_model.py (NCCL's PCIe rate, P2P or host memory at
+  NCCL's P2P level, widened by NCCL_P2P_LEVEL, switch uplinks shared, SYS, and a range where a
+  virtual machine or a translating IOMMU stages the host copies).
+
+Where no published measurement backs a class, the expectation is a range with its basis
+(`certain` False): GD601 warns below its low end and never fails against it.
 
 Algorithm: NVLink SHARP (NVLS) runs all-reduce on NVSwitch systems of Hopper or later when more
 than 4 GPUs take part, NCCL is 2.17 or later, the CUDA driver is 12.1 or later and neither
@@ -45,6 +47,15 @@ from itertools import combinations
 
 from gpudoctor.knowledge import interconnect as topology
 from gpudoctor.knowledge import nccl_rules
+from gpudoctor.knowledge.gpu_products import bridge_links
+from gpudoctor.knowledge.pcie_model import (  # noqa: F401  (re-exported: checks and tests read the rates here)
+    NCCL_PCIE_GBPS_PER_LANE,
+    PCIE_GBPS_PER_LANE,
+    PCIE_SOURCE,
+    p2p_cutoff,
+    pcie_figure,
+    uses_p2p,
+)
 from gpudoctor.snapshot import Gpu, Missing, NvLink, Snapshot
 
 # --- per-link rates --------------------------------------------------------------------------
@@ -58,15 +69,6 @@ from gpudoctor.snapshot import Gpu, Missing, NvLink, Snapshot
 NCCL_NVLINK_GBPS = {6: 18.0, 7: 20.0, 8: 20.0, 9: 20.6, 10: 40.1}
 NCCL_NVLINK_GBPS_SM86 = 12.0
 NVLINK_SOURCE = "NVIDIA/nccl src/graph/topo.h (ncclTopoNVLinkBw); nccl-tests#149"
-
-# NCCL's PCIe rate: width x per-lane speed / 80 (src/graph/topo.cc, kvDictPciGen, in 100 Mb/s per
-# lane: Gen3 60, Gen4 120, Gen5 240, Gen6 480), so x16 Gen3 = 12 GB/s ("PCI_BW 12.0 // PCI Gen3
-# x16", topo.h), Gen4 24, Gen5 48.
-NCCL_PCIE_GBPS_PER_LANE = {1: 0.1875, 2: 0.375, 3: 0.75, 4: 1.5, 5: 3.0, 6: 6.0}
-
-# Raw PCIe rate per lane after line encoding, GB/s per direction (x16 Gen4 ~31.5, Gen5 ~63:
-# ml-engineering network/README.md). Host-link checks compare against these (GD405, link probes).
-PCIE_GBPS_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 
 # --- efficiencies (measured busbw / NCCL's bound), calibrated on tests/reference/ ---------------
 
@@ -97,35 +99,6 @@ CUDA_NVLS_VERSION = (12, 1)  # src/transport/nvls.cc: "NVLS Multicast support re
 # does not change the expectation; the basis names the ring figure a run without multicast reaches.
 # The one VM figure found (NVIDIA/nccl#1303) is a run over RoCE between VMs, not a node's NVLS.
 
-# PCIe rings (heuristic factors fitted on the PCIe measurements in tests/reference/, not a law).
-# NCCL uses P2P for a pair when NVML offers it and the pair is no further apart than NCCL's P2P
-# level (src/graph/paths.cc, ncclTopoCheckP2p: PXB by default, SYS on AMD CPUs with at most two
-# GPUs from 2.23, SYS on AMD before 2.23: gpudoctor/knowledge/nccl_rules.py). P2P reaches NCCL's PCIe rate:
-# 2x V100 PCIe Gen3 PIX 11.68 of 12 (superbench-results v0.2.1), 4x RTX 4090 with P2P behind one
-# switch 25.95 of 24 (tinygrad/open-gpu-kernel-modules#36), so 1.0. Other pairs go through host
-# memory (NCCL's SHM transport), 0.75 of it (3x A100 PCIe Gen4 NODE 20 of 24, nccl-tests#178; 4x
-# RTX 5090 Gen5 35 of 48, NVIDIA/nccl#1639); x 0.8 more when a pair crosses the CPU interconnect
-# (8x RTX 5090 on two sockets 28 against 35 on four GPUs, nccl#1639). sjeaugey (nccl#1639): "On PCI
-# systems, the performance you get is usually determined by the bandwidth your CPU and memory can
-# deliver".
-#
-# Host memory traffic of GPUs behind one PCIe switch (pairs at PIX/PXB/SAME) all crosses the
-# switch's uplink: NCCL routes a pair without P2P through the CPU (paths.cc, addInterStep: "Divert
-# all traffic through the CPU") and its ring search takes each ring's bandwidth from every link the
-# path crosses (search.cc, followPath), so k such GPUs share the uplink k ways. The uplink's width
-# is not in the snapshot: it is taken as the GPUs' own (a heuristic; NCCL reads it from sysfs).
-# 2x RTX 2080 Ti on one switch without P2P: 4.00 GB/s against 12 / 2 x 0.75 = 4.5 (the
-# Anthony-Hoo AutoDL report, tests/reference/).
-PCIE_P2P_EFFICIENCY = 1.0
-PCIE_HOST_EFFICIENCY = 0.75
-PCIE_SYS_FACTOR = 0.8
-SWITCH_LEVELS = ("SAME", "PIX", "PXB")  # nvidia-smi levels of two GPUs below one PCIe switch
-PCIE_SOURCE = (
-    "PCIe factors fitted on 2x V100 PCIe 11.68 GB/s (superbench-results v0.2.1), 4x RTX 4090 P2P 25.95 "
-    "(tinygrad/open-gpu-kernel-modules#36), 3x A100 PCIe 20 (nccl-tests#178), 4x/8x RTX 5090 35/28 "
-    "(NVIDIA/nccl#1639); P2P level and host paths through the CPU from nccl src/graph/paths.cc, search.cc"
-)
-
 # --- per-model facts -----------------------------------------------------------------------------
 
 # Export SKUs keep fewer NVLinks than their architecture: A800 and H800 have 8 ("400GB/s" NVLink
@@ -150,6 +123,17 @@ class Expectation:
     link: str  # "nvlink", "pcie" or "user"
     fabric: str = ""  # "nvswitch", "mesh", "bridge", "pcie" ("" for the user's figure)
     algorithm: str = "ring"  # "ring" or "nvls"
+    # A class without published evidence is a range: busbw_gbps is its low end, high_gbps its top, and
+    # `certain` False: a run is warned below the low end, never failed against a guess.
+    high_gbps: float | None = None
+    certain: bool = True
+    unknown: str = ""  # what would make an uncertain figure certain
+
+    def figure(self) -> str:
+        """'228.0 GB/s', or '9.0-25.7 GB/s' for a range."""
+        if self.high_gbps is not None and self.high_gbps > self.busbw_gbps:
+            return f"{self.busbw_gbps:.1f}-{self.high_gbps:.1f} GB/s"
+        return f"{self.busbw_gbps:.1f} GB/s"
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -160,6 +144,11 @@ class Expectation:
         if self.fabric:
             out["fabric"] = self.fabric
             out["algorithm"] = self.algorithm
+        if self.high_gbps is not None:
+            out["expected_busbw_high_gbps"] = round(self.high_gbps, 2)
+        if not self.certain:
+            out["certain"] = False
+            out["would_make_it_certain"] = self.unknown
         return out
 
 
@@ -227,6 +216,9 @@ def healthy_nvlinks(snapshot: Snapshot, gpu: Gpu) -> int | None:
             return None
         count = max(peers)
     cap = _model_cap(gpu)
+    bridges = bridge_links(gpu)  # a bridged PCIe card has the links its bridges carry (H100 NVL: 12 of 18)
+    if bridges is not None:
+        cap = min(cap or count, bridges[0] * bridges[1])
     return min(count, cap) if cap else count
 
 
@@ -426,92 +418,37 @@ def _nvlink_expectation(
     return Expectation(busbw, basis + _generation_note(snapshot, indices), source, "nvlink", fabric, algorithm)
 
 
-def _p2p_ok(snapshot: Snapshot, a: int, b: int) -> bool | None:
-    pair = snapshot.pair(a, b)
-    if pair is None:
-        return None
-    statuses = [s for s in (pair.p2p_read, pair.p2p_write) if isinstance(s, str)]
-    if not statuses:
-        return None
-    return all(s == "ok" for s in statuses)
-
-
-def _p2p_cutoff(snapshot: Snapshot, gpus: int) -> tuple[str, str]:
-    """NCCL's default P2P level for a run on `gpus` GPUs of this node (an NCCL path type) and why:
-    nccl_rules.default_p2p_level for the CPU and NCCL version; a CPU the snapshot does not name is
-    taken as PXB, the default of current NCCL on every CPU but AMD. NCCL_P2P_DISABLE and
-    NCCL_P2P_LEVEL are left out on purpose: a variable that cuts P2P is a fault (GD62x names it)
-    whose cost GD601 should see, as it does on NVLink machines."""
-    host = snapshot.host
-    arch, vendor = nccl_rules.cpu_kind(
-        host.cpu_arch if isinstance(host.cpu_arch, str) else None,
-        host.cpu_vendor if isinstance(host.cpu_vendor, str) else None,
-    )
-    if not arch:
-        return "PXB", "NCCL's default PXB (CPU not recorded)"
-    default = nccl_rules.default_p2p_level(_version(snapshot.software.torch_nccl), arch, vendor, gpus)
-    return default.level, f"NCCL's default {default.level}, {default.basis}"
-
-
-def _uses_p2p(snapshot: Snapshot, a: int, b: int, cutoff: str) -> bool:
-    """Whether NCCL talks P2P between GPUs a and b (NVML offers it, not further apart than the cut-off;
-    an unrecorded status or level is taken as near and offered)."""
-    if _p2p_ok(snapshot, a, b) is False:
-        return False
-    level = topology.pcie_level(snapshot, a, b)
-    path = nccl_rules.NVIDIA_SMI_TO_NCCL.get(level, "PIX" if level == "?" else "SYS")
-    return nccl_rules.RANK[path] <= nccl_rules.RANK[cutoff]
-
-
-def _switch_groups(snapshot: Snapshot, indices: list[int]) -> list[list[int]]:
-    """The GPUs below one PCIe switch (joined by SAME/PIX/PXB pairs), groups of two or more."""
-    group = {i: {i} for i in indices}
-    for a, b in combinations(indices, 2):
-        if topology.pcie_level(snapshot, a, b) in SWITCH_LEVELS and group[a] is not group[b]:
+def _islands(snapshot: Snapshot, gpus: list[Gpu]) -> list[list[int]]:
+    """The GPUs joined by NVLink among these (connected groups, singletons included)."""
+    group = {g.index: {g.index} for g in gpus}
+    for a, b in combinations([g.index for g in gpus], 2):
+        if topology.nvlink_count(snapshot, a, b) and group[a] is not group[b]:
             merged = group[a] | group[b]
             for i in merged:
                 group[i] = merged
-    unique = {id(g): g for g in group.values()}
-    return sorted((sorted(g) for g in unique.values() if len(g) > 1), key=lambda g: g[0])
+    return sorted((sorted(g) for g in {id(g): g for g in group.values()}.values()), key=lambda g: g[0])
 
 
-def _pcie_expectation(snapshot: Snapshot, gpus: list[Gpu]) -> Expectation | None:
-    rates: dict[int, tuple[float, int, int]] = {}
-    for gpu in gpus:
-        gen, width = gpu.pcie_gen_max, gpu.pcie_width_max
-        if not isinstance(gen, int) or not isinstance(width, int) or gen not in NCCL_PCIE_GBPS_PER_LANE:
-            return None
-        rates[gpu.index] = (NCCL_PCIE_GBPS_PER_LANE[gen] * width, gen, width)
-    indices = sorted(rates)
-    link, gen, width = min(rates.values())
-    pairs = list(combinations(indices, 2))
-    cutoff, why = _p2p_cutoff(snapshot, len(indices))
-    host = [p for p in pairs if not _uses_p2p(snapshot, *p, cutoff)]
-    bound, shared = link, ""
-    for group in _switch_groups(snapshot, indices):
-        # Host-staged hops of every GPU in the group cross its uplink; with P2P inside the group
-        # the ring enters and leaves it once.
-        staged = any(a in group and b in group for a, b in host)
-        flows = len(group) if staged else (1 if len(group) < len(indices) else 0)
-        uplink = min(rates[i][0] for i in group)
-        if flows > 1 and uplink / flows < bound:
-            bound = uplink / flows
-            shared = f" / {flows} (GPUs {', '.join(map(str, group))} share one PCIe switch uplink)"
-    factor = PCIE_HOST_EFFICIENCY if host else PCIE_P2P_EFFICIENCY
-    if not host:
-        how = "P2P" + (", P2P status unknown: assumed" if any(_p2p_ok(snapshot, *p) is None for p in pairs) else "")
-    elif any(_p2p_ok(snapshot, *p) is False for p in host):
-        how = "through host memory (no P2P)"
-    else:
-        how = f"through host memory (pairs beyond {cutoff}: {why})"
-    basis = f"PCIe Gen{gen} x{width} = {link:g} GB/s (NCCL's rate){shared}" + (
-        f", {how}" if factor == 1 else f" x {factor:g} {how}"
-    )
-    if any(topology.pcie_level(snapshot, a, b) == "SYS" for a, b in pairs):
-        factor *= PCIE_SYS_FACTOR
-        basis += f" x {PCIE_SYS_FACTOR:g} (a pair crosses the CPU interconnect, SYS)"
+def _pcie(snapshot: Snapshot, gpus: list[Gpu], fabric: str, collective: str) -> Expectation | None:
+    """The ring crosses PCIe. Bridged islands: each island's ring hops leave it through as many GPUs'
+    PCIe links as its smallest island has GPUs, up to the islands' own NVLink rate."""
+    exits, cap, what = 1, None, ""
+    if fabric != "pcie":
+        islands = _islands(snapshot, gpus)
+        exits = min(len(i) for i in islands)
+        what = "bridged islands" if fabric == "bridge" else "NVLink does not join every GPU"
+        if exits > 1:
+            members = [snapshot.gpu(i) for i in islands[0]]
+            per_gpu = _nvlink_per_gpu(snapshot, members, fabric) if fabric == "bridge" else None
+            inner = _nvlink_expectation(snapshot, members, fabric, per_gpu, collective) if per_gpu else None
+            cap = inner.busbw_gbps if inner is not None else None
+    figure = pcie_figure(snapshot, gpus, exits, cap)
+    if figure is None:
+        return None
+    basis = figure.basis + (f"; {what}: the ring crosses PCIe" if what else "")
+    source = f"NVIDIA/nccl src/graph/topo.cc (PCIe rate); {PCIE_SOURCE}"
     return Expectation(
-        bound * factor, basis, f"NVIDIA/nccl src/graph/topo.cc (PCIe rate); {PCIE_SOURCE}", "pcie", "pcie"
+        figure.busbw_gbps, basis, source, "pcie", "pcie", "ring", figure.high_gbps, figure.certain, figure.unknown
     )
 
 
@@ -533,10 +470,4 @@ def expected_busbw(snapshot: Snapshot, indices: list[int], *, collective: str = 
             expect = _nvlink_expectation(snapshot, gpus, fabric, per_gpu, collective)
             if expect is not None:
                 return expect
-    expect = _pcie_expectation(snapshot, gpus)
-    if expect is not None and fabric != "pcie":
-        what = "bridged islands" if fabric == "bridge" else "NVLink does not join every GPU"
-        return Expectation(
-            expect.busbw_gbps, f"{expect.basis}; {what}: the ring crosses PCIe", expect.source, "pcie", "pcie"
-        )
-    return expect
+    return _pcie(snapshot, gpus, fabric, collective)

@@ -34,3 +34,25 @@ def rtx40_p2p_broken(snapshot: Snapshot, gpus: list[Gpu]) -> bool:
         return False
     dv = version_tuple(str(snapshot.driver.driver_version))
     return dv is not None and dv < RTX40_FIXED_DRIVER and sum(1 for g in gpus if RTX40_RE.search(g.name)) > 1
+
+
+# The NVLink bridges a PCIe card takes: (links per bridge, bridges), from NVIDIA's published specs:
+# A100 PCIe, H100 PCIe and H100 NVL reach 600 GB/s over three 2-way bridges (12 links of 50 GB/s both
+# ways; NVML lists 18 on the H100 NVL, of which "only ... 12 out of the 18 available links" are wired,
+# "by design": Azure/azurehpc-health-checks#162); GA102 cards (RTX 3090, RTX A6000/A5000, A40) run "four
+# x4 links" over one bridge (GA102 whitepaper); TU102 (RTX 2080 Ti, TITAN RTX, Quadro RTX 6000/8000) two
+# links and TU104 (RTX 2080 / 2080 SUPER, Quadro RTX 5000) one, over one bridge (Turing whitepaper).
+# A card whose active links are not a whole number of bridges has a bridge making contact on only some
+# of its links (sjeaugey, NVIDIA/nccl#557: "some NVLinks were detected but not all, as the connector was
+# only partially making contact").
+BRIDGE_LINKS: tuple[tuple[re.Pattern[str], int, int], ...] = (
+    (re.compile(r"\bH100 (NVL|PCIE)\b|\bA100[- ](\d+GB )?PCIE\b", re.I), 4, 3),
+    (re.compile(r"\bRTX 3090\b|\bRTX A(5000|5500|6000)\b|\bNVIDIA A40\b", re.I), 4, 1),
+    (re.compile(r"\b2080 TI\b|\bTITAN RTX\b|\bQUADRO RTX [68]000\b", re.I), 2, 1),
+    (re.compile(r"\bRTX 2080( SUPER)?$|\bRTX 2070 SUPER\b|\bQUADRO RTX 5000\b", re.I), 1, 1),
+)
+
+
+def bridge_links(gpu: Gpu) -> tuple[int, int] | None:
+    """(links per bridge, bridges the card takes) for a PCIe card NVIDIA publishes it for; None else."""
+    return next(((per, n) for pattern, per, n in BRIDGE_LINKS if pattern.search(gpu.name)), None)

@@ -65,3 +65,10 @@ def parse_nccl_list(value: str) -> NcclList:
         port = fields[1] if len(fields) > 1 else ""
         entries.append((fields[0], _atoi(port) if port else None))
     return NcclList(exclude, exact, tuple(entries))
+
+
+def socket_ifname_read(value: str) -> bool:
+    """Whether NCCL reads this NCCL_SOCKET_IFNAME at all: only a value of two characters or more
+    (src/misc/socket.cc, ncclFindInterfaces: `if (env && strlen(env) > 1)`); NCCL ignores a shorter one
+    ("", "^", "e") and picks an interface itself (ib first, then anything but docker and lo)."""
+    return len(value) > 1

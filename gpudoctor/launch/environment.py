@@ -43,15 +43,31 @@ def choose_device(requested: str, visible_gpus: int) -> tuple[str, str]:
     return "", NO_GPU if requested == "cuda" else NO_GPU_AUTO
 
 
-def torch_missing_message() -> str | None:
-    """Why the ranks cannot import torch (a clear install hint), or None when they can."""
+TORCH_INSTALL = "pip install 'gpudoctor[torch]'"  # the extra that brings torch (pyproject.toml)
+
+
+def torch_missing_message(python: str | None = None) -> str | None:
+    """Why the ranks cannot import torch (a clear install hint), or None when they can. `python`:
+    the interpreter they run in (--python, validated: InterpreterError otherwise); None: this one."""
+    if python is not None:
+        from gpudoctor.probe.interpreter import software_of
+        from gpudoctor.snapshot import Missing
+
+        torch = software_of(python).torch
+        if not (isinstance(torch, Missing) and torch.reason == "unsupported"):
+            return None
+        return (
+            f"PyTorch is not installed in {python} (--python): the ranks run torch. Install the torch you "
+            f"train with into that environment (`{python} -m pip install torch`)"
+        )
     from gpudoctor.probe.software import torch_installed  # light: importlib only
 
     if torch_installed():
         return None
     return (
-        f"PyTorch is not installed in {sys.executable}: the ranks run torch. Install it "
-        f"(`{Path(sys.executable).name} -m pip install torch`), or run the static checks alone with --quick"
+        f"PyTorch is not installed in {sys.executable}: the ranks run torch. Install it (`{TORCH_INSTALL}`, or "
+        f"`{Path(sys.executable).name} -m pip install torch`), or run them in your training environment's Python "
+        "with `--python PATH`, or run the static checks alone with --quick"
     )
 
 

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpudoctor.errors import UserError
 from gpudoctor.knowledge.known_errors import classify
 from gpudoctor.launch.environment import LauncherEnvError, launcher_env, rank_env, torch_missing_message
 from gpudoctor.launch.protocol import (
@@ -156,12 +157,15 @@ def launch(
     progress: Callable[[str], None] = lambda message: None,
     environ: Mapping[str, str] | None = None,
     join_share: float = 0.6,
+    python: str | None = None,
 ) -> LaunchResult:
     """Run `tasks` in `ranks` spawned ranks (one per GPU for device="cuda"); never hangs.
 
     `gpus`: the physical GPU (NVML index) of each CUDA device, in rank order, to name ranks in
     reports. `gpu_uuids`: the same GPUs' UUIDs; on one node the ranks see exactly these, in this
-    order (`rank_env`), so cuda:i is gpus[i].
+    order (`rank_env`), so cuda:i is gpus[i]. `python`: the interpreter the ranks run in (--python:
+    the training environment's, which imports this gpudoctor through a link, probe/interpreter.py);
+    None: this one.
     """
     import shutil
     import subprocess
@@ -170,7 +174,10 @@ def launch(
     env = dict(os.environ if environ is None else environ)
     backend = "nccl" if device == "cuda" else "gloo"
     start = time.monotonic()
-    no_torch = torch_missing_message()
+    try:
+        no_torch = torch_missing_message(python)
+    except UserError as exc:  # --python names no usable interpreter (the pipeline refuses it first)
+        return _setup_failed(device, backend, ranks, start, "bad_python", str(exc))
     if no_torch is not None:
         return _setup_failed(device, backend, ranks, start, "no_torch", no_torch)
     try:
@@ -221,6 +228,12 @@ def launch(
                 "op_timeout_s": max(1.0, timeout_s),
             }
             spec_file = write_spec(outdir, spec)
+            interpreter = sys.executable
+            if python is not None:  # the training environment's Python imports this gpudoctor through a link
+                from gpudoctor.probe.interpreter import link_package, python_env
+
+                interpreter = python
+                env = python_env(env, link_package(outdir))
             # A Ctrl-C inside Popen would leave a started rank that no list holds (Popen never
             # returned it): the spawning is not interrupted; a stop signal is acted on right after.
             with deferred():
@@ -228,7 +241,7 @@ def launch(
                     log = open(log_path(outdir, o.rank), "wb")  # noqa: SIM115  (closed right after Popen)
                     try:
                         p = subprocess.Popen(
-                            [sys.executable, "-m", "gpudoctor.workloads.rank", str(spec_file), str(o.rank)],
+                            [interpreter, "-m", "gpudoctor.workloads.rank", str(spec_file), str(o.rank)],
                             stdin=subprocess.DEVNULL,
                             stdout=log,
                             stderr=subprocess.STDOUT,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +34,54 @@ def cuda_version(value: Any) -> str:
 
 
 def kernel_module_version(root: Path) -> str | Missing:
+    """The loaded kernel module's version: /proc/driver/nvidia/version, else the module's own
+    /sys/module/nvidia/version (the kernel exports every module's MODULE_VERSION there)."""
     content = read_text(root, "/proc/driver/nvidia/version")
     if isinstance(content, Missing):
+        sysfs = read_text(root, "/sys/module/nvidia/version")
+        if isinstance(sysfs, str) and _SYSFS_VERSION.fullmatch(sysfs.strip()):
+            return sysfs.strip()
         return content
     match = _MODULE_VERSION.search(content)
     if match is None:
         return Missing("error", "/proc/driver/nvidia/version: no version in it")
     return match.group(1)
+
+
+_SYSFS_VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?")
+
+# Where the dynamic loader finds libnvidia-ml.so.1 (what pynvml and nvidia-smi open) on Debian/Ubuntu,
+# RHEL/SUSE, and in containers of NVIDIA's runtime, after LD_LIBRARY_PATH: a heuristic list, the
+# loader's own truth is ld.so.cache. The file the link names carries the version the package installed.
+NVML_LIBRARY = "libnvidia-ml.so.1"
+NVML_LIBRARY_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib/powerpc64le-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/nvidia/lib64",
+    "/usr/lib/wsl/lib",
+)
+_LIBRARY_FILE = re.compile(r"libnvidia-ml\.so\.\d+\.\d+(?:\.\d+)?")
+
+
+def nvml_library(root: Path, environ: Mapping[str, str]) -> tuple[str, str] | Missing:
+    """The file libnvidia-ml.so.1 resolves to ("libnvidia-ml.so.550.107.02") and when it last changed
+    (ISO 8601): the user-space half of the driver as the package manager left it on disk, whatever
+    kernel module is loaded. Only a name of that form is kept (an allow-list, not the path)."""
+    dirs = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d.startswith("/")]
+    for directory in [*dirs, *NVML_LIBRARY_DIRS]:
+        link = root / directory.lstrip("/") / NVML_LIBRARY
+        if not link.exists():
+            continue
+        target = link.resolve()
+        name = target.name
+        if not _LIBRARY_FILE.fullmatch(name):
+            return Missing("error", f"{NVML_LIBRARY} resolves to a file not named libnvidia-ml.so.<version>")
+        changed = dt.datetime.fromtimestamp(target.stat().st_mtime, dt.timezone.utc)
+        return name, changed.isoformat(timespec="seconds")
+    return Missing("unsupported", f"{NVML_LIBRARY} is in none of the usual library directories")
 
 
 def systemctl_is_active(unit: str) -> str | Missing:

@@ -6,6 +6,7 @@ it cannot read into a Missing with the reason.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import platform
 import re
@@ -20,7 +21,7 @@ from gpudoctor.probe.files import missing_from_oserror, parse_cpulist, read_text
 from gpudoctor.probe.kernel_log import xid_events
 from gpudoctor.probe.ports import TORCHRUN_DEFAULT_PORT, check_port
 from gpudoctor.safety.redact import text as redact_text
-from gpudoctor.snapshot import Host, Missing, PortStatus
+from gpudoctor.snapshot import Host, Missing, PortStatus, Virtualization
 
 T = TypeVar("T")
 
@@ -167,6 +168,40 @@ def iommu_groups(root: Path) -> int | Missing:
     return Missing("unsupported", "/sys/kernel is not visible")
 
 
+def _dmi(root: Path, name: str) -> str | Missing:
+    text = read_text(root, f"/sys/class/dmi/id/{name}")
+    if isinstance(text, Missing):
+        return text
+    text = text.strip()
+    return text[:64] if text.isprintable() else Missing("error", f"/sys/class/dmi/id/{name} is not text")
+
+
+def virtualization(root: Path) -> Virtualization:
+    """Whether this is a virtual machine: x86 CPUs in a guest set CPUID's hypervisor bit, which Linux
+    lists as the "hypervisor" flag in /proc/cpuinfo; DMI names the platform (sys_vendor "QEMU",
+    "Microsoft Corporation", "Amazon EC2", ...). Only these two DMI fields are read (no serials)."""
+    content = read_text(root, "/proc/cpuinfo")
+    flag: bool | Missing
+    if isinstance(content, Missing):
+        flag = content
+    else:
+        lines = [line for line in content.splitlines() if line.split(":", 1)[0].strip() == "flags"]
+        flag = "hypervisor" in lines[0].split(":", 1)[1].split() if lines else Missing("unsupported", "no x86 flags")
+    return Virtualization(hypervisor=flag, sys_vendor=_dmi(root, "sys_vendor"), product_name=_dmi(root, "product_name"))
+
+
+def booted(root: Path) -> str | Missing:
+    """When the kernel booted, ISO 8601: /proc/stat's btime (seconds since the epoch)."""
+    content = read_text(root, "/proc/stat")
+    if isinstance(content, Missing):
+        return content
+    for line in content.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "btime" and value.strip().isdigit():
+            return dt.datetime.fromtimestamp(int(value), dt.timezone.utc).isoformat(timespec="seconds")
+    return Missing("unsupported", "/proc/stat has no btime line")
+
+
 def rlimit(which: int) -> int | None:
     soft, _hard = resource.getrlimit(which)
     return None if soft == resource.RLIM_INFINITY else soft
@@ -217,4 +252,6 @@ def read_host(root: Path, environ: Mapping[str, str], isolated: bool | Missing) 
         master_port=guarded(master_port, environ),
         cpu_arch=guarded(cpu_arch),
         cpu_vendor=guarded(cpu_vendor, root),
+        booted=guarded(booted, root),
+        virtualization=guarded(virtualization, root),
     )

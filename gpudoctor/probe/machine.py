@@ -17,6 +17,7 @@ from gpudoctor.probe.driver import (
     SystemctlRunner,
     fabric_manager,
     kernel_module_version,
+    nvml_library,
     read_driver,
     systemctl_is_active,
 )
@@ -27,6 +28,7 @@ from gpudoctor.probe.links import read_error_counts, with_second_counts
 from gpudoctor.probe.network import network_root, read_network
 from gpudoctor.probe.nvml import Nvml
 from gpudoctor.probe.pairs import read_pairs
+from gpudoctor.probe.pci_tree import read_pci_tree
 from gpudoctor.probe.software import read_software
 from gpudoctor.snapshot import SCHEMA_VERSION, Driver, Gpu, GpuPair, Missing, Snapshot, now_iso
 
@@ -96,6 +98,7 @@ def collect_machine(
         driver = dataclasses.replace(driver, fabric_manager=guarded(fabric_manager, gpus, systemctl))
     else:
         down = Missing("error", f"NVML did not start ({init.status})")
+        library = guarded(nvml_library, root, environ)  # the user-space half on disk, apart from the module
         driver = Driver(
             nvml_status=init.status,
             nvml_detail=init.detail,
@@ -105,6 +108,8 @@ def collect_machine(
             # Readable without NVML, and what tells a version mismatch apart.
             kernel_module_version=guarded(kernel_module_version, root),
             fabric_manager=down,
+            nvml_library=library[0] if isinstance(library, tuple) else library,
+            nvml_library_changed=library[1] if isinstance(library, tuple) else library,
         )
     return Snapshot(
         schema_version=SCHEMA_VERSION,
@@ -115,6 +120,7 @@ def collect_machine(
         host=dataclasses.replace(
             read_host(root, environ, isolated),
             network=guarded(read_network, network_root(environ, root), [g.pci_bus_id for g in gpus]),
+            pci_tree=guarded(read_pci_tree, root, [g.pci_bus_id for g in gpus]),
         ),
         software=read_software(),
         env=allowed_env(environ),

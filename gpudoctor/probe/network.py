@@ -22,8 +22,8 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gpudoctor.knowledge.nic_locality import sysfs_bus_id
 from gpudoctor.probe.files import missing_from_oserror
+from gpudoctor.probe.pci_tree import sysfs_device
 from gpudoctor.snapshot import (
     RDMA_ERROR_COUNTERS,
     GpuDirect,
@@ -224,14 +224,11 @@ def pci_places(root: Path, bus_ids: Sequence[str]) -> dict[str, PciPlace]:
     devices = root / "sys/devices"
     out: dict[str, PciPlace] = {}
     for bus_id in bus_ids:
-        try:
-            bdf = sysfs_bus_id(bus_id)
-        except ValueError:
+        real = sysfs_device(root, bus_id)
+        if real is None:
             continue
+        bdf = real.name
         link = root / "sys/bus/pci/devices" / bdf
-        if not link.exists():
-            continue
-        real = Path(os.path.realpath(link))
         try:
             path = real.relative_to(os.path.realpath(devices)).as_posix()
         except ValueError:

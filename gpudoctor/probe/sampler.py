@@ -65,6 +65,46 @@ class ProcessUsage:
     started: float | None = None  # psutil's create_time: who a signal would reach
 
 
+class UsageReader:
+    """CPU% and RSS of processes by local PID, kept between calls: CPU% is measured over the interval
+    since the previous call (psutil.Process.cpu_percent), so a process's first reading has none."""
+
+    def __init__(self) -> None:
+        self._usage: dict[int, psutil.Process] = {}
+
+    def read(self, pids: Iterable[int]) -> dict[int, ProcessUsage]:
+        """A PID psutil cannot see is left out."""
+        out: dict[int, ProcessUsage] = {}
+        wanted = set(pids)
+        for pid in wanted:
+            proc = self._usage.get(pid)
+            try:
+                if proc is None:
+                    proc = psutil.Process(pid)
+                    proc.cpu_percent(None)  # the first call only starts the measurement
+                    self._usage[pid] = proc
+                    cpu = None
+                else:
+                    cpu = round(proc.cpu_percent(None), 1)
+            except psutil.NoSuchProcess:
+                continue
+            except psutil.AccessDenied:
+                cpu = None
+            try:
+                rss: int | None = proc.memory_info().rss // MIB
+            except psutil.Error:
+                rss = None
+            try:
+                started: float | None = proc.create_time()
+            except psutil.Error:
+                started = None
+            out[pid] = ProcessUsage(cpu, rss, started)
+        for pid in list(self._usage):
+            if pid not in out:
+                del self._usage[pid]
+        return out
+
+
 class NvmlSampler:
     """Reads utilization, memory, power, temperature, clocks, PCIe, throttle reasons and XIDs."""
 
@@ -76,7 +116,7 @@ class NvmlSampler:
         self.count = 0  # GPUs the driver reports (indices 0..count-1), whatever `indices` selected
         self.isolated: bool | Missing = NOT_COLLECTED
         self._event_set: Any = None
-        self._usage: dict[int, psutil.Process] = {}  # kept between calls: CPU% is measured over the interval
+        self._usage = UsageReader()
 
     def open(self) -> InitResult:
         result = self.nvml.init()
@@ -188,35 +228,7 @@ class NvmlSampler:
 
     def usage(self, pids: Iterable[int]) -> dict[int, ProcessUsage]:
         """CPU% and RSS of local PIDs (GpuProcess.local_pid); a PID psutil cannot see is left out."""
-        out: dict[int, ProcessUsage] = {}
-        wanted = set(pids)
-        for pid in wanted:
-            proc = self._usage.get(pid)
-            try:
-                if proc is None:
-                    proc = psutil.Process(pid)
-                    proc.cpu_percent(None)  # the first call only starts the measurement
-                    self._usage[pid] = proc
-                    cpu = None
-                else:
-                    cpu = round(proc.cpu_percent(None), 1)
-            except psutil.NoSuchProcess:
-                continue
-            except psutil.AccessDenied:
-                cpu = None
-            try:
-                rss: int | None = proc.memory_info().rss // MIB
-            except psutil.Error:
-                rss = None
-            try:
-                started: float | None = proc.create_time()
-            except psutil.Error:
-                started = None
-            out[pid] = ProcessUsage(cpu, rss, started)
-        for pid in list(self._usage):
-            if pid not in out:
-                del self._usage[pid]
-        return out
+        return self._usage.read(pids)
 
     def process_utilization(self) -> dict[int, dict[int, int]]:
         """Per GPU index: host PID -> mean SM utilization (%) over the samples NVML took since the last

@@ -1,4 +1,4 @@
-"""JUnit XML: one testsuite per check, one testcase per finding, for CI dashboards.
+"""JUnit XML: one testsuite per check that has findings, one testcase per finding, for CI dashboards.
 
 Mapping (docs/gates.md): `fail` -> <failure>; `error` (the check crashed) -> <error>; `skip` ->
 <skipped>; `warn` -> <failure type="warn"> under --fail-on warn, otherwise a passing test case
@@ -39,6 +39,8 @@ def _clean(element: ET.Element) -> None:
 def junit_tree(report: Report) -> ET.ElementTree:
     suites = ET.Element("testsuites", name="gpudoctor", tests=str(len(report.findings)))
     for result in report.checks:
+        if not result.findings:  # a check with nothing to say is no test: an empty suite reads as a broken one
+            continue
         failures = sum(
             1
             for f in result.findings

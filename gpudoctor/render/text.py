@@ -6,8 +6,8 @@ How much is shown is a `TextOptions`. Three levels of detail (`-v` counts):
   1  every check with its non-pass findings, a one-line summary of its passes, and its tables
      (the topology matrix).
   2  every finding, passes included.
-and `quiet` (-q): only what is not a pass, and the summary line (no title, no passing check, no
-table). A new layout is one more renderer over the same Report, chosen in `render_report`.
+and `quiet` (-q): only what warned, failed or crashed, and the summary line (no title, no passing
+or skipped check, no table). A new layout is one more renderer over the same Report, chosen in `render_report`.
 
 How it looks is the console's (`make_console`): the renderers print `Line`s (styled spans) and
 `TableSpec`s. On a terminal (or with --color always) a rich Console draws them, styled and fitted
@@ -45,7 +45,7 @@ COLOR_CHOICES = ("auto", "always", "never")
 @dataclass(frozen=True)
 class TextOptions:
     verbose: int = 0  # 0 compact, 1 every check and its tables, 2 passing findings too
-    quiet: bool = False  # only what is not a pass, and the summary line
+    quiet: bool = False  # only what warned, failed or crashed, and the summary line
 
 
 class Line:
@@ -260,16 +260,13 @@ def render_compact(console: Any, result: CheckResult, marks: dict[Status, str]) 
 
 
 def render_quiet(console: Any, result: CheckResult, marks: dict[Status, str]) -> None:
-    """-q: a check that is not a pass, as one line, and its warnings, failures and errors."""
-    if result.status == Status.PASS:
+    """-q: a check that warned, failed or crashed, as one line, and its warnings, failures and
+    errors. Passes and skips are counted in the summary line only (a CPU run skips every GPU check)."""
+    if result.status in (Status.PASS, Status.SKIP):
         return
     head = Line()
     head.append(marks[result.status], style=STYLE[result.status])
     head.append(f" {result.title}", style="bold" if result.status.rank else "")
-    if result.status == Status.SKIP:
-        summary = pass_summary(result)
-        if summary:
-            head.append(f": {summary}", style="dim")
     console.print(head)
     for f in result.findings:
         if f.status not in (Status.PASS, Status.SKIP):

@@ -45,6 +45,8 @@ __all__ = [
     "check_target",
     "open_input",
     "open_stream",
+    "read_bytes",
+    "read_stdin_bytes",
     "read_stdin_text",
     "read_text",
     "write_text",
@@ -275,9 +277,15 @@ def read_text(path: str | Path, limit: int) -> str:
     Raises FileNotFoundError, IsADirectoryError, PermissionError (as open does), InputFileError
     for a file that is not regular or too large, UnicodeDecodeError for a file that is not text.
     """
+    return read_bytes(path, limit).decode("utf-8")
+
+
+def read_bytes(path: str | Path, limit: int) -> bytes:
+    """The bytes of the regular file at `path`, with the refusals of `read_text` (a Python script:
+    its encoding is the parser's to read, from its coding line or BOM)."""
     fd = _open_regular(path)
     try:
-        return _read_all(fd, limit).decode("utf-8")
+        return _read_all(fd, limit)
     finally:
         os.close(fd)
 
@@ -287,6 +295,11 @@ def read_stdin_text(limit: int) -> str:
     errors of `read_text`. A terminal or a closed standard input is refused rather than waited on;
     a non-blocking pipe is waited on like a blocking one; an in-memory `sys.stdin` (the Python API
     under a test harness) is read as it is."""
+    return read_stdin_bytes(limit).decode("utf-8")
+
+
+def read_stdin_bytes(limit: int) -> bytes:
+    """Standard input's bytes to its end, at most `limit`, with the refusals of `read_stdin_text`."""
     import sys
 
     stream = sys.stdin
@@ -297,14 +310,14 @@ def read_stdin_text(limit: int) -> str:
     if fd >= 0:
         if os.isatty(fd):
             raise InputFileError(errno.ENOTTY, "standard input is a terminal: pipe the input in")
-        return _read_all(fd, limit).decode("utf-8")
+        return _read_all(fd, limit)
     if stream is None or getattr(stream, "closed", True) or not hasattr(stream, "read"):
         raise InputFileError(errno.EBADF, "standard input is closed")
     data = stream.read(limit + 1)
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     if len(raw) > limit:
         raise InputFileError(errno.EFBIG, f"is larger than {limit // MIB} MiB")
-    return raw.decode("utf-8")
+    return raw
 
 
 def _read_all(fd: int, limit: int) -> bytes:

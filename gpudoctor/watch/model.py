@@ -247,7 +247,7 @@ class GpuReading:
 @dataclass(frozen=True)
 class ProcReading:
     pid: int
-    gpu: int
+    gpu: int | None  # None: a process of the followed job that uses no GPU (a CPU rank, `watch -- CMD` without one)
     gpu_mem: int | None = None  # MiB
     user: str = ""
     cpu: float | None = None  # % of one core
@@ -275,7 +275,8 @@ class ProcReading:
         pid = kwargs["pid"] = _whole(kwargs.get("pid"))
         if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < MAX_ID:
             raise ValueError(f"a process PID is not a PID: {_short(pid)}")
-        kwargs["gpu"] = _index(kwargs.get("gpu"), f"PID {pid} GPU")
+        gpu = kwargs.get("gpu")
+        kwargs["gpu"] = None if gpu is None else _index(gpu, f"PID {pid} GPU")
         for name in ("user", "command", "note"):
             if name in kwargs:
                 _text(kwargs[name], f"PID {pid} {name}")

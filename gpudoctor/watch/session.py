@@ -128,7 +128,7 @@ class Session:
         if self.job is not None and (raw.procs is not None or self.last_arrival - self._refreshed >= TREE_EVERY_S):
             self._refreshed = self.last_arrival  # the tree is followed without GPU process readings too
             tree = self.job.refresh()
-            self.job_gpus.update(p.gpu for p in raw.procs or () if p.pid in tree)
+            self.job_gpus.update(p.gpu for p in raw.procs or () if p.pid in tree and p.gpu is not None)
         sample = self.filter(raw)
         verdicts = self.builder.add(sample)
         return Update(sample, verdicts, self.builder)

@@ -14,7 +14,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
 from gpudoctor.safety.safe_text import printable
@@ -223,27 +224,52 @@ def demo_source(scenario: str, n_gpus: int, speed: float) -> SyntheticSource:
 
 
 class HostSource(_Paced):
-    """No GPU to read (no driver): the host and the job's training steps only (`watch -- CMD` on a
-    machine without a GPU). Says once why there are no GPU rows."""
+    """No GPU to read (no driver): the host, the job's training steps and its processes (CPU%, RSS:
+    `watch -- CMD` on a machine without a GPU, CPU ranks). Says once why there are no GPU rows."""
 
     def __init__(self, interval: float, process_interval: float, reason: str) -> None:
         super().__init__(interval, process_interval)
         self.label = "no GPU"
         self.real_processes = True
         self.available: tuple[int, ...] = ()
-        self.notes = [f"no GPU to watch ({reason}): showing the job's training steps and the host only"]
+        self.notes = [f"no GPU to watch ({reason}): showing the job's training steps, processes and the host"]
+        self.pids: Callable[[], Iterable[int]] | None = None  # the followed job's processes (set by its follower)
+        self._usage: Any = None
 
     def open(self) -> None:
-        from gpudoctor.probe.sampler import NvmlSampler
+        from gpudoctor.probe.sampler import NvmlSampler, UsageReader
 
         NvmlSampler.host_cpu()  # starts the host CPU measurement
+        self._usage = UsageReader()
 
     def next(self, stop: threading.Event) -> Sample | None:
         from gpudoctor.probe.sampler import NvmlSampler
 
         if not self.wait(stop):
             return None
-        return Sample(round(time.time(), 3), (), NvmlSampler.host_cpu(), None, host=host_now())
+        procs = self._job_processes() if self.pids is not None and self.procs_due() else None
+        return Sample(round(time.time(), 3), (), NvmlSampler.host_cpu(), procs, host=host_now())
+
+    def _job_processes(self) -> tuple[ProcReading, ...]:
+        """The job's processes as process-table rows without a GPU: owner and command read as for a
+        GPU process (probe.processes: another user's command line redacted), CPU% and RSS."""
+        from gpudoctor.probe.processes import resolve
+
+        assert self.pids is not None and self._usage is not None
+        pids = sorted(set(self.pids()))
+        usage = self._usage.read(pids)
+        out = []
+        for pid in pids:
+            u = usage.get(pid)
+            if u is None:  # gone since the job's tree was read
+                continue
+            _, user, command = resolve(pid, Path("/"), False)
+            out.append(
+                ProcReading(
+                    pid, None, user=user or "", cpu=u.cpu, rss=u.rss_mib, command=command or "", started=u.started
+                )
+            )
+        return tuple(out)
 
     def close(self) -> None:
         pass

@@ -76,6 +76,11 @@ def test_fault_fixture_on_disk_is_what_the_generator_makes(name: str) -> None:
 def test_healthy_fixtures_raise_no_health_or_config_problem(name: str) -> None:
     _code, doc = check_json(FIXTURES / f"{name}.json")
     bad = [(f["code"], f["status"], f["message"]) for f in own_findings(doc) if f["status"] not in ("pass", "skip")]
+    if name == "single_gpu":
+        # The workstation keeps Ubuntu's default open-files limit of 1024: DataLoader workers sharing tensors
+        # by descriptor run out of it with one GPU too (DonsetPG/graph-physics#22), so GD512 warns (issue 21).
+        assert [(code, status) for code, status, _ in bad] == [("GD512", "warn")]
+        return
     assert bad == []
 
 

@@ -38,3 +38,18 @@ def test_ghost_memory_cannot_be_judged_when_a_process_has_no_memory_figure(snaps
     proc = GpuProcess(pid=1, used_memory_mib=None)
     s = with_gpu(snapshot_of("h100_sxm_8x"), 1, memory_used_mib=40000, processes=[proc])
     assert [c for c, _, _ in not_ok(gpu_modes.gpu_processes(CheckContext(s)))] == ["GD825"]
+
+
+def test_an_exclusive_gpu_that_a_process_already_holds_fails() -> None:
+    # NVIDIA/DIGITS#2005: a K40m in Exclusive_Process mode holding the DIGITS server: error 46 for the next.
+    from dataclasses import replace
+
+    from gpudoctor.checks.gpu_modes import _compute_mode
+    from tests.helpers.snapshots import load
+
+    gpu = replace(load("rtx4090_pcie_4x").gpu(0), compute_mode="exclusive_process", processes=[])
+    (alone,) = _compute_mode([gpu])
+    assert alone.status is Status.WARN
+    held = replace(gpu, processes=[GpuProcess(4242, 74, command="python digits-devserver")])
+    (f,) = _compute_mode([held])
+    assert f.status is Status.FAIL and "PID 4242" in f.message and "-c DEFAULT" in f.hint

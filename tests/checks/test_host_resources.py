@@ -94,3 +94,24 @@ def test_container_finding_says_what_changes(snapshot_of: SnapshotOf) -> None:
 
 def test_bare_metal_has_no_container_finding(snapshot_of: SnapshotOf) -> None:
     assert find(snapshot_of("h100_sxm_8x"), "GD520") == []
+
+
+def test_memlock_limited_with_rdma_devices_nccl_will_use_fails(snapshot_of: SnapshotOf) -> None:
+    # NVIDIA/nccl-tests#206: `ulimit -l` 8192 (KiB) with 8 HCAs: ibv_reg_mr fails, the run stops.
+    s = host(snapshot_of("h100_sxm_8x"), memlock_limit_bytes=8 * MIB, network_interfaces=["lo", "eno1", "ibp25s0"])
+    (f,) = find(s, "GD511")
+    assert f.status is Status.FAIL and "8 MiB" in f.message and "ulimit -l unlimited" in f.hint
+    (f,) = find(replace(s, env={"NCCL_IB_DISABLE": "1"}), "GD511")
+    assert f.status is Status.WARN  # NCCL stays off IB (GD625 says what that costs)
+    ram = s.host.ram_total_bytes
+    assert isinstance(ram, int)
+    (f,) = find(host(s, memlock_limit_bytes=ram), "GD511")
+    assert f.status is Status.PASS  # as much as the machine has: no registration can fail on it
+    (f,) = find(host(s, memlock_limit_bytes=None), "GD511")
+    assert f.status is Status.PASS
+
+
+def test_a_low_open_files_limit_warns_for_one_gpu_too(snapshot_of: SnapshotOf) -> None:
+    # DonsetPG/graph-physics#22: one GPU, ulimit -n 1024, DataLoader workers: "received 0 items of ancdata".
+    (f,) = find(host(snapshot_of("single_gpu"), nofile_limit=1024), "GD512")
+    assert f.status is Status.WARN and "ulimit -n" in f.hint

@@ -44,9 +44,26 @@ def test_odd_settings_warn_by_majority(capsys, tmp_path, change, code, text) -> 
     assert odd[0]["message"].startswith(text)
 
 
-def test_two_against_two_has_no_majority(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_two_against_two_names_the_pair_that_is_worse_off(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
     snap = load("rtx4090_pcie_4x")
     snap = with_gpu(with_gpu(snap, 2, power_limit_w=300.0), 3, power_limit_w=300.0)
     f = check_variant(capsys, tmp_path, snap).one("GD304")
     assert (f["status"], f["subject"]) == ("warn", "host")
-    assert "GPUs 0,1: 450 W; GPUs 2,3: 300 W" in f["message"]
+    assert "GPUs 2,3: 300 W, below GPUs 0,1's 450 W" in f["message"]
+    assert f["evidence"]["below_best"] == [2, 3]
+
+
+def test_a_faster_odd_card_is_not_told_it_has_less(capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Issue 21: three cards in Gen3 slots and one in a Gen4 slot; the old message told GPU 3 it had "less
+    # host bandwidth". The slower ones are named.
+    snap = load("rtx4090_pcie_4x")
+    for i in (0, 1, 2):
+        snap = with_gpu(snap, i, pcie_gen_max=3)
+    f = check_variant(capsys, tmp_path, snap).one("GD306")
+    assert f["subject"] == "host" and f["message"].startswith(
+        "max PCIe link differs: GPUs 0,1,2: Gen3 x16, below GPU 3's"
+    )
+    slow = check_variant(capsys, tmp_path, with_gpu(load("rtx4090_pcie_4x"), 1, pcie_gen_max=3)).one("GD306")
+    assert slow["subject"] == "gpu:1" and "less host bandwidth" in slow["message"]
+    big = check_variant(capsys, tmp_path, with_gpu(load("rtx4090_pcie_4x"), 0, memory_total_mib=49140)).one("GD302")
+    assert big["subject"] == "host" and "GPUs 1,2,3" in big["message"]  # the 48 GB card caps nothing

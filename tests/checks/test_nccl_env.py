@@ -347,3 +347,27 @@ def test_nvls_off_in_a_vm_that_hides_its_nvswitches_warns_as_the_model_expects_n
     vm = replace(s, gpus=hidden)
     assert expected_busbw(replace(vm, env={}), list(range(8))).algorithm == "nvls"  # type: ignore[union-attr]
     assert one(vm, "GD622").status is Status.WARN
+
+
+def test_a_socket_ifname_nccl_ignores_warns_instead_of_failing(snapshot_of: SnapshotOf) -> None:
+    # ncclFindInterfaces reads the variable only `if (env && strlen(env) > 1)`: "^" and "e" are ignored,
+    # NCCL picks an interface itself, so nothing "matches no interface".
+    for value in ("^", "e", ""):
+        f = one(snapshot_of("a100_sxm_8x", NCCL_SOCKET_IFNAME=value), "GD626")
+        assert f.status is Status.WARN and "ignored" in f.message, value
+
+
+def test_a_socket_ifname_matching_only_a_down_interface_warns(snapshot_of: SnapshotOf) -> None:
+    from gpudoctor.snapshot import NetInterface, Network
+
+    s = snapshot_of("a100_sxm_8x", NCCL_SOCKET_IFNAME="=eth2")
+    names = ["lo", "eth0", "eth2"]
+    net = Network(interfaces=[NetInterface("eth0", operstate="up"), NetInterface("eth2", operstate="down")])
+    s = replace(s, host=replace(s.host, network_interfaces=names, network=net))
+    f = one(s, "GD626")
+    assert f.status is Status.WARN and "down" in f.message
+    up = replace(s, host=replace(s.host, network=replace(net, interfaces=[NetInterface("eth2", operstate="up")])))
+    assert one(up, "GD626").status is Status.PASS
+    # NVIDIA/nccl#1837: NCCL_SOCKET_IFNAME=eth2 on a host without it: bootstrap cannot start.
+    gone = replace(s, host=replace(s.host, network_interfaces=["lo", "eth0"], network=Missing("not_collected")))
+    assert one(gone, "GD626").status is Status.FAIL

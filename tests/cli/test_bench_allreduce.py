@@ -33,6 +33,14 @@ def test_bench_allreduce_on_cpu_prints_the_sweep(capsys: pytest.CaptureFixture[s
     doc = bench_doc(r.out)
     assert [row["bytes"] for row in doc["results"]["allreduce"]["rows"]] == [64 << 10, 128 << 10, 256 << 10]
     assert all(row["wrong"] == 0 for row in doc["results"]["allreduce"]["rows"])
+    # One shape for every bench (issue 24): the report (command, exit code, summary, findings) plus `results`.
+    assert doc["command"] == "bench allreduce" and doc["exit_code"] == 0
+    assert [(f["code"], f["status"]) for c in doc["checks"] for f in c["findings"]] == [("GD602", "pass")]
+    other = run_cli(
+        capsys, "bench", "collectives", "--device", "cpu", "--ops", "broadcast", "--max-bytes", "64K", "--json"
+    )
+    assert set(bench_doc(other.out)) == set(doc)
+    assert set(doc["results"]) == {"allreduce", "launch"}
     assert leftover_ranks(within=5.0) == []
 
 

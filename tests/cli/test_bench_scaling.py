@@ -280,17 +280,24 @@ def test_bench_scaling_on_two_cpu_ranks_reports_both_models_and_the_split_adds_u
         ("transformer", 1),
         ("transformer", 2),
     ]
+    findings = [f for c in doc["checks"] for f in c["findings"]]
+    split_warned = {
+        (f["message"].split(" on ", 1)[0], f["evidence"]["accounted"]) for f in findings if f["code"] == "GD726"
+    }
     for s in summary:
-        # Input, compute (bare module) and communication (comm hook) are measured apart; on the
-        # rank that sets the pace they add up to the measured step within 10 %.
-        assert 0.9 <= s["accounted"] <= 1.1, s
+        # Input, compute (bare module) and communication (comm hook) are measured apart; on the rank
+        # that sets the pace they add up to the measured step within 10 % on an idle machine
+        # (benchmarks/scaling_overhead.py prints the figure). On a loaded one the other jobs' slices
+        # fall in the step but in none of its parts: then the report must say the split is not
+        # reliable for that count (GD726), never present it as if it were.
+        assert 0.9 <= s["accounted"] <= 1.1 or (s["model"], s["accounted"]) in split_warned, (s, split_warned)
+        assert s["accounted"] > 0 and min(s["input_ms"], s["compute_ms"], s["comm_ms"]) >= 0.0
         assert s["samples_per_s"] == pytest.approx(s["gpus"] * 8 * 1000 / s["step_ms"], rel=1e-3)
         assert s["comm_ms"] == 0.0 if s["gpus"] == 1 else s["comm_ms"] > 0.0
     for model in doc["results"]["scaling"]["models"]:
         two = model["runs"][1]
         assert two["gpus"] == 2 and [r["rank"] for r in two["ranks"]] == [0, 1]
         assert two["grad_allreduce"]["bytes"] == model["params"] * 4
-    findings = [f for c in doc["checks"] for f in c["findings"]]
     assert {f["code"] for f in findings} >= {"GD720", "GD727"}
     assert leftover_ranks(within=5.0) == []
 

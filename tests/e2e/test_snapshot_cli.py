@@ -22,18 +22,17 @@ from tests.helpers.processes import GpudoctorCli, clean_env
 no_driver_here = pytest.mark.skipif(HAVE_GPU, reason="asserts what a machine without an NVIDIA driver reports")
 
 
-def test_collect_never_imports_torch_and_is_fast() -> None:
+def test_collect_never_imports_torch_nor_textual() -> None:
+    # What it costs is a figure, not a test (it depends on the host's load): benchmarks/probe_collect.py.
     code = (
-        "import sys, time\n"
+        "import sys\n"
         "from gpudoctor.probe import collect\n"
-        "start = time.perf_counter(); s = collect(); took = time.perf_counter() - start\n"
-        "print('torch' in sys.modules, 'textual' in sys.modules, took)\n"
+        "s = collect()\n"
+        "print('torch' in sys.modules, 'textual' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    torch_imported, textual_imported, took = out.stdout.split()
+    torch_imported, textual_imported = out.stdout.split()
     assert torch_imported == "False" and textual_imported == "False"
-    # About 0.1 s here on 2 cores with no driver; the bound leaves room for a busy CI box.
-    assert float(took) < 1.0
 
 
 def test_snapshot_json_round_trip_keeps_missing_values(tmp_path: Path) -> None:

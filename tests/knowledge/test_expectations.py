@@ -45,12 +45,19 @@ def test_the_corpus_covers_12_machines_across_every_interconnect() -> None:
     pcie_bound = {m.entry["pcie"][0] for m in MACHINES if m.entry["independent"] and expect(m).link == "pcie"}
     assert pcie_bound >= {3, 4, 5}  # PCIe trees from Gen3 to Gen5
     for e in corpus():
-        assert e["url"].startswith("https://github.com/") and e["excerpt"], e["id"]
+        # A public page, or (an unfit figure) the index file it was read from when no repository is named.
+        assert (e["url"].startswith("https://") or e.get("source")) and e["excerpt"], e["id"]
 
 
 def test_unfit_runs_say_why_and_are_not_measured_against() -> None:
     unfit = [e for e in corpus() if "unfit" in e]
-    assert {e["id"] for e in unfit} == {"nccl-tests-44-2x-rtx2080ti-nvlink", "nccl-1303-8x-h100-vm-roce"}
+    assert {e["id"] for e in unfit} == {
+        "nccl-tests-44-2x-rtx2080ti-nvlink",
+        "nccl-1303-8x-h100-vm-roce",
+        "kalavai-2x-rtx4090-one-switch-container",
+        "sm02-4x-a100-pcie-40gb-pod",
+        "cn-report-2x-rtx4090-numa-container",
+    }
     for e in unfit:
         assert len(e["unfit"]) > 40 and not e["independent"], e["id"]
         assert e["id"] not in BY_ID
@@ -59,8 +66,11 @@ def test_unfit_runs_say_why_and_are_not_measured_against() -> None:
 @pytest.mark.parametrize("m", MACHINES, ids=lambda m: m.id)
 def test_healthy_expectation_is_within_0_8_and_1_25_of_the_published_figure(m: Measured) -> None:
     e = expect(m)
-    ratio = m.busbw_gbps / e.busbw_gbps
-    assert 0.8 <= ratio <= 1.25, f"{m.id}: published {m.busbw_gbps} vs expected {e.busbw_gbps:.1f} ({e.basis})"
+    if e.high_gbps is not None:  # a range where no published figure backs the class: held inside it
+        assert e.busbw_gbps <= m.busbw_gbps <= e.high_gbps, f"{m.id}: {m.busbw_gbps} outside {e.figure()} ({e.basis})"
+    else:
+        ratio = m.busbw_gbps / e.busbw_gbps
+        assert 0.8 <= ratio <= 1.25, f"{m.id}: published {m.busbw_gbps} vs expected {e.busbw_gbps:.1f} ({e.basis})"
     assert judged(m.busbw_gbps, e) is Status.PASS
     if "algorithm" in m.entry:
         assert e.algorithm == m.entry["algorithm"], e.basis
@@ -73,7 +83,9 @@ NVLINK_RUNS = [m for m in MACHINES if expect(m).link == "nvlink"]
 # bridge link down reads like a card without a bridge (NVML lists the links either way), so the
 # bridged runs are degraded by half their links only.
 SXM_RUNS = [m for m in NVLINK_RUNS if expect(m).fabric != "bridge"]
-PCIE_RUNS = [m for m in MACHINES if expect(m).link == "pcie"]
+# Runs with a certain PCIe figure: a range (no published figure backs its class) warns only below its
+# low end, so half a measurement at its top need not warn.
+PCIE_RUNS = [m for m in MACHINES if expect(m).link == "pcie" and expect(m).certain]
 
 
 def _pcie_rate(m: Measured) -> float:

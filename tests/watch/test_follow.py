@@ -179,7 +179,7 @@ def test_no_driver_is_exit_3_unless_a_command_is_followed(tmp_path: Path, gpudoc
     )
     assert r.returncode == 0 and marker.exists()
     assert r.stderr.count("no GPU to watch (no NVIDIA driver") == 1
-    assert "showing the job's training steps and the host only" in r.stderr
+    assert "showing the job's training steps, processes and the host" in r.stderr
     assert "summary: no GPU," in r.stdout
 
 

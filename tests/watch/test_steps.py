@@ -108,6 +108,7 @@ def test_the_channel_is_a_private_directory_with_a_private_socket_and_goes_away(
 def test_steps_of_a_job_process_arrive_per_rank_with_step_time_and_input_wait() -> None:
     code = (
         "import time, gpudoctor\n"
+        "start = time.monotonic()\n"
         "for i in range(6):\n"
         "    time.sleep(0.04)  # waiting for the batch\n"
         "    with gpudoctor.step():\n"
@@ -115,17 +116,27 @@ def test_steps_of_a_job_process_arrive_per_rank_with_step_time_and_input_wait() 
         "for i in range(3):\n"
         "    time.sleep(0.1)\n"
         "    gpudoctor.step()  # plain calls: each ends a step (the clock runs since the last block)\n"
+        "print(time.monotonic() - start)\n"
     )
     channel = StepChannel()
     try:
-        proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **channel.env, "RANK": "3"})
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], env={**os.environ, **channel.env, "RANK": "3"}, stdout=subprocess.PIPE
+        )
         channel.accept = lambda pid: pid == proc.pid
-        assert proc.wait(timeout=60) == 0
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0
+        loop_s = float(out)  # the job's own clock around its loop
         wait_for(lambda: channel._ranks and next(iter(channel._ranks.values())).last_step == 9)
         (r,) = channel.take()
         assert (r.rank, r.pid, r.steps, r.last_step) == (3, proc.pid, 9, 9)
-        assert r.step_s is not None and 0.09 <= r.step_s <= 0.25  # 9 steps of ~0.1 s
-        assert r.wait_s is not None and 0.03 <= r.wait_s <= 0.1  # measured by the `with` form only (6 of 9)
+        # Bounds that hold under any load: a sleep never ends early, and the 9 steps lie inside the
+        # loop the job timed itself. The first step is its body alone (0.06 s, the clock starts at the
+        # first call), the other 8 take at least 0.1 s; waits are counted for the 6 `with` steps, the
+        # first of them ~0, the others at least 0.04 s, and never more than the loop left for them.
+        assert r.step_s is not None and (0.06 + 8 * 0.1) / 9 - 1e-3 <= r.step_s <= loop_s / 9 + 1e-6
+        assert r.wait_s is not None and 5 * 0.04 / 6 - 1e-3 <= r.wait_s
+        assert r.wait_s * 6 <= loop_s - 6 * 0.06 - 3 * 0.1 + 1e-6 and r.wait_s <= r.step_s
         assert r.last_end is not None and abs(r.last_end - time.time()) < 30
         (again,) = channel.take()
         assert again.steps == 0 and again.last_step == 9  # an idle interval still says where the rank is

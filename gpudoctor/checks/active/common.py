@@ -45,13 +45,17 @@ class Plan:
     gpus: list[int]  # NVML index per local rank (cuda)
     skip: str = ""  # why nothing runs ("" when it runs)
     uuids: list[str] | None = None  # the same GPUs' UUIDs (MIG instance UUIDs under MIG), rank order
+    # The finding that says why nothing runs (GD002 no torch, GD101 no driver, GD201 none visible):
+    # the runner shows it when the selection hid it (`--select GD601` on a node whose driver is gone).
+    see: str = ""
 
 
 def plan(ctx: CheckContext) -> Plan:
     """Where the ranks run. Without a GPU and --device cuda, `no_gpu_skip` gives the finding."""
     opts = ctx.options
     if isinstance(ctx.snapshot.software.torch, Missing) and ctx.snapshot.software.torch.reason == "unsupported":
-        return Plan("cpu" if opts.device == "cpu" else "cuda", 0, [], "PyTorch is not installed: see GD002")
+        device = "cpu" if opts.device == "cpu" else "cuda"
+        return Plan(device, 0, [], "PyTorch is not installed: see GD002", see="GD002")
     visible = ctx.visible
     gpus = list(visible.nvml_indices) if ctx.snapshot.driver.nvml_status == "ok" else []
     from gpudoctor.launch import choose_device
@@ -60,7 +64,8 @@ def plan(ctx: CheckContext) -> Plan:
     if device == "cpu":
         return Plan("cpu", opts.ranks or 2, [])
     if not device:
-        return Plan("cuda" if opts.device == "cuda" else "cpu", 0, [], why_not)
+        see = "GD101" if ctx.snapshot.driver.nvml_status != "ok" or not ctx.snapshot.gpus else "GD201"
+        return Plan("cuda" if opts.device == "cuda" else "cpu", 0, [], why_not, see=see)
     if any(d.mig is not None for d in visible.devices) and len(gpus) > 1 and not opts.allow_mig:
         return Plan("cuda", 0, gpus, "MIG instances cannot join one multi-GPU process group (see GD3 findings)")
     return Plan("cuda", len(gpus), gpus, uuids=[d.uuid for d in visible.devices])
@@ -73,7 +78,8 @@ def skip_finding(ctx: CheckContext, code: Code, p: Plan, what: str) -> Finding:
         uniform = missing_gpus(code.code, "visible", ctx)
         if uniform is not None:
             return uniform
-    return Finding(code.code, Status.SKIP, "host", f"{what} skipped: {p.skip}")
+    evidence = {"see": p.see} if p.see else {}
+    return Finding(code.code, Status.SKIP, "host", f"{what} skipped: {p.skip}", evidence=evidence)
 
 
 def world_size(ctx: CheckContext, p: Plan) -> int:

@@ -308,6 +308,7 @@ def link_probes(ctx: CheckContext) -> list[Finding]:
         gpu_uuids=[d.uuid for d in visible.devices],  # the rank's cuda:i is exactly gpus[i]
         progress=ctx.progress,
         environ=environ,
+        python=ctx.options.python,
     )
     findings = judge_launch(snapshot, gpus, pairs, result)
     if not pairs:

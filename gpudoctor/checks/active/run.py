@@ -41,4 +41,5 @@ def start_active_run(ctx: CheckContext) -> LaunchResult | None:
         gpus=p.gpus,
         gpu_uuids=p.uuids,
         progress=ctx.progress,
+        python=ctx.options.python,
     )

@@ -172,6 +172,7 @@ def start_deep_run(ctx: CheckContext) -> DeepRun | None:
             gpus=p.gpus,
             gpu_uuids=p.uuids,
             progress=ctx.progress,
+            python=ctx.options.python,
         )
     finally:
         samples, note = sampler.stop() if sampler is not None else ([], "CPU ranks: no NVML readings")

@@ -73,22 +73,24 @@ KEYS = Text.assemble(
     )
 )
 
+# Key lines fit the help's 74 columns at 80x24 (no wrap under a key); the paragraph is one line of
+# source that Textual wraps to the width it gets. All of it fits 24 rows (tests/watch/ui).
 HELP = """\
 [b]gpudoctor watch[/b]: are all my GPUs working evenly?
 
-  [b]q[/b]  quit (a command started by gpudoctor is stopped too)
-  [b]ctrl+c[/b]  interrupt: stop the command, exit 130
-  [b]p[/b]  pause / resume drawing (sampling and --record go on)
-  [b]c[/b]  compact GPU rows (several GPUs a line) / one row per GPU
-  [b]s[/b]  sort the process table: GPU memory, SM%, CPU%, PID, GPU
-  [b]up/down[/b]  select a process (the selection follows it across refreshes)
-  [b]t[/b] / [b]i[/b]  send SIGTERM / SIGINT to the selected process (asks first; only your own)
-  [b]?[/b]  this help
+  [b]q[/b]        quit (a command gpudoctor started is stopped too)
+  [b]ctrl+c[/b]   interrupt: stop the command, exit 130
+  [b]p[/b]        pause / resume drawing (sampling and --record go on)
+  [b]c[/b]        compact GPU rows (several GPUs a line) / one row per GPU
+  [b]s[/b]        sort processes: GPU memory, SM%, CPU%, PID, GPU
+  [b]up/down[/b]  select a process (the selection follows it)
+  [b]t[/b] / [b]i[/b]    SIGTERM / SIGINT the selected process (asks first; yours only)
+  [b]?[/b]        this help
 
-GPU and rank numbers marked [yellow]*[/] are named by a verdict, [red]![/] by a failing one; a GPU
-that reported an XID or was lost keeps its [red]![/] to the end. A dimmed row is stale: NVML did
-not answer in time. n/a: not reported. The verdicts panel lists every verdict that fired, held
-ones first: when, how often, the worst figure. `gpudoctor explain GD901` ... GD911.
+GPU and rank numbers marked [yellow]*[/] are named by a verdict, [red]![/] by a failing one; a GPU \
+that reported an XID or was lost keeps its [red]![/] to the end. A dimmed row is stale: NVML did not \
+answer in time. n/a: not reported. The verdicts panel lists every verdict that fired, held ones \
+first. `gpudoctor explain GD901` ... GD911.
 
 Press any key to close."""
 
@@ -347,7 +349,7 @@ class WatchApp(App[str]):
         extra_log = len(events) - len(active)
         verdict_h = max(verdict_min, min(left, verdict_min + extra_log + len(active)))
         procs_h = left - verdict_h
-        if not n_gpus:  # no GPU: no GPU processes to list
+        if not n_gpus and not self.procs:  # no GPU, and no job whose processes to list
             procs_h = 0
         elif procs_h < MIN_PROCS:
             verdict_h, procs_h = left, 0

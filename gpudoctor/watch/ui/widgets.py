@@ -340,7 +340,7 @@ SORTS = {
     "SM%": lambda p: -(p.sm or 0),
     "CPU%": lambda p: -(p.cpu or 0.0),
     "PID": lambda p: p.pid,
-    "GPU": lambda p: (p.gpu, p.pid),
+    "GPU": lambda p: (-1 if p.gpu is None else p.gpu, p.pid),
 }
 
 
@@ -348,11 +348,21 @@ class ProcessTable(DataTable):
     """PID, user, GPU, GPU memory, SM%, CPU%, RSS, command; rebuilt when a process reading arrives,
     keeping the selected process selected (by PID and GPU), wherever the new order puts it."""
 
+    GPU_COLUMNS = ("GPU", "GPU mem", "SM%")  # left out when no process listed uses a GPU (CPU ranks)
+
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = False
-        self.add_columns("PID", "user", "GPU", "GPU mem", "SM%", "CPU%", "RSS", "command")
+        self.with_gpus = True
+        self.add_columns("PID", "user", *self.GPU_COLUMNS, "CPU%", "RSS", "command")
         self.rows_by_key: dict[str, ProcReading] = {}
+
+    def _columns(self, with_gpus: bool) -> None:
+        if with_gpus == self.with_gpus:
+            return
+        self.with_gpus = with_gpus
+        self.clear(columns=True)
+        self.add_columns("PID", "user", *(self.GPU_COLUMNS if with_gpus else ()), "CPU%", "RSS", "command")
 
     @property
     def selected(self) -> ProcReading | None:
@@ -369,16 +379,20 @@ class ProcessTable(DataTable):
         keep = f"{chosen.pid}:{chosen.gpu}" if chosen is not None else None
         scroll_y = self.scroll_y
         self.clear()
+        self._columns(with_gpus=not procs or any(p.gpu is not None for p in procs))
         self.rows_by_key = {}
         for p in sorted(procs, key=SORTS[sort]):
             key = f"{p.pid}:{p.gpu}"
             self.rows_by_key[key] = p
+            gpu_cells = (
+                "-" if p.gpu is None else str(p.gpu),
+                "n/a" if p.gpu_mem is None else f"{p.gpu_mem} MiB",
+                "n/a" if p.sm is None else f"{p.sm}",
+            )
             self.add_row(
                 str(p.pid),
                 Text(p.user or "?"),  # Text, not a str: Textual would read a str as markup
-                str(p.gpu),
-                "n/a" if p.gpu_mem is None else f"{p.gpu_mem} MiB",
-                "n/a" if p.sm is None else f"{p.sm}",
+                *(gpu_cells if self.with_gpus else ()),
                 "n/a" if p.cpu is None else f"{p.cpu:.0f}",
                 "n/a" if p.rss is None else f"{p.rss} MiB",
                 Text(p.command) if p.command else Text(p.note, style="italic"),

@@ -25,7 +25,7 @@ EMPTY = Snapshot(1, "2026-01-01T00:00:00+00:00", [])
 SCHEMA = shipped_schema("report")
 
 
-def run_check(ranks: int = 2, timeout_s: float = 60, progress: list[str] | None = None) -> list:  # type: ignore[type-arg]
+def run_check(ranks: int = 2, timeout_s: float = 300, progress: list[str] | None = None) -> list:  # type: ignore[type-arg]
     opts = CheckOptions(device="cpu", ranks=ranks, timeout_s=timeout_s)
     findings, _ = ddp_sanity(context(EMPTY, opts, progress=(progress if progress is not None else []).append))
     return findings
