@@ -2,11 +2,13 @@
 
     .venv/bin/python benchmarks/step_overhead.py [--calls 1000000]
 
-Target (issue 9): under 5 us a call when nothing watches (no GPUDOCTOR_STEPS). Measured in a fresh
-interpreter each, against a floor measured in the same run: the same loop calling an empty Python
-function. Also shown, for information: the `with gpudoctor.step():` form, and both forms while a
-real watcher's channel receives them (a datagram per step at most every 50 ms: the figure is the
-average over all calls).
+Targets (issues 9 and 20): under 1 us a call when nothing watches (no GPUDOCTOR_STEPS), under 5 us
+while a real watcher's channel receives them (a datagram per step at most every 50 ms, and under watch
+the beat thread that `import gpudoctor` starts: the figure is the average over all calls), both forms
+(a plain call and `with gpudoctor.step():`). Measured in a fresh interpreter each, against a floor
+measured in the same run: the same loop calling an empty Python function. Each figure is the process's
+CPU time (time.process_time: all its threads, the beat thread included; wall time on a shared machine
+measures the neighbours' turns), the best of REPEATS batches (as timeit advises).
 """
 
 from __future__ import annotations
@@ -17,19 +19,24 @@ import os
 import subprocess
 import sys
 
+REPEATS = 20
 LOOP = """
 import json, sys, time
 import gpudoctor
-n = int(sys.argv[1])
+repeats = int(sys.argv[2])
+n = int(sys.argv[1]) // repeats
 step = gpudoctor.step
 def empty(input_wait=None):
     return None
 def bench(fn):
     fn()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - t) / n * 1e6
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.process_time()
+        for _ in range(n):
+            fn()
+        best = min(best, time.process_time() - t)
+    return best / n * 1e6
 def block():
     with step():
         pass
@@ -38,7 +45,8 @@ print(json.dumps({"floor": bench(empty), "call": bench(step), "with": bench(bloc
 
 
 def run(calls: int, env: dict[str, str]) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", LOOP, str(calls)], capture_output=True, text=True, env=env, check=True)
+    argv = [sys.executable, "-c", LOOP, str(calls), str(REPEATS)]
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout)
 
 
@@ -56,14 +64,16 @@ def main() -> None:
     finally:
         channel.close()
     load = os.getloadavg()
-    print(f"{args.calls} calls each; load average {load[0]:.2f} on {os.cpu_count()} CPUs")
+    cpus = os.cpu_count()
+    print(f"{args.calls} calls each, CPU time, best of {REPEATS} batches; load average {load[0]:.2f} on {cpus} CPUs")
     print(f"floor (an empty function call):         {quiet['floor']:.3f} us")
-    print(f"gpudoctor.step(), nobody watching:      {quiet['call']:.3f} us (target < 5 us)")
-    print(f"with gpudoctor.step(), nobody watching: {quiet['with']:.3f} us")
-    print(f"gpudoctor.step(), watched:              {watched['call']:.3f} us")
-    print(f"with gpudoctor.step(), watched:         {watched['with']:.3f} us")
+    print(f"gpudoctor.step(), nobody watching:      {quiet['call']:.3f} us (target < 1 us)")
+    print(f"with gpudoctor.step(), nobody watching: {quiet['with']:.3f} us (target < 1 us)")
+    print(f"gpudoctor.step(), watched:              {watched['call']:.3f} us (target < 5 us)")
+    print(f"with gpudoctor.step(), watched:         {watched['with']:.3f} us (target < 5 us)")
     print(f"unwatched call / floor: {quiet['call'] / quiet['floor']:.1f}x")
-    sys.exit(0 if quiet["call"] < 5.0 and quiet["with"] < 5.0 else 1)
+    ok = max(quiet["call"], quiet["with"]) < 1.0 and max(watched["call"], watched["with"]) < 5.0
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,15 @@ textual), which `gpudoctor watch -- COMMAND` listens to:
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.version import __version__
+
+if os.environ.get("GPUDOCTOR_STEPS"):  # under `gpudoctor watch -- COMMAND`: say when this process joins
+    from gpudoctor.training_step import arrive
+
+    arrive()
 
 if TYPE_CHECKING:
     from gpudoctor.api import PreflightError, diff_report, preflight, run_checks

@@ -164,6 +164,9 @@ class Gpu:
     name: str
     pci_bus_id: str  # "00000000:18:00.0" as NVML reports it
     memory_total_mib: int | Missing = NOT_COLLECTED
+    # Allocated memory, as nvidia-smi prints it: NVML's v2 `used` (nvml.h 274). A driver without
+    # nvmlDeviceGetMemoryInfo_v2 gives v1's, which also counts the reserved memory (nvml.h 259);
+    # memory_reserved_mib is then Missing.
     memory_used_mib: int | Missing = NOT_COLLECTED
     compute_capability: str | Missing = NOT_COLLECTED  # "9.0"
     vbios: str | Missing = NOT_COLLECTED
@@ -207,6 +210,19 @@ class Gpu:
     pcie_replays: int | Missing = _later()  # nvmlDeviceGetPcieReplayCounter, first read
     pcie_replays_later: int | Missing = _later()  # ...and again at the end of the probe
     error_window_s: float | Missing = _later()  # seconds between the two reads of the error counters
+    # Memory the driver and firmware reserve (NVML v2 `reserved`; nvidia-smi memory.reserved): never
+    # a process's, so not in memory_used_mib.
+    memory_reserved_mib: int | Missing = _later()
+    # The card's own PCIe maximum, beside pcie_gen_max/pcie_width_max (the card and its slot
+    # together): nvmlDeviceGetGpuMaxPcieLinkGeneration, and the GPU's Link Capabilities width from
+    # sysfs (max_link_width; NVML has no GPU-only width call). A slot or a virtual root port that
+    # caps the link shows as pcie_gen_max < pcie_gen_gpu_max.
+    pcie_gen_gpu_max: int | Missing = _later()
+    pcie_width_gpu_max: int | Missing = _later()
+    # The NUMA node(s) nearest the GPU (nvmlDeviceGetMemoryAffinity, scope node): nvidia-smi topo -m's
+    # "NUMA Affinity". numa_node is its "GPU NUMA ID": the GPU's own memory as a node, only on
+    # platforms where GPU memory is a NUMA node (nvml.h 5035), N/A on PCIe GPUs.
+    numa_affinity: list[int] | Missing = _later()
 
 
 @dataclass(frozen=True)

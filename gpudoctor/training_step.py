@@ -21,6 +21,14 @@ else, and the socket in it is a socket (not a symlink) of the same owner; otherw
 on stderr and stays silent. The watcher accepts a record only from a process of the job it
 follows, checked by the kernel's sender credentials (SO_PASSCRED), never by what the record says.
 
+Arrival and stalls: under `watch`, `import gpudoctor` sets the publisher up at once and starts one daemon
+thread ("gpudoctor-beat") that wakes every BEAT_S seconds and reads a few attributes. It sends a small
+event record (EVENT) only when there is news: the process joined a process group (torch.distributed is
+initialised, read from `sys.modules`, never imported), or its state has held for a beat: before its first
+step, inside step N+1 (entered, not left: `with gpudoctor.step():` knows both ends), or outside its step
+after step N; and again every RESEND_S while that state holds. A healthy loop changes state every step,
+so the thread sends nothing. The step path itself only stores the time a step was entered.
+
 This module imports only the standard library: no torch, no click, no textual.
 """
 
@@ -32,6 +40,7 @@ import socket
 import stat
 import struct
 import sys
+import threading
 import time
 
 ENV = "GPUDOCTOR_STEPS"  # the per-run directory, set by `gpudoctor watch -- COMMAND`
@@ -41,6 +50,19 @@ MAGIC = b"GDS1"
 # before this one, number of the last step, its end (epoch s), sum and max of step times, sum of input waits.
 RECORD = struct.Struct("<4siIIIIQdddd")
 FLUSH_S = 0.05  # steps faster than this travel together: at most ~20 records a second per rank
+
+# The arrival/stall event: magic, pid, rank (as RECORD's), torch.distributed rank and world size (-1: not
+# joined), flags, the last step finished, when the state began (epoch s).
+EVENT_MAGIC = b"GDE1"
+EVENT = struct.Struct("<4siiiiIQd")
+JOINED = 1  # torch.distributed is initialised in this process
+INSIDE = 2  # inside step N+1 (entered, not left); without it: outside, after step N
+ENTRY_KNOWN = 4  # the `with` form was used: INSIDE says where it is (plain calls cannot tell)
+CHILD = 8  # a multiprocessing child (mp.spawn, a DataLoader worker): heard only once it joined or stepped
+EXITING = 16  # sent at exit (atexit): where the process was when it ended
+FAILED = 32  # ...with an exception nobody caught (the interpreter printed its traceback)
+BEAT_S = 0.5  # how often the thread looks; a state is news once it held for a beat
+RESEND_S = 5.0  # a state that holds is said again this often (the watcher knows the rank is alive)
 
 
 def _rank() -> int:
@@ -94,13 +116,20 @@ class _Publisher:
         self.sent_mono = 0.0
         self.last_end = 0.0  # epoch time the last step ended
         self.dropped = 0
+        self.inside: float | None = None  # when the step being run was entered (monotonic); 0.0: outside; None: unknown
         self._reset()
         atexit.register(self.last_flush)
+        threading.Thread(target=_beat, args=(self,), name="gpudoctor-beat", daemon=True).start()
 
     def last_flush(self) -> None:
-        """At exit: send the steps still held back (a fast loop's last few)."""
-        if self.count and _publisher is self and self.pid == os.getpid():
+        """At exit: send the steps still held back (a fast loop's last few), then where it ended."""
+        if _publisher is not self or self.pid != os.getpid():
+            return
+        if self.count:
             self.flush(time.monotonic())
+        failed = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        flags = EXITING | (FAILED if failed is not None else 0)
+        _say(self, _joined(), (self.step, self.inside), _child(), time.time(), flags)
 
     def _reset(self) -> None:
         self.count = self.waited = 0
@@ -130,6 +159,8 @@ class _Publisher:
             self.flush(ended)
 
     def flush(self, now: float) -> None:
+        if self.rank < 0:  # set up at import, before init_process_group: its rank may be known now
+            self.rank = _rank()
         record = RECORD.pack(
             MAGIC,
             self.rank,
@@ -189,6 +220,90 @@ def _setup() -> _Publisher | None:
     return _publisher
 
 
+def arrive() -> None:
+    """`import gpudoctor` under watch (GPUDOCTOR_STEPS set): publish from now on, so the watcher hears this
+    process join its process group, or not, before its first step."""
+    if _publisher is None and not _checked:
+        _setup()
+
+
+def _joined() -> tuple[int, int] | None:
+    """(rank, world size) once torch.distributed is initialised here (only if the script imported it)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    except Exception:  # noqa: BLE001  (mid-initialisation or torn down: not joined now)
+        pass
+    return None
+
+
+def _child() -> bool:
+    """A multiprocessing child: an mp.spawn rank, or a DataLoader worker that imported the script."""
+    mp = sys.modules.get("multiprocessing")
+    try:
+        return mp is not None and mp.parent_process() is not None
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _beat(pub: _Publisher) -> None:
+    """The thread of the module docstring: a join is said at once; a state once it held for a beat, and
+    again every RESEND_S while it holds."""
+    joined: tuple[int, int] | None = None
+    child = _child()
+    prev: tuple[bool, int, float | None] | None = None
+    first_seen = time.time()  # when the state began, as far as a beat can tell
+    said: tuple[bool, int, float | None] | None = None
+    said_at = 0.0
+    while True:
+        time.sleep(BEAT_S)
+        if _publisher is not pub or pub.pid != os.getpid():
+            return  # replaced (a forked child's own), or closed
+        if joined is None:
+            joined = _joined()
+        state = (joined is not None, pub.step, pub.inside)
+        now = time.time()
+        held = state == prev
+        if not held:
+            prev, first_seen = state, now
+        join_news = state[0] and (said is None or not said[0])
+        if not join_news and (not held or (state == said and now - said_at < RESEND_S)):
+            continue
+        if child and joined is None and not state[1]:
+            continue  # a DataLoader worker, or a spawned rank not joined yet: the process tree tells of it
+        if _say(pub, joined, state[1:], child, first_seen):
+            said, said_at = state, now
+
+
+def _say(
+    pub: _Publisher,
+    joined: tuple[int, int] | None,
+    state: tuple[int, float | None],
+    child: bool,
+    seen: float,
+    flags: int = 0,
+) -> bool:
+    """Send one event record; False if it could not go now (said again at the next beat)."""
+    step, inside = state
+    if inside:
+        since = time.time() - (time.monotonic() - inside)  # when the step being run was entered
+    elif step and pub.last_end:
+        since = pub.last_end  # when the last step ended
+    else:
+        since = seen
+    flags |= (JOINED if joined else 0) | (CHILD if child else 0)
+    flags |= (ENTRY_KNOWN if inside is not None else 0) | (INSIDE if inside else 0)
+    rank, world = joined or (-1, -1)
+    try:
+        pub.sock.send(EVENT.pack(EVENT_MAGIC, pub.pid, pub.rank, rank, world, flags, step, since))
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return False  # the watcher is gone: the step path notices and stops publishing
+    return True
+
+
 class _NoOp:
     """What `step()` returns when nothing watches: nothing to do, with or without `with`."""
 
@@ -222,13 +337,16 @@ class _Mark:
         self._entered: float | None = None
 
     def __enter__(self) -> _Mark:
-        self._entered = time.monotonic()
+        self._entered = self._pub.inside = time.monotonic()
         return self
 
     def __exit__(self, *exc: object) -> None:
         pub = self._pub
         entered = self._made if self._entered is None else self._entered
+        if not pub.started:
+            pub.last_mono = entered  # set up at import: the first step starts when it is entered
         wait = max(0.0, entered - pub.last_mono) if self._wait is None else self._wait
+        pub.inside = 0.0
         pub.end_step(time.monotonic(), wait)
 
     def __del__(self) -> None:

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from tests.helpers.snapshots import SnapshotOf
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Gloo ranks check that every collective's tensors are placed as NCCL needs them (on the rank's
+# device, outputs too): the mistake NCCL turns into an illegal memory access on 2+ GPUs is caught
+# here, on CPU (gpudoctor/workloads/placement.py).
+os.environ.setdefault("GPUDOCTOR_CHECK_PLACEMENT", "1")
 
 # Every process this test session starts inherits this marker, ranks included (the launcher
 # passes the environment on), so a rank that escaped is found even after it was reparented to

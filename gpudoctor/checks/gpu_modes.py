@@ -19,7 +19,7 @@ MIG_ENABLED = Code(
     "MIG is off on the GPUs a multi-GPU run uses",
     what="Reads MIG mode (current and pending) on each GPU the run uses. MIG on fails unless "
     "`--allow-mig` is given; a pending change that needs a GPU reset warns; a MIG mode NVML could "
-    "not read (an error, no permission) warns as unknown rather than passing as off.",
+    "not read (an error) warns as unknown rather than passing as off (refused to this user: a skip that needs root).",
     why="A CUDA process can use only one MIG instance, and MIG instances cannot do peer-to-peer: "
     "torch.cuda.device_count() is 1, DDP across GPUs or slices fails or falls back to slow paths.",
     fix="Turn MIG off for training: `sudo nvidia-smi -i <gpu> -mig 0`, then reset the GPU "

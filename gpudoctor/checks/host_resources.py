@@ -335,7 +335,8 @@ def container(ctx: CheckContext) -> list[Finding]:
     kind = host.container
     if not known(kind) or not kind:
         return []
-    changes = ["NVML reports host PIDs"]
+    # Open kernel modules since 535.113.01 give a container its own PIDs (tests/reference/nvml_pids.md).
+    changes = ["NVML reports host PIDs on drivers before 535.113.01 (this container's on open kernel modules since)"]
     if host.pid_namespace_isolated is True:
         changes.append("processes outside the container are not visible by name (run with --pid=host to see them)")
     if known(host.cgroup_memory_limit_bytes) and host.cgroup_memory_limit_bytes:

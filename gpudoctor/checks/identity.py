@@ -98,8 +98,8 @@ FIRMWARE = Code(
     "nvidia-smi -q 'Inforom Version / Image Version') and the GSP firmware version "
     "(nvmlDeviceGetGspFirmwareVersion; 'off' where NVML answers NOT_SUPPORTED, as it does for a GPU "
     "without GSP firmware: nvidia-smi prints N/A), beside the VBIOS (GD303). Like every GD3 comparison, "
-    "a reading NVML could not give (an error, no permission) is named as unreadable (warn) and left out, "
-    "never taken as alike or as 'off'.",
+    "a reading NVML could not give (an error) is named as unreadable (warn; one NVML refused this user "
+    "needs root: a skip) and left out, never taken as alike or as 'off'.",
     why="The InfoROM holds the board's configuration and its ECC, power and error records, the GSP firmware "
     "runs the GPU's management: a card that was serviced, swapped or flashed apart from its peers behaves "
     "differently under faults and load, and NVIDIA support asks for matching firmware before anything else.",

@@ -12,7 +12,10 @@ different things (gpudoctor/probe/nvml.py maps NVML's return codes to them):
   unknown.
 
 A check that cannot read what it judges says so with `unreadable_finding` (a warning naming the
-field, the GPUs and why), and never passes on a guess. A check that reads several fields per GPU
+field, the GPUs and why), and never passes on a guess. A reading NVML refused this user
+(NO_PERMISSION) is the one exception to the warning: it "needs root", a skip that says to run
+gpudoctor with sudo, since a healthy GPU read by a normal user must not fail a `--fail-on warn` gate
+(tests/reference/gpu_first_contact.md). A check that reads several fields per GPU
 lists them as `Reading`s: `unreadable_findings` gives its warnings, `coverage` the GPUs its pass
 may name, and `not_supported_finding` the skip for GPUs that report none of them (a GeForce card
 has no ECC counters: a fact, not a failure). `silent` tells a GPU that answered no reading at all
@@ -34,7 +37,7 @@ from gpudoctor.snapshot import Gpu, Missing, known
 # How each reason reads in a message.
 REASON_TEXT = {
     "error": "NVML error",
-    "no_permission": "no permission",
+    "no_permission": "needs root",
     "gpu_lost": "GPU lost",
     "unsupported": "not reported by NVML",
 }
@@ -54,8 +57,9 @@ def reason_hint(reasons: set[str], first: int, many: bool) -> str:
     """What to do about readings that failed for `reasons` on GPU `first` (and others when `many`)."""
     if "no_permission" in reasons:
         return (
-            "Run gpudoctor with access to /dev/nvidia* (as root, or in a container with the devices passed "
-            f"through) so NVML can read them; `nvidia-smi -q -i {first}` shows what the driver itself reports."
+            "Run it as root (`sudo gpudoctor check`), or with access to /dev/nvidia* (a container with the "
+            f"devices passed through), so NVML can read them; `nvidia-smi -q -i {first}` shows what the driver "
+            "itself reports."
         )
     if reasons == {"gpu_lost"}:
         return "The GPU stopped answering the driver: see GD827 (power-cycle the node)."
@@ -86,8 +90,11 @@ def unreadable_finding(code: str, what: str, where: dict[int, Missing], judged: 
         "field": what,
         "unreadable": {str(i): f"{m.reason}: {m.detail}" if m.detail else m.reason for i, m in sorted(where.items())},
     }
-    message = f"{what} unreadable on {parts}: {judged}"
     hint = reason_hint(set(by_reason), indices[0], len(indices) > 1)
+    if set(by_reason) == {"no_permission"}:
+        message = f"{what} needs root on GPU {gpu_list(indices)}: {judged} (NVML refused this user)"
+        return Finding(code, Status.SKIP, subject, message, hint, evidence)
+    message = f"{what} unreadable on {parts}: {judged}"
     return Finding(code, Status.WARN, subject, message, hint, evidence)
 
 

@@ -138,6 +138,7 @@ class _WatchCommand(OnceCommand):
 
 DEMOS = ("straggler", "hung", "starved", "throttle", "xid", "lost", "balanced")  # synthetic.DEMOS, kept light
 MAX_DEMO_GPUS = 128
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"  # torchrun's: where it writes the first failure
 DEMO_AFTER_WARMUP_S = 30.0  # `--demo` into a pipe: how long it plays past the warm-up (in the demo's time)
 EXIT_GRACE_S = 0.5  # once stopped: output a terminal does not take within this long is given up (exit anyway)
 
@@ -206,6 +207,12 @@ EXIT_GRACE_S = 0.5  # once stopped: output a terminal does not take within this 
     metavar="SECONDS",
     help="Steps stalled this long is a hang (GD911; default: 60 s or 10x the median step, the longer).",
 )
+@click.option(
+    "--join-after",
+    type=FiniteFloat(min=1),
+    metavar="SECONDS",
+    help="A followed job's ranks not joined, or not at step 1, this long is a hang (GD920-GD923; default 30 s).",
+)
 @config_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def watch(
@@ -223,6 +230,7 @@ def watch(
     demo: str | None,
     warmup: float | None,
     hang_after: float | None,
+    join_after: float | None,
     config_path: str | None,
     no_config: bool,
     command: tuple[str, ...],
@@ -259,7 +267,7 @@ def watch(
     if force and not record_path:
         raise UserError("--force goes with --record FILE (overwrite FILE)", EXIT_USAGE, "usage")
     gpus = None if demo else _parse_gpus(gpus_opt)
-    th = thresholds(config_path, no_config, warmup_s=warmup, hang_after_s=hang_after)
+    th = thresholds(config_path, no_config, warmup_s=warmup, hang_after_s=hang_after, join_after_s=join_after)
     if record_path:
         from gpudoctor.watch.recording import check_record_target
 
@@ -302,13 +310,23 @@ def watch(
         raise
     job = None
     steps = None
+    error_file = None
     if pid:
         job = Job.attach(pid)
     elif command:
         steps = _step_channel()
-        env = None if steps is None else {**os.environ, **steps.env}
+        env = {**os.environ, **(steps.env if steps is not None else {})}
+        error_file = env.get(ERROR_FILE_ENV) or (steps.error_file if steps is not None else None)
+        if error_file:  # torchrun writes the first failure there (a script with @record)
+            env[ERROR_FILE_ENV] = error_file
         try:
-            job = Job.start(list(command), env=env, adopt=True, channel=None if steps is None else steps.directory)
+            job = Job.start(
+                list(command),
+                env=env,
+                adopt=True,
+                channel=None if steps is None else steps.directory,
+                keep_stderr=True,
+            )
         except UserError:
             if steps is not None:
                 steps.close()
@@ -320,7 +338,15 @@ def watch(
     if job is not None and isinstance(source, HostSource):
         source.pids = job.pids  # no GPU: the process table lists the job's own processes (CPU%, RSS)
     session = Session(
-        source, record_path=record_path, job=job, gpus=gpus, damage=damage, opened=True, thresholds=th, steps=steps
+        source,
+        record_path=record_path,
+        job=job,
+        gpus=gpus,
+        damage=damage,
+        opened=True,
+        thresholds=th,
+        steps=steps,
+        error_file=error_file,
     )
     signals.install()  # SIGTERM, SIGHUP raise Stopped like Ctrl-C (an ignored SIGHUP, nohup, stays ignored)
     hangup = HangupWatch()  # a terminal that goes away without a SIGHUP reaching us is one too
@@ -352,6 +378,8 @@ def watch(
     summary = session.summary()
     if interrupted is None:
         _print_summary(summary, as_json)
+        if summary.failure:  # the one line that says why the command failed, beside its exit code
+            click.echo(f"gpudoctor: {summary.failure['line']} (gpudoctor explain GD927)", err=True)
     else:
         # Stopped: the command is stopped already, and nothing may hold gpudoctor now. A terminal that
         # hung up fails the writes; one that nobody reads (a stalled SSH connection) would block them

@@ -310,6 +310,14 @@ def cpu_list(cpus: list[int]) -> str:
     return ",".join(out)
 
 
+def _numa_affinity(gpu: Gpu) -> str:
+    """nvidia-smi topo -m's "NUMA Affinity": the nodes near the GPU (nvmlDeviceGetMemoryAffinity);
+    a snapshot from before that reading has only the GPU's own node id, where GPU memory is a node."""
+    if isinstance(gpu.numa_affinity, list) and gpu.numa_affinity:
+        return cpu_list(gpu.numa_affinity)
+    return str(gpu.numa_node) if isinstance(gpu.numa_node, int) else "N/A"
+
+
 def topo_table(snapshot: Snapshot, indices: list[int] | None = None) -> dict[str, Any]:
     """The `nvidia-smi topo -m` matrix as a details table: {"title", "columns", "rows"}."""
     idx = [g.index for g in snapshot.gpus] if indices is None else list(indices)
@@ -318,7 +326,7 @@ def topo_table(snapshot: Snapshot, indices: list[int] | None = None) -> dict[str
     for i, a in enumerate(idx):
         gpu = snapshot.gpu(a)
         affinity = cpu_list(gpu.cpu_affinity) if isinstance(gpu.cpu_affinity, list) else "N/A"
-        numa = str(gpu.numa_node) if isinstance(gpu.numa_node, int) else "N/A"
+        numa = _numa_affinity(gpu)
         rows.append([f"GPU{a}", *labels[i], affinity, numa])
     return {
         "title": "GPU topology (as nvidia-smi topo -m)",

@@ -80,22 +80,12 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-# The card's own maximum as the GPU probe records it (issue 19, branch gpu: pcie_gen_gpu_max from
-# nvmlDeviceGetGpuMaxPcieLinkGeneration, pcie_width_gpu_max from sysfs), read by name so snapshots with
-# or without those fields work whichever branch is merged first.
-CARD_GEN_FIELDS = ("pcie_gen_gpu_max",)
-CARD_WIDTH_FIELDS = ("pcie_width_gpu_max",)
-
-
-def _field(gpu: Gpu, names: tuple[str, ...]) -> int | None:
-    return next((v for f in names if (v := _int(getattr(gpu, f, None))) is not None), None)
-
-
 def card_max(snap: Snapshot, gpu: Gpu) -> tuple[int | None, int | None]:
-    """What the card can do by itself: the GPU probe's own-maximum fields where recorded, else the
-    GPU's Link Capabilities in host.pci_tree (generation and width)."""
+    """What the card can do by itself: the GPU probe's own maxima where recorded (pcie_gen_gpu_max:
+    nvmlDeviceGetGpuMaxPcieLinkGeneration; pcie_width_gpu_max: the card's Link Capabilities), else the
+    GPU's Link Capabilities in host.pci_tree (snapshots written before those fields)."""
     node = gpu_node(snap, gpu)
-    gen, width = _field(gpu, CARD_GEN_FIELDS), _field(gpu, CARD_WIDTH_FIELDS)
+    gen, width = _int(gpu.pcie_gen_gpu_max), _int(gpu.pcie_width_gpu_max)
     if node is not None:
         gen = gen if gen is not None else _int(node.max_link_gen)
         width = width if width is not None else _int(node.max_link_width)

@@ -8,9 +8,10 @@
 The ring crosses PCIe: the slowest GPU's PCIe generation x width at NCCL's rates (shared k ways
 where k GPUs below one PCIe switch send through host memory over its uplink), times the efficiency of
 the transport (P2P where NCCL uses it: NVML offers it and the pair is within NCCL's P2P level; else host
-memory), and a further factor when a pair crosses the CPU interconnect (SYS). `exits` is how many GPUs of
-each NVLink island the ring can leave it through (bridged pairs: 2): NCCL's rings leave each island
-through different GPUs' PCIe links, so that many PCIe hops run side by side, up to the bridge's own rate.
+memory), and a further factor when a host-memory hop (or a P2P hop off AMD) crosses the CPU interconnect
+(SYS). `exits` is how many GPUs of each NVLink island the ring can leave it through (bridged pairs: 2):
+NCCL's rings leave each island through different GPUs' PCIe links, so that many PCIe hops run side by
+side, up to the bridge's own rate.
 
 Where no published measurement backs a class the figure is a range with its basis and `certain` False;
 GD601 then warns below the low end and never fails (what would make it certain is named).
@@ -43,10 +44,16 @@ PCIE_GBPS_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 # 2x V100 PCIe Gen3 PIX 11.68 of 12 (superbench-results v0.2.1), 4x RTX 4090 with P2P behind one
 # switch 25.95 of 24 (tinygrad/open-gpu-kernel-modules#36), so 1.0. Other pairs go through host
 # memory (NCCL's SHM transport), 0.75 of it (3x A100 PCIe Gen4 NODE 20 of 24, nccl-tests#178; 4x
-# RTX 5090 Gen5 35 of 48, NVIDIA/nccl#1639); x 0.8 more when a pair crosses the CPU interconnect
-# (8x RTX 5090 on two sockets 28 against 35 on four GPUs, nccl#1639). sjeaugey (nccl#1639): "On PCI
-# systems, the performance you get is usually determined by the bandwidth your CPU and memory can
-# deliver".
+# RTX 5090 Gen5 35 of 48, NVIDIA/nccl#1639); x 0.8 more when a host-memory hop crosses the CPU
+# interconnect (8x RTX 5090 on two sockets 28 against 35 on four GPUs, nccl#1639). sjeaugey (nccl#1639):
+# "On PCI systems, the performance you get is usually determined by the bandwidth your CPU and memory
+# can deliver". A P2P hop across AMD sockets takes no such factor: P2P rings across two AMD sockets
+# reach 0.86-0.95 of NCCL's rate, inside [0.8, 1.25] of it, where x 0.8 put the last above the top of
+# the model's range: 8x RTX 4090 on 2x EPYC 7542 20.64 of 24 (blog.chlc.cc), 8x RTX 5090 on 2x EPYC 9575F 45.70 of 48
+# (aikitoria/open-gpu-kernel-modules README), 7 Blackwell cards on dual Turin 41.3-41.7 of 48
+# (voipmonitor/rtx6kpro hardware/pcie-bandwidth.md); P2P write copies across those sockets run at
+# 55.6 against 56.6 GB/s within one (the aikitoria README's p2pBandwidthLatencyTest). No P2P ring
+# across Intel sockets was found, so there a P2P hop keeps the 0.8 (NCCL's default never takes it).
 #
 # Host memory traffic of GPUs behind one PCIe switch (pairs at PIX/PXB/SAME) all crosses the
 # switch's uplink: NCCL routes a pair without P2P through the CPU (paths.cc, addInterStep: "Divert
@@ -62,7 +69,8 @@ SWITCH_LEVELS = ("SAME", "PIX", "PXB")  # nvidia-smi levels of two GPUs below on
 PCIE_SOURCE = (
     "PCIe factors fitted on 2x V100 PCIe 11.68 GB/s (superbench-results v0.2.1), 4x RTX 4090 P2P 25.95 "
     "(tinygrad/open-gpu-kernel-modules#36), 3x A100 PCIe 20 (nccl-tests#178), 4x/8x RTX 5090 35/28 "
-    "(NVIDIA/nccl#1639); P2P level and host paths through the CPU from nccl src/graph/paths.cc, search.cc"
+    "(NVIDIA/nccl#1639), P2P across sockets 8x RTX 5090 45.70 (aikitoria/open-gpu-kernel-modules README); P2P "
+    "level and host paths through the CPU from nccl src/graph/paths.cc, search.cc"
 )
 
 # Host-memory paths that are not bare metal's: inside a VM every staged copy crosses the hypervisor's
@@ -159,6 +167,13 @@ def host_path_doubt(snapshot: Snapshot, gpus: list[Gpu]) -> str:
     return ""
 
 
+def _amd(snapshot: Snapshot) -> bool:
+    host = snapshot.host
+    arch = host.cpu_arch if isinstance(host.cpu_arch, str) else None
+    vendor = host.cpu_vendor if isinstance(host.cpu_vendor, str) else None
+    return nccl_rules.cpu_kind(arch, vendor) == ("x86", "amd")
+
+
 def _rates(gpus: list[Gpu]) -> dict[int, tuple[float, int, int]] | None:
     rates: dict[int, tuple[float, int, int]] = {}
     for gpu in gpus:
@@ -202,9 +217,12 @@ def pcie_figure(snapshot: Snapshot, gpus: list[Gpu], exits: int = 1, cap: float 
     basis = f"PCIe Gen{gen} x{width} = {link:g} GB/s (NCCL's rate){shared}" + (
         f", {how}" if factor == 1 else f" x {factor:g} {how}"
     )
-    if any(topology.pcie_level(snapshot, a, b) == "SYS" for a, b in pairs):
+    crosses = any(topology.pcie_level(snapshot, a, b) == "SYS" for a, b in pairs)
+    if crosses and (host or not _amd(snapshot)):
         factor *= PCIE_SYS_FACTOR
         basis += f" x {PCIE_SYS_FACTOR:g} (a pair crosses the CPU interconnect, SYS)"
+    elif crosses:
+        basis += " (a P2P pair crosses the CPU interconnect of an AMD host, SYS: no further factor)"
     busbw = bound * factor
     if exits > 1:
         top = busbw * exits if cap is None else min(busbw * exits, cap)
@@ -220,7 +238,7 @@ def pcie_figure(snapshot: Snapshot, gpus: list[Gpu], exits: int = 1, cap: float 
             "25 GB/s at 8 GiB, sits inside the range)",
         )
     if widened:
-        low = busbw * PCIE_HOST_EFFICIENCY
+        low = bound * PCIE_HOST_EFFICIENCY * (PCIE_SYS_FACTOR if crosses else 1.0)  # the host-memory figure
         basis += (
             f"; {cutoff.basis}: P2P on {len(widened)} pair(s) NCCL's default keeps off, which is not always "
             f"faster than host memory (nccl-tests#74): {low:.1f}-{busbw:.1f} GB/s"

@@ -100,10 +100,17 @@ class Deadlines:
     timeout_s: float
     join_share: float = 0.6
     imported_at: float | None = None  # when every rank had reported `imported`
+    # The workloads' own budget, counted from when every rank is ready (joined): a run that needs
+    # seconds should not lose them to a cold torch import or CUDA start (link probes on a cold VM).
+    run_s: float | None = None
+    joined_at: float | None = None
 
     @property
     def end(self) -> float:
-        return self.start + self.timeout_s
+        end = self.start + self.timeout_s
+        if self.run_s is not None and self.joined_at is not None:
+            end = min(end, self.joined_at + self.run_s)
+        return end
 
     @property
     def join_deadline(self) -> float | None:
@@ -116,6 +123,8 @@ class Deadlines:
         if self.imported_at is None and all(reached(o.last_step, Event.IMPORTED) for o in outcomes):
             self.imported_at = now
         joined = all(reached(o.last_step, Event.JOINED) for o in outcomes)
+        if joined and self.joined_at is None:
+            self.joined_at = now
         if now > self.end:
             if self.imported_at is None:
                 return "import"
@@ -157,9 +166,13 @@ def launch(
     progress: Callable[[str], None] = lambda message: None,
     environ: Mapping[str, str] | None = None,
     join_share: float = 0.6,
+    run_s: float | None = None,
     python: str | None = None,
 ) -> LaunchResult:
     """Run `tasks` in `ranks` spawned ranks (one per GPU for device="cuda"); never hangs.
+
+    `run_s`: the tasks' own budget, from when every rank has joined (never past `timeout_s`, which
+    bounds the whole launch: import, CUDA start and join included).
 
     `gpus`: the physical GPU (NVML index) of each CUDA device, in rank order, to name ranks in
     reports. `gpu_uuids`: the same GPUs' UUIDs; on one node the ranks see exactly these, in this
@@ -252,7 +265,8 @@ def launch(
                         log.close()
                     procs.append(p)
                     o.pid = p.pid
-            timed_out = _supervise(outcomes, procs, outdir, peers, start, timeout_s, join_share, progress, tasks)
+            deadlines = Deadlines(start, timeout_s, join_share, run_s=run_s)
+            timed_out = _supervise(outcomes, procs, outdir, peers, deadlines, progress, tasks)
     finally:
         # A second Ctrl-C, SIGTERM or SIGHUP waits until the ranks are stopped and their files gone.
         with deferred():
@@ -295,15 +309,13 @@ def _supervise(
     procs: list[subprocess.Popen[bytes]],
     outdir: Path,
     peers: list[Peer],
-    start: float,
-    timeout_s: float,
-    join_share: float,
+    deadlines: Deadlines,
     progress: Callable[[str], None],
     tasks: list[Task],
 ) -> str | None:
     """Poll the ranks until all end; returns the phase whose deadline passed, if one did."""
     readers = [EventReader(events_path(outdir, o.rank)) for o in outcomes]
-    deadlines = Deadlines(start, timeout_s, join_share)
+    start, timeout_s = deadlines.start, deadlines.timeout_s
     failed_at: float | None = None
     shown = ""
     last_beat = start

@@ -43,6 +43,10 @@ class DeviceReader:
         """One NVML field value (Nvml.field_value) of this device."""
         return LOST if self.lost else self.noting_loss(self.nvml.field_value(self.handle, field_id))
 
+    def memory(self) -> tuple[Any, bool] | Missing:
+        """The memory struct and whether it is v2 (Nvml.memory_info)."""
+        return LOST if self.lost else self.noting_loss(self.nvml.memory_info(self.handle))
+
     def struct(self, fn_name: str, struct_name: str) -> dict[str, int] | Missing:
         """A versioned struct this device fills by reference (Nvml.struct_fields)."""
         return LOST if self.lost else self.noting_loss(self.nvml.struct_fields(fn_name, struct_name, self.handle))

@@ -11,8 +11,10 @@ from gpudoctor.knowledge.units import MIB
 from gpudoctor.knowledge.xid import recovery_name
 from gpudoctor.probe.device import LOST, DeviceReader, bus_id, convert_value, text
 from gpudoctor.probe.fabric import fabric
+from gpudoctor.probe.host import guarded
 from gpudoctor.probe.links import nvlinks, pcie, read_error_counts, with_counts
 from gpudoctor.probe.nvml import Nvml
+from gpudoctor.probe.pci_tree import card_max_width
 from gpudoctor.probe.processes import processes
 from gpudoctor.snapshot import Gpu, MigDevice, Missing, RemapHistogram, RemappedRows, SramEcc
 
@@ -24,6 +26,8 @@ NVML_TEMPERATURE_GPU = 0
 MIG_ENABLED = 1
 NVML_MEMORY_LOCATION_DRAM = 2  # nvmlMemoryLocation_t: DRAM (device memory, HBM/GDDR)
 NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230  # nvml.h field id
+NVML_AFFINITY_SCOPE_NODE = 0  # nvmlAffinityScope_t
+NODE_SET_WORDS = 4  # 64-bit words of NUMA nodes to ask nvmlDeviceGetMemoryAffinity for: 256 nodes
 
 
 def cpu_set_words() -> int:
@@ -43,6 +47,23 @@ def decode_cpu_mask(words: Any) -> list[int]:
             word >>= 1
             bit += 1
     return cpus
+
+
+# A driver without nvmlDeviceGetMemoryInfo_v2: its v1 `used` includes the reserved memory.
+V1_ONLY = Missing("unsupported", "no nvmlDeviceGetMemoryInfo_v2: memory_used_mib includes the reserved memory")
+
+
+def _memory_facts(memory: tuple[Any, bool] | Missing) -> dict[str, int | Missing]:
+    """Total, used (allocated: v2) and reserved MiB from Nvml.memory_info's answer."""
+    if isinstance(memory, Missing):
+        return dict(memory_total_mib=memory, memory_used_mib=memory, memory_reserved_mib=memory)
+    struct, v2 = memory
+    what = "nvmlDeviceGetMemoryInfo"
+    return dict(
+        memory_total_mib=convert_value(struct, lambda m: int(m.total) // MIB, what),
+        memory_used_mib=convert_value(struct, lambda m: int(m.used) // MIB, what),
+        memory_reserved_mib=convert_value(struct, lambda m: int(m.reserved) // MIB, what) if v2 else V1_ONLY,
+    )
 
 
 def _bool(value: Any) -> bool:
@@ -120,26 +141,35 @@ def mig_devices(reader: DeviceReader, mode: Any) -> list[MigDevice] | Missing:
     return devices
 
 
-# The same call (same bits) under its new and its old name: drivers before 535 only know the
-# old one, and a new nvidia-ml-py on such a driver answers FUNCTION_NOT_FOUND for the new one.
+# The same reading under its current and its deprecated call: nvml.h 13.0 marks
+# nvmlDeviceGetCurrentClocksThrottleReasons DEPRECATED(13.0) (its replacement is in drivers since
+# R535) and nvmlDeviceGetTemperature DEPRECATED(13.0) (nvmlDeviceGetTemperatureV since R570). The
+# current call is asked first, so a driver that drops the old one does not turn a reading into n/a;
+# an older driver answers FUNCTION_NOT_FOUND for the new one, and the old one is asked.
 CLOCK_EVENT_CALLS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+TEMPERATURE_CALLS = ("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature")
 
 
-def read_clock_event_reasons(
-    reader: DeviceReader, calls: tuple[str, ...] = CLOCK_EVENT_CALLS
-) -> tuple[int | Missing, str | None]:
-    """The reasons bitmask and the call name that answered (None while every name is unsupported).
+def read_first(reader: DeviceReader, calls: tuple[str, ...], *args: Any) -> tuple[int | Missing, str | None]:
+    """The integer the first call that has an answer gives, and that call's name (None while every
+    name is unsupported).
 
     A name that is `unsupported` (missing from nvidia-ml-py, or FUNCTION_NOT_FOUND in the
     driver) passes to the next; any other answer, error or not, is the answer. A caller that
     asks repeatedly (the watch sampler) passes `(name,)` once a name has answered.
     """
-    value: int | Missing = Missing("unsupported", "no clock event reasons call")
+    value: int | Missing = Missing("unsupported", f"no {calls[0]} call")
     for name in calls:
-        value = reader.read(name, int)
+        value = reader.read(name, int, *args)
         if not (isinstance(value, Missing) and value.reason == "unsupported"):
             return value, name
     return value, None
+
+
+def read_clock_event_reasons(
+    reader: DeviceReader, calls: tuple[str, ...] = CLOCK_EVENT_CALLS
+) -> tuple[int | Missing, str | None]:
+    return read_first(reader, calls)
 
 
 def clock_event_reasons(reader: DeviceReader) -> int | Missing:
@@ -180,13 +210,12 @@ def read_gpu(nvml: Nvml, index: int, root: Path, isolated: bool | Missing, pci_b
     uuid = r.read("nvmlDeviceGetUUID", text)
     name = r.read("nvmlDeviceGetName", text)
     pci = convert_value(r.call("nvmlDeviceGetPciInfo"), bus_id, "nvmlDeviceGetPciInfo")
-    memory = r.call("nvmlDeviceGetMemoryInfo")
+    memory = r.memory()
     mig_mode = r.call("nvmlDeviceGetMigMode")
     ecc_mode = r.call("nvmlDeviceGetEccMode")
     compute_capability = r.read("nvmlDeviceGetCudaComputeCapability", lambda v: f"{int(v[0])}.{int(v[1])}")
     facts: dict[str, Any] = dict(
-        memory_total_mib=convert_value(memory, lambda m: int(m.total) // MIB, "nvmlDeviceGetMemoryInfo"),
-        memory_used_mib=convert_value(memory, lambda m: int(m.used) // MIB, "nvmlDeviceGetMemoryInfo"),
+        **_memory_facts(memory),
         compute_capability=compute_capability,
         vbios=r.read("nvmlDeviceGetVbiosVersion", text),
         power_limit_w=r.read("nvmlDeviceGetEnforcedPowerLimit", lambda mw: int(mw) / 1000.0),
@@ -198,9 +227,11 @@ def read_gpu(nvml: Nvml, index: int, root: Path, isolated: bool | Missing, pci_b
         ecc_mode_current=_pair_field(ecc_mode, 0, _bool, "nvmlDeviceGetEccMode"),
         ecc_mode_pending=_pair_field(ecc_mode, 1, _bool, "nvmlDeviceGetEccMode"),
         **pcie(r),
+        pcie_width_gpu_max=guarded(card_max_width, root, pci) if isinstance(pci, str) else pci,
         nvlinks=nvlinks(r, compute_capability),
         numa_node=r.read("nvmlDeviceGetNumaNodeId", _numa),
         cpu_affinity=r.read("nvmlDeviceGetCpuAffinity", decode_cpu_mask, cpu_set_words()),
+        numa_affinity=r.read("nvmlDeviceGetMemoryAffinity", decode_cpu_mask, NODE_SET_WORDS, NVML_AFFINITY_SCOPE_NODE),
         ecc_uncorrected_volatile=r.read(
             "nvmlDeviceGetTotalEccErrors", int, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC
         ),
@@ -212,7 +243,7 @@ def read_gpu(nvml: Nvml, index: int, root: Path, isolated: bool | Missing, pci_b
         clock_event_reasons=clock_event_reasons(r),
         fabric=fabric(r),
         processes=processes(r, root, isolated),
-        temperature_c=r.read("nvmlDeviceGetTemperature", int, NVML_TEMPERATURE_GPU),
+        temperature_c=read_first(r, TEMPERATURE_CALLS, NVML_TEMPERATURE_GPU)[0],
         power_draw_w=r.read("nvmlDeviceGetPowerUsage", lambda mw: int(mw) / 1000.0),
         inforom_image=r.read("nvmlDeviceGetInforomImageVersion", text),
         gsp_firmware=r.read("nvmlDeviceGetGspFirmwareVersion", _firmware),

@@ -26,8 +26,10 @@ REMOTE_TYPES = {0: "gpu", 1: "ibmnpu", 2: "switch"}
 def pcie(reader: DeviceReader) -> dict[str, int | Missing]:
     return {
         "pcie_gen_current": reader.read("nvmlDeviceGetCurrPcieLinkGeneration", int),
-        # Max*: what the GPU and its slot can do together ("Max" in nvidia-smi -q).
+        # Max*: what the GPU and its slot can do together ("possible with this device and system",
+        # nvml.h 5474, 5513); GpuMax*: the card alone ("supported by this device", 5495).
         "pcie_gen_max": reader.read("nvmlDeviceGetMaxPcieLinkGeneration", int),
+        "pcie_gen_gpu_max": reader.read("nvmlDeviceGetGpuMaxPcieLinkGeneration", int),
         "pcie_width_current": reader.read("nvmlDeviceGetCurrPcieLinkWidth", int),
         "pcie_width_max": reader.read("nvmlDeviceGetMaxPcieLinkWidth", int),
     }

@@ -72,6 +72,17 @@ def _max_width(dev: Path, root: Path) -> int | Missing:
     return int(text) if text.isdigit() and 0 < int(text) <= 32 else Missing("unsupported", f"max_link_width {text!r}")
 
 
+def card_max_width(root: Path, bus_id: str) -> int | Missing:
+    """A GPU's own widest PCIe link (its Link Capabilities: drivers/pci/pci-sysfs.c max_link_width_show
+    -> pcie_get_width_cap), for the GPU probe's pcie_width_gpu_max. NVML has no GPU-only width call:
+    nvmlDeviceGetMaxPcieLinkWidth is "possible with this device and system" (nvml.h 5513)."""
+    try:
+        bdf = sysfs_bus_id(bus_id)
+    except ValueError:
+        return Missing("error", f"PCI bus id {bus_id[:40]!r} does not parse")
+    return _max_width(root / "sys/bus/pci/devices" / bdf, root)
+
+
 def _iommu(dev: Path, root: Path) -> tuple[int | None | Missing, str | Missing]:
     link = dev / "iommu_group"
     if not link.exists():

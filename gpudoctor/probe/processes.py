@@ -3,9 +3,9 @@
 Command lines are other people's: `command_line` redacts their secrets (gpudoctor.safety.redact) before
 they reach a snapshot, a report or a recording, and marks where it did.
 
-NVML reports host PIDs, also inside a container. In an isolated PID namespace those
-numbers mean nothing here (a local process may even have the same number), so they are
-left unresolved rather than pinned on the wrong process.
+NVML's PIDs are ours in the host's PID namespace, and in a container on a driver that converts
+them (open kernel modules since 535.113.01); on older drivers they are the host's. `probe.pids`
+decides which local process a PID is, and leaves it unresolved rather than pin it on the wrong one.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.probe.device import DeviceReader, convert_value
+from gpudoctor.probe.pids import PidView, pid_view
 from gpudoctor.safety import redact
 from gpudoctor.snapshot import GpuProcess, Missing
 
@@ -33,11 +34,12 @@ def _owner(status_text: str) -> str | None:
     return None
 
 
-def resolve(pid: int, root: Path, isolated: bool | Missing) -> tuple[int | None, str | None, str | None]:
-    """(local_pid, user, command) of a host PID, or Nones where it is not ours to see."""
-    if isolated is True:
+def resolve(pid: int, root: Path, view: PidView) -> tuple[int | None, str | None, str | None]:
+    """(local_pid, user, command) of the process NVML calls `pid`, or Nones where it is not ours to see."""
+    local = view.local(pid, root)
+    if local is None:
         return None, None, None
-    proc = root / "proc" / str(pid)
+    proc = root / "proc" / str(local)
     try:
         status = (proc / "status").read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -51,7 +53,7 @@ def resolve(pid: int, root: Path, isolated: bool | Missing) -> tuple[int | None,
     if command is None:
         name = next((ln.split(":", 1)[1].strip() for ln in status.splitlines() if ln.startswith("Name:")), "")
         command = f"[{name}]" if name else None
-    return pid, user, command
+    return local, user, command
 
 
 def command_line(args: Iterable[str], limit: int = 300) -> str:
@@ -74,7 +76,7 @@ def _first_chars(args: Iterable[str], budget: int) -> list[str]:
     return out
 
 
-def from_nvml(raw: Any, root: Path, isolated: bool | Missing) -> list[GpuProcess]:
+def from_nvml(raw: Any, root: Path, view: PidView) -> list[GpuProcess]:
     """NVML's process structs (nvmlDeviceGetComputeRunningProcesses) as resolved GpuProcesses.
 
     Also what the watch sampler uses, so both see the same owner and command, or none.
@@ -83,7 +85,7 @@ def from_nvml(raw: Any, root: Path, isolated: bool | Missing) -> list[GpuProcess
     for p in raw:
         pid = int(p.pid)
         used = getattr(p, "usedGpuMemory", None)
-        local_pid, user, command = resolve(pid, root, isolated)
+        local_pid, user, command = resolve(pid, root, view)
         out.append(
             GpuProcess(
                 pid=pid,
@@ -98,4 +100,5 @@ def from_nvml(raw: Any, root: Path, isolated: bool | Missing) -> list[GpuProcess
 
 def processes(reader: DeviceReader, root: Path, isolated: bool | Missing) -> list[GpuProcess] | Missing:
     raw = reader.call("nvmlDeviceGetComputeRunningProcesses")
-    return convert_value(raw, lambda r: from_nvml(r, root, isolated), "nvmlDeviceGetComputeRunningProcesses")
+    view = pid_view(root, isolated)
+    return convert_value(raw, lambda r: from_nvml(r, root, view), "nvmlDeviceGetComputeRunningProcesses")

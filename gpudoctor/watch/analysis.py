@@ -70,6 +70,9 @@ class Thresholds:
     hang_after_s: float | None = None  # no step finished for this long; None: max(60 s, 10x the median step)
     hang_min_s_steps: float = 60.0
     hang_step_factor: float = 10.0
+    # The job's life (gpudoctor/watch/job.py): ranks not joined, or joined and not at step 1, this long;
+    # torchrun alone this long. The bound within which a hang before step 1 is named.
+    join_after_s: float = 30.0
 
     @property
     def warmup(self) -> float:
@@ -163,6 +166,7 @@ class RankStats:
     late_n: int  # its steps the others ran too (comparable)
     last_step: int | None
     last_end: float | None
+    cycle_s: float | None = None  # mean time from one step's end to the next's (its step and what is around it)
 
 
 def window(samples: Sequence[Sample], window_s: float) -> list[Sample]:
@@ -418,6 +422,10 @@ def rank_stats(win: Sequence[Sample], th: Thresholds = DEFAULT) -> dict[tuple[in
         share = None if wait_s is None or not step_s else min(1.0, wait_s / step_s)
         late_n, late_sum, late_pos = a.late
         last = a.last
+        ends = a.ends  # (step, end) of its readings in the window that had both, oldest first
+        cycle = None
+        if len(ends) >= 2 and ends[-1][0] > ends[0][0]:
+            cycle = (ends[-1][1] - ends[0][1]) / (ends[-1][0] - ends[0][0])
         out[key] = RankStats(
             RankRef(key[0], key[1]),
             a.steps,
@@ -428,6 +436,7 @@ def rank_stats(win: Sequence[Sample], th: Thresholds = DEFAULT) -> dict[tuple[in
             late_n,
             None if last is None else last.last_step,
             None if last is None else last.last_end,
+            cycle,
         )
     return out
 
@@ -459,7 +468,8 @@ def slow_ranks(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -
             "Look at what this rank does that the others do not (rank-0-only logging, evaluation or "
             "checkpointing on the step path, a bigger shard, a slower data source, its GPU's row)."
         )
-        if s.step_s >= th.rank_slow_ratio * median_step and s.step_s - median_step >= th.rank_late_min_s:
+        slow_steps = s.step_s >= th.rank_slow_ratio * median_step and s.step_s - median_step >= th.rank_late_min_s
+        if slow_steps and not _kept_waiting(s, [o for o in timed if o is not s], th):  # the others: only when slow
             figure = Figure(
                 1000 * s.step_s,
                 f"{s.ref.label}'s steps take {{}} ms, the others' {1000 * median_step:.0f} ms (median)",
@@ -498,6 +508,19 @@ def slow_ranks(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -
             )
         )
     return out
+
+
+def _kept_waiting(s: RankStats, others: Sequence[RankStats], th: Thresholds) -> bool:
+    """Its steps are longer but not its cycle (step end to step end): it waited inside its steps for the
+    others to arrive (a rank kept waiting by one that came late, or that worked between steps), so it is
+    not the slow one. Ranks that do not synchronize have longer cycles too when they are slow. Without
+    its cycle yet (its steps of the window came in one reading) nothing says it is slow: wait for one."""
+    cycles = [o.cycle_s for o in others if o.cycle_s]
+    if s.cycle_s is None:
+        return True
+    if not cycles:
+        return False
+    return s.cycle_s < th.rank_slow_ratio * statistics.median(cycles)
 
 
 def input_wait(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -> list[Verdict]:

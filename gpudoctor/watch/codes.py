@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.engine.codes import Code
+from gpudoctor.watch.job_codes import JOB_CODES
 
 STRAGGLER = Code(
     "GD901",
@@ -178,3 +179,4 @@ CODES: list[Code] = [
     INPUT_WAIT,
     STEPS_STALLED,
 ]
+CODES += JOB_CODES  # the job's life: arrival, stalls, crashes (GD920-GD939, watch/job_codes.py)

@@ -34,6 +34,7 @@ import psutil
 from gpudoctor.errors import EXIT_USAGE, UserError
 from gpudoctor.probe.processes import command_line  # one line, secrets redacted: it goes into recordings
 from gpudoctor.safety.procs import terminate_group
+from gpudoctor.watch.output import StderrTail
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h, since Linux 3.4
@@ -73,27 +74,41 @@ class Job:
         self.adopting = False  # gpudoctor is the subreaper of the job's orphans
         self._known: dict[int, psutil.Process] = {}  # every descendant seen (psutil checks the start time)
         self._told: set[int] = set()  # descendants outside the group already told to the sentinel
+        self.stderr: StderrTail | None = None  # the command's stderr, passed through, its tail kept
 
     @classmethod
     def start(
-        cls, argv: list[str], env: dict[str, str] | None = None, adopt: bool = False, channel: str | None = None
+        cls,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        adopt: bool = False,
+        channel: str | None = None,
+        keep_stderr: bool = False,
     ) -> Job:
         """Start `argv` in its own process group. `adopt`: become the subreaper of its orphans
         (the CLI does; it changes who reaps orphans for the whole gpudoctor process). `channel`: the
-        job's step-channel directory, which the sentinel removes if gpudoctor dies."""
+        job's step-channel directory, which the sentinel removes if gpudoctor dies. `keep_stderr`: its
+        standard error goes through a pipe to ours, its tail kept (`Job.stderr`: why a rank failed)."""
         adopting = adopt and adopt_orphans()
+        read_end, write_end = os.pipe() if keep_stderr else (None, None)
         try:
             proc = subprocess.Popen(
                 argv,
                 env=env,
+                stderr=write_end,
                 start_new_session=True,  # its own process group: stop() reaches every rank
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
             )
-        except FileNotFoundError:
-            raise UserError(f"command not found: {argv[0]}", EXIT_USAGE, "usage") from None
-        except PermissionError:
-            raise UserError(f"command not executable: {argv[0]}", EXIT_USAGE, "usage") from None
+        except (FileNotFoundError, PermissionError) as exc:
+            for fd in (read_end, write_end):
+                if fd is not None:
+                    os.close(fd)
+            what = "not found" if isinstance(exc, FileNotFoundError) else "not executable"
+            raise UserError(f"command {what}: {argv[0]}", EXIT_USAGE, "usage") from None
         job = cls(proc, psutil.Process(proc.pid), command_line(argv))
+        if write_end is not None and read_end is not None:
+            os.close(write_end)  # the command holds it now: the pipe ends when the command's last writer does
+            job.stderr = StderrTail(read_end)
         job.adopting = adopting
         job._start_sentinel(channel)
         return job

@@ -18,6 +18,7 @@ from functools import cache
 from typing import Any
 
 from gpudoctor.safety.safe_text import needs_cleaning, printable
+from gpudoctor.watch.arrival import JobProc
 
 
 def plural(count: int, word: str, many: str | None = None) -> str:
@@ -373,6 +374,7 @@ class Sample:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     host: HostReading | None = None  # load, RAM, swap; None: not read
     ranks: tuple[RankReading, ...] | None = None  # training steps (gpudoctor.step()); None: no step channel
+    job: tuple[JobProc, ...] | None = None  # the followed job's processes (watch/arrival.py); None: no job
 
     def gpu(self, index: int) -> GpuReading | None:
         """The reading of GPU `index` (O(1): an index map made on first use)."""
@@ -391,6 +393,8 @@ class Sample:
             out["host"] = self.host.to_json()
         if self.ranks is not None:
             out["ranks"] = [r.to_json() for r in self.ranks]
+        if self.job is not None:
+            out["job"] = [p.to_json() for p in self.job]
         return out
 
     @classmethod
@@ -419,6 +423,7 @@ class Sample:
             cpu = None
         procs = _list(data, "procs")
         ranks = _list(data, "ranks")
+        job = _list(data, "job")
         host = data.get("host")
         return cls(
             t=float(t),
@@ -427,6 +432,7 @@ class Sample:
             procs=None if procs is None else tuple(ProcReading.parse(p, dropped) for p in procs),
             host=None if host is None else HostReading.parse(host, dropped),
             ranks=None if ranks is None else tuple(RankReading.parse(r, dropped) for r in ranks),
+            job=None if job is None else tuple(JobProc.parse(p, dropped) for p in job),
         )
 
     def only(self, indices: set[int] | frozenset[int]) -> Sample:

@@ -16,14 +16,19 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
+from gpudoctor.safety.safe_io import read_text
 from gpudoctor.version import __version__
 from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict
+from gpudoctor.watch.crash import diagnose, explained
+from gpudoctor.watch.crash import verdict as failed_verdict
 from gpudoctor.watch.follow import Job
+from gpudoctor.watch.job import STACK_CODES, uneven_steps
 from gpudoctor.watch.model import Sample
 from gpudoctor.watch.recording import RecordWriter
 from gpudoctor.watch.sources import Notice, Poller, Source
 from gpudoctor.watch.steps import StepChannel
 from gpudoctor.watch.summary import Summary, SummaryBuilder
+from gpudoctor.watch.tracker import JobTracker
 
 
 def say(err: IO[str], line: str) -> None:
@@ -35,7 +40,9 @@ def say(err: IO[str], line: str) -> None:
         pass
 
 
+ERROR_FILE_LIMIT = 1 << 20  # torchrun's error file: a message and a traceback
 TREE_EVERY_S = 5.0  # the job's process tree is recorded at least this often (its descendants, for the sentinel)
+TRACK_EVERY_S = 0.9  # the job's processes (arrival, stacks) are looked at about once a second, at most
 
 
 @dataclass(frozen=True)
@@ -68,12 +75,19 @@ class Session:
     err: IO[str] | None = None  # where a recording failure is said (None: sys.stderr)
     record_error: str | None = None  # why --record stopped early (disk full...); watching went on
     steps: StepChannel | None = None  # the job's training steps (gpudoctor.step()); None: no channel
+    error_file: str | None = None  # where torchrun writes the first failure (TORCHELASTIC_ERROR_FILE)
 
     def __post_init__(self) -> None:
         self.builder = SummaryBuilder(self.source.label, self.thresholds)
         self._poller = Poller(self.source, self._deliver)
         self._writer: RecordWriter | None = None
         self._refreshed = 0.0  # when the job's process tree was last recorded (monotonic)
+        # The job's processes, sample by sample (a job gpudoctor started: it gave it the step channel).
+        owned = self.job is not None and self.job.owned
+        self.tracker = JobTracker(self.thresholds.join_after_s) if owned else None
+        self.failure: Any = None  # crash.Failure, once a job that failed has ended
+        self._tracked = -TRACK_EVERY_S  # when the job's processes were last looked at (monotonic)
+        self._job_now: tuple[Any, ...] = ()
 
     def _deliver(self, sample: Sample | Notice | None) -> None:
         if sample is None:
@@ -121,6 +135,14 @@ class Session:
 
     def handle(self, raw: Sample) -> Update:
         self.last_arrival = time.monotonic()
+        if self.tracker is not None and self.job is not None:
+            if self.last_arrival - self._tracked >= TRACK_EVERY_S or raw.procs is not None:
+                self._tracked = self._refreshed = self.last_arrival
+                tree = self.job.refresh()
+                self.job_gpus.update(p.gpu for p in raw.procs or () if p.pid in tree)
+                heard = self.steps.heard() if self.steps is not None else {}
+                self._job_now = self.tracker.observe(tree, raw.ranks, heard, raw.t)
+            raw = replace(raw, job=self._job_now)
         if self._writer is not None:
             self._writer.write(raw)  # the raw sample: a recording keeps every GPU
             if self._writer.error is not None:
@@ -131,6 +153,8 @@ class Session:
             self.job_gpus.update(p.gpu for p in raw.procs or () if p.pid in tree and p.gpu is not None)
         sample = self.filter(raw)
         verdicts = self.builder.add(sample)
+        if self.tracker is not None:
+            self.tracker.want_stacks(r.pid for v in verdicts if v.code in STACK_CODES for r in v.ranks)
         return Update(sample, verdicts, self.builder)
 
     def _recording_failed(self, error: str) -> None:
@@ -155,6 +179,7 @@ class Session:
         replayed = getattr(self.source, "damage", None)  # a streamed recording's, known at its end
         damage = "; ".join(d for d in (self.damage, replayed, self.record_error, channel) if d) or None
         result = self.builder.summary(damage=damage, exit_code=exit_code)
+        result.failure = self.failure.to_json() if self.failure is not None else None
         if self.job_gpus:  # GPUs seen before the job's processes appeared are not the job's
             result.gpus = {k: v for k, v in result.gpus.items() if k in self.job_gpus}
         return result
@@ -175,10 +200,47 @@ class Session:
                     if writer.error is not None and self.record_error is None:
                         self._recording_failed(writer.error)
             finally:
+                ended = self.job is not None and self.job.owned and self.job.poll() is not None
                 try:
                     if self.job is not None and self.job.owned:
                         self.job.stop(sig=stop_signal)
                 finally:
-                    if self.steps is not None:
-                        self.steps.close()  # keeps what the job sent as it ended
-                        self.builder.add_ranks(self.steps.take())
+                    error_text = self._error_file_text() if ended else None
+                    last: tuple[Any, ...] = ()
+                    try:
+                        if self.steps is not None:
+                            self.steps.close()  # keeps what the job sent as it ended
+                            last = self.steps.take()
+                            self.builder.add_ranks(last)
+                    finally:
+                        if self.tracker is not None:
+                            self.tracker.close()
+                            if ended:
+                                self._conclude(last, error_text)
+
+    def _error_file_text(self) -> str | None:
+        """What torchrun wrote to TORCHELASTIC_ERROR_FILE (a script with @record), or None."""
+        if not self.error_file:
+            return None
+        try:
+            return read_text(self.error_file, ERROR_FILE_LIMIT)
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def _conclude(self, last: tuple[Any, ...], error_text: str | None) -> None:
+        """The job ended by itself: judge how (uneven steps, the first rank that failed) from its final state."""
+        assert self.job is not None and self.tracker is not None
+        heard = self.steps.heard() if self.steps is not None else {}
+        procs = self.tracker.observe((), last, heard, time.time())
+        verdicts = uneven_steps(procs)
+        if self.job.poll():
+            tail = self.job.stderr
+            if tail is not None:
+                tail.wait(2.0)
+            text = tail.text() if tail is not None else ""
+            rank_text = tail.rank_text if tail is not None else lambda _: ""
+            failure = diagnose(text, error_text, procs, rank_text, self.job.poll())
+            if failure is not None:
+                failure = self.failure = explained(failure, procs)
+                verdicts.append(failed_verdict(failure, procs))
+        self.builder.conclude(verdicts, time.time())

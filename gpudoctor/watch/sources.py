@@ -77,7 +77,10 @@ class _Paced:
 
 
 # Why a process NVML reports has no user, CPU% or command in the process table.
-NOT_VISIBLE_ISOLATED = "PID not visible here: NVML reports host PIDs; run the container with --pid=host"
+NOT_VISIBLE_ISOLATED = (
+    "PID from another PID namespace (drivers before 535.113.01 report host PIDs): run the container "
+    "with --pid=host, or mount the host's /proc at /host/proc"
+)
 NOT_VISIBLE = "process not visible here (exited, or hidden from this user)"
 
 
@@ -102,7 +105,7 @@ def proc_readings(
             u = usage.get(p.local_pid)
             out.append(
                 ProcReading(
-                    p.pid,
+                    p.local_pid,  # the PID here: what `watch -- CMD` finds in the job's tree, what `kill` takes
                     gpu,
                     p.used_memory_mib,
                     user=p.user or "",
@@ -253,6 +256,7 @@ class HostSource(_Paced):
     def _job_processes(self) -> tuple[ProcReading, ...]:
         """The job's processes as process-table rows without a GPU: owner and command read as for a
         GPU process (probe.processes: another user's command line redacted), CPU% and RSS."""
+        from gpudoctor.probe.pids import OWN_PIDS
         from gpudoctor.probe.processes import resolve
 
         assert self.pids is not None and self._usage is not None
@@ -263,7 +267,7 @@ class HostSource(_Paced):
             u = usage.get(pid)
             if u is None:  # gone since the job's tree was read
                 continue
-            _, user, command = resolve(pid, Path("/"), False)
+            _, user, command = resolve(pid, Path("/"), OWN_PIDS)  # our own tree's PIDs
             out.append(
                 ProcReading(
                     pid, None, user=user or "", cpu=u.cpu, rss=u.rss_mib, command=command or "", started=u.started

@@ -26,12 +26,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpudoctor.training_step import ENV, MAGIC, RECORD, SOCKET_NAME
+from gpudoctor.training_step import ENV, EVENT, EVENT_MAGIC, MAGIC, RECORD, SOCKET_NAME
+from gpudoctor.watch.arrival import Heard, heard
 from gpudoctor.watch.model import RankReading, plural
 from gpudoctor.watch.sentinel import CHANNEL_PREFIX
 
 CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 WAKE = b"wake"  # sent to ourselves by close()
+ERROR_FILE = "torchelastic_error.json"  # torchrun's TORCHELASTIC_ERROR_FILE, in the same private directory
 MAX_STEPS_PER_RECORD = 1_000_000  # more than any loop runs between two records: a damaged record
 # Bounds on what a record may say (heuristics: beyond them it is damage, not a training loop). A
 # step longer than a day is none; an end more than a day from our own clock (the job runs on this
@@ -100,6 +102,7 @@ class StepChannel:
         self.path = os.path.join(self.directory, SOCKET_NAME)
         self._lock = threading.Lock()
         self._ranks: dict[tuple[int | None, int], _Acc] = {}
+        self._heard: dict[int, Heard] = {}  # the latest arrival/stall event of each process (by kernel PID)
         self.rejected = 0  # records from outside the job, or damaged
         self.dropped = 0  # records the ranks could not send (our queue was full)
         self.flooded = 0  # records beyond RATE a second from one process, or from ranks beyond MAX_RANKS
@@ -121,6 +124,11 @@ class StepChannel:
     def env(self) -> dict[str, str]:
         return {ENV: self.directory}
 
+    @property
+    def error_file(self) -> str:
+        """Where torchrun may write the job's first failure (private like the socket; removed on close)."""
+        return os.path.join(self.directory, ERROR_FILE)
+
     def _run(self) -> None:
         while not self._closed.is_set():
             try:
@@ -132,14 +140,37 @@ class StepChannel:
 
     def _receive(self) -> None:
         """One datagram (raises TimeoutError / BlockingIOError when there is none)."""
-        data, ancdata, _, _ = self.sock.recvmsg(RECORD.size + 1, socket.CMSG_SPACE(CREDENTIALS.size))
+        size = max(RECORD.size, EVENT.size) + 1
+        data, ancdata, _, _ = self.sock.recvmsg(size, socket.CMSG_SPACE(CREDENTIALS.size))
         if self._closed.is_set() and data == WAKE:
             return
         pid = _sender(ancdata)
-        if pid is None or len(data) != RECORD.size or not self._accepted(pid):
+        event = len(data) == EVENT.size and data[:4] == EVENT_MAGIC
+        if pid is None or not (event or len(data) == RECORD.size) or not self._accepted(pid):
             self.rejected += 1
             return
-        self._add(pid, data)
+        if event:
+            self._add_event(pid, data)
+        else:
+            self._add(pid, data)
+
+    def _add_event(self, pid: int, data: bytes) -> None:
+        got = heard(pid, data)  # the kernel's PID, not the record's
+        if got is None:
+            self.rejected += 1
+            return
+        with self._lock:
+            self._heard[pid] = got
+            for key, acc in self._ranks.items():  # steps a fast loop had not sent yet when it stopped
+                if key[1] == pid and got.step > (acc.last_step or 0):
+                    acc.last_step = got.step
+                    if got.inside is False:
+                        acc.last_end = got.since
+
+    def heard(self) -> dict[int, Heard]:
+        """The latest event of each process that sent one (arrival, joining, a state that held)."""
+        with self._lock:
+            return dict(self._heard)
 
     def _accepted(self, pid: int) -> bool:
         accept = self.accept
@@ -248,6 +279,8 @@ class StepChannel:
     def _remove(self) -> None:
         with contextlib.suppress(OSError):
             os.unlink(self.path)
+        with contextlib.suppress(OSError):
+            os.unlink(self.error_file)
         with contextlib.suppress(OSError):
             os.rmdir(self.directory)
 

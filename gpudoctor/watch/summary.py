@@ -21,6 +21,8 @@ from typing import Any
 
 from gpudoctor.safety.safe_text import printable
 from gpudoctor.watch.analysis import DEFAULT, Balance, RankStats, Thresholds, Verdict, balance, judge, rank_stats
+from gpudoctor.watch.codes import STEPS_STALLED
+from gpudoctor.watch.job import job_verdicts
 from gpudoctor.watch.model import RankReading, Sample, clock, plural
 from gpudoctor.watch.recording import RecordingStream
 from gpudoctor.watch.window import Window
@@ -171,6 +173,7 @@ class Summary:
     warmup_s: float = 0.0
     idle_util: float = DEFAULT.idle_util
     unreadable: bool = False  # the recording's bytes stopped reading (corrupt): `report` exits 2
+    failure: dict[str, Any] | None = None  # how the followed command failed: the first rank, why (crash.Failure)
 
     @property
     def duration_s(self) -> float:
@@ -222,6 +225,7 @@ class Summary:
                 for idx, g in sorted(self.gpus.items())
             ],
             "ranks": [r.to_json() for _, r in sorted(self.ranks.items(), key=lambda kv: _rank_order(kv[0]))],
+            "failure": self.failure,
             "verdicts": [
                 {
                     "code": sp.verdict.code,
@@ -279,6 +283,7 @@ class SummaryBuilder:
         self._balance: Balance | None = None
         self._rank_stats: dict[tuple[int | None, int], RankStats] = {}
         self._warming: float | None = None
+        self._judged: tuple[Verdict, ...] = ()
 
     def add(self, s: Sample) -> tuple[Verdict, ...]:
         self.samples += 1
@@ -302,8 +307,10 @@ class SummaryBuilder:
         self._window.add(s)
         self._rank_stats = rank_stats(self._window, self.th) if self._window.ranks else {}
         verdicts, self._warming = judge(self._window, self.th, s.t - self.start, self._rank_stats)
-        self.verdicts = tuple(verdicts)
         self._balance = None
+        stalled = any(v.code == STEPS_STALLED.code for v in verdicts)
+        self.verdicts = (*verdicts, *job_verdicts(self._window, self.th, stalled))
+        self._judged = tuple(verdicts)  # the balance's own (job verdicts are beside them, as before)
         self._track(s.t)
         return self.verdicts
 
@@ -311,8 +318,18 @@ class SummaryBuilder:
     def balance(self) -> Balance:
         """The latest window's numbers and verdicts (analysis.analyze's), made on first read."""
         if self._balance is None:
-            self._balance = balance(self._window, self.th, self.verdicts, self._warming, self._rank_stats)
+            self._balance = balance(self._window, self.th, self._judged, self._warming, self._rank_stats)
         return self._balance
+
+    def conclude(self, verdicts: Iterable[Verdict], t: float) -> None:
+        """Verdicts known only once the job ended (how it ended: a failed rank, uneven steps), as of `t`."""
+        found = tuple(verdicts)
+        if not found:
+            return
+        self.start = t if self.start is None else self.start
+        self.end = t if self.end is None else max(self.end, t)
+        self.verdicts = found
+        self._track(t)
 
     def add_ranks(self, ranks: Iterable[RankReading]) -> None:
         """Count steps into the per-rank totals (each sample's, and the last ones a job sent as it ended)."""
@@ -435,7 +452,8 @@ def render_text(summary: Summary) -> str:
     if summary.damage:
         lines.append(f"note: {summary.damage}")
     if summary.exit_code is not None:
-        lines.append(f"command exit code: {summary.exit_code}")
+        failed = summary.failure.get("line") if summary.failure else None
+        lines.append(f"command exit code: {summary.exit_code}" + (f" ({failed})" if failed else ""))
     if summary.gpus:
         lines.append("")
         lines.append(f"{'GPU':>3}  {'name':<26} {'mean util':>9} {'low util':>9} {'mean mem':>10} {'peak mem':>10}")

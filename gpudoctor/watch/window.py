@@ -112,7 +112,7 @@ class GpuTotals:
 class RankTotals:
     """One training rank over the window, from its step records."""
 
-    __slots__ = ("key", "readings", "steps", "timed", "step_sum", "waited", "wait_sum", "last", "late")
+    __slots__ = ("key", "readings", "steps", "timed", "step_sum", "waited", "wait_sum", "last", "late", "ends")
 
     def __init__(self, key: tuple[int | None, int]) -> None:
         self.key = key
@@ -124,13 +124,14 @@ class RankTotals:
         self.wait_sum = 0
         self.last: RankReading | None = None  # the latest reading in the window
         self.late = [0, 0, 0]  # lateness entries: count, exact sum, how many late (> 0)
+        self.ends: deque[tuple[int, float]] = deque()  # (last step, its end) of readings that had both
 
 
 # What one sample holds, as added (and taken out again when it leaves):
 # per GPU (totals, alive, util, mem_used, thermal, power, judged throttle bits, xids);
 _GpuPart = tuple[GpuTotals, bool, "int | None", "int | None", bool, bool, int, tuple[int, ...]]
-# per rank (totals, steps, timed steps, exact step time sum, waited steps, exact wait sum);
-_RankPart = tuple[RankTotals, int, int, int, int, int]
+# per rank (totals, steps, timed steps, exact step time sum, waited steps, exact wait sum, (step, end));
+_RankPart = tuple[RankTotals, int, int, int, int, int, "tuple[int, float] | None"]
 # per rank judged late (totals, exact lateness, late at all).
 _LatePart = tuple[RankTotals, int, bool]
 
@@ -280,7 +281,8 @@ class Window(Sequence[Sample]):
             waited = n if n and r.wait_s is not None else 0
             step_x = exact(r.step_s * n) if timed else 0  # type: ignore[operator]
             wait_x = exact(r.wait_s * n) if waited else 0  # type: ignore[operator]
-            parts.append((acc, n, timed, step_x, waited, wait_x))
+            end = (r.last_step, r.last_end) if r.last_step is not None and r.last_end is not None else None
+            parts.append((acc, n, timed, step_x, waited, wait_x, end))
         entry.lates = self._lateness(s)
 
     def _apply(self, e: _Entry, sign: int) -> None:
@@ -334,7 +336,9 @@ class Window(Sequence[Sample]):
                     acc.low += sign
                 elif g2 >= gap2:
                     acc.high += sign
-        for acc, n, timed, step_x, waited, wait_x in e.ranks:
+        for acc, n, timed, step_x, waited, wait_x, end in e.ranks:
+            if end is not None:  # readings leave in the order they came: the oldest is this one
+                acc.ends.append(end) if sign > 0 else acc.ends.popleft()
             acc.readings += sign
             acc.steps += sign * n
             if timed:

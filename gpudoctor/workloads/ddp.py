@@ -105,10 +105,12 @@ def run(ctx: RankContext, params: dict[str, Any]) -> DdpResult:
         step_s.append(time.perf_counter() - t0)
         losses.append(loss.item())
 
-    # Gradient: one process's gradient on the union of the first batches vs DDP's average.
-    first = torch.tensor(mine[:batch], dtype=torch.int64)
+    # Gradient: one process's gradient on the union of the first batches vs DDP's average. Every
+    # tensor of a collective on the rank's device, outputs too: NCCL writes a host output list
+    # through a host pointer (workloads/placement.py).
+    first = torch.tensor(mine[:batch], dtype=torch.int64, device=dev)
     firsts = [torch.empty_like(first) for _ in range(n)]
-    dist.all_gather(firsts, first.to(dev) if ctx.backend == "nccl" else first)
+    dist.all_gather(firsts, first)
     firsts = [f.cpu() for f in firsts]
     union = torch.cat(firsts)
     expected = _flat_grad(reference, x_all[union].to(dev), y_all[union].to(dev))

@@ -26,6 +26,8 @@ from typing import Any
 
 from gpudoctor.launch.faults import Faults
 from gpudoctor.launch.protocol import RENDEZVOUS_ENV, EventWriter, Peer, RankSpec, Stage, events_path, read_spec
+from gpudoctor.workloads import placement
+from gpudoctor.workloads.precision import exact_fp32
 
 PR_SET_PDEATHSIG = 1
 
@@ -134,6 +136,17 @@ def _device_id_supported(version: str) -> bool:
     return v >= (2, 3, 0) and not ((2, 6, 0) < v < (2, 7, 1))
 
 
+# Tasks that run in one rank driving every GPU and call no collective: a one-rank run of only these
+# makes no process group (an eager NCCL join, init_process_group(device_id=), costs a communicator
+# per GPU set-up for nothing; 479 ms on a warm H200, more on a cold VM).
+GROUPLESS = frozenset({"link_pcie", "link_p2p"})
+
+
+def needs_group(task_names: Any, world: int) -> bool:
+    """Whether the ranks make a process group: with a peer, or for a task that calls a collective."""
+    return world > 1 or any(name not in GROUPLESS for name in task_names)
+
+
 # Modules a task needs that cost seconds to import: DistributedDataParallel's constructor reads
 # torch._dynamo (about 1.6 s of CPU here), so it is imported in a thread while the ranks
 # rendezvous and run the all-reduce sweep, whose waits release the GIL.
@@ -213,8 +226,7 @@ def main(argv: list[str]) -> int:
             # Before anything else touches CUDA, so exclusive-process GPUs and the right device work.
             torch.cuda.set_device(local_rank)
             device = torch.device("cuda", local_rank)
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
+            exact_fp32(torch)
         else:
             device = torch.device("cpu")
         events.imported(import_s=time.perf_counter() - t0, torch=torch.__version__)
@@ -222,11 +234,14 @@ def main(argv: list[str]) -> int:
 
         phase = Stage.JOIN
         t0 = time.perf_counter()
+        grouped = needs_group([task["name"] for task in spec["tasks"]], world)
         timeout = timedelta(seconds=float(spec["op_timeout_s"]))
         kwargs: dict[str, Any] = {"backend": spec["backend"], "timeout": timeout}
         if spec["device"] == "cuda" and _device_id_supported(torch.__version__):
             kwargs["device_id"] = device
-        if env_mode:
+        if not grouped:
+            pass  # alone, and no task calls a collective: ready as it is
+        elif env_mode:
             dist.init_process_group(init_method="env://", **kwargs)
         else:
             store = _store(spec, world, timeout)
@@ -241,27 +256,29 @@ def main(argv: list[str]) -> int:
             "node_rank": node_rank,
             "device": str(device),
         }
-        peers = all_gather_json(me, world, device)
+        peers = all_gather_json(me, world, device) if grouped else [me]
         events.peers(peers)
         faults.at("joined")  # after the first collective, so the peers are left waiting in the next
 
         ctx = RankContext(rank, world, local_rank, device, spec["backend"], faults, events)
-        for task in spec["tasks"]:
-            phase = task["name"]
-            events.phase(phase)
-            if phase in _PREWARM:
-                warm.join()  # the import must be complete before the task imports the same modules
-            from gpudoctor.workloads import WORKLOADS
+        with placement.guarded(device, spec["backend"]):  # NCCL's tensors on the GPU, refused before NCCL sees them
+            for task in spec["tasks"]:
+                phase = task["name"]
+                events.phase(phase)
+                if phase in _PREWARM:
+                    warm.join()  # the import must be complete before the task imports the same modules
+                from gpudoctor.workloads import WORKLOADS
 
-            module, func = WORKLOADS[phase].split(":")
-            t0 = time.perf_counter()
-            result = getattr(import_module(module), func)(ctx, task.get("params", {}))
-            events.result(phase, result, time.perf_counter() - t0)
+                module, func = WORKLOADS[phase].split(":")
+                t0 = time.perf_counter()
+                result = getattr(import_module(module), func)(ctx, task.get("params", {}))
+                events.result(phase, result, time.perf_counter() - t0)
 
         phase = Stage.SHUTDOWN
         t0 = time.perf_counter()
-        done = all_gather_json(rank, world, device)  # every rank reached the end
-        dist.destroy_process_group()
+        done = all_gather_json(rank, world, device) if grouped else [rank]  # every rank reached the end
+        if grouped:
+            dist.destroy_process_group()
         events.done(shutdown_s=time.perf_counter() - t0, finished_ranks=done)
         return 0
     except BaseException as exc:  # noqa: BLE001  (any failure is reported, then the rank exits)

@@ -34,6 +34,7 @@ import statistics
 import time
 from typing import Any
 
+from gpudoctor.workloads.precision import tf32_convolutions
 from gpudoctor.workloads.rank import RankContext, all_gather_json
 
 MODELS = ("cnn", "transformer")
@@ -357,7 +358,7 @@ def run(ctx: RankContext, params: dict[str, Any]) -> dict[str, Any]:
     n, me = ctx.world_size, ctx.rank
     cuda = ctx.device.type == "cuda"
     if cuda:
-        torch.backends.cudnn.allow_tf32 = True  # PyTorch's own default (the rank turned it off for exact checks)
+        tf32_convolutions(torch)  # PyTorch's own default (the rank turned it off for exact checks)
     cfg = {
         "steps": int(params["steps"]),
         "warmup": int(params["warmup"]),

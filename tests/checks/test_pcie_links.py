@@ -73,13 +73,15 @@ def test_a_slot_of_an_older_generation_limits_the_card_at_any_load() -> None:
     assert bad(gen3, "GD405")["gpu:2"].status is Status.WARN  # half
 
 
-def test_the_cards_own_generation_from_nvml_is_read_where_the_snapshot_has_it() -> None:
-    # The GPU engineer's field for nvmlDeviceGetGpuMaxPcieLinkGeneration (issue 19): read by name.
-    s = with_gpu(l40s(), 0, pcie_gen_max=3, pcie_gen_current=3)
-    gpu = s.gpu(0)
-    object.__setattr__(gpu, "pcie_gen_gpu_max", 5)  # the field's name on branch gpu
+def test_the_cards_own_maximum_from_the_gpu_probe_is_what_the_link_is_judged_against() -> None:
+    # pcie_gen_gpu_max (nvmlDeviceGetGpuMaxPcieLinkGeneration) and pcie_width_gpu_max (the card's Link
+    # Capabilities), recorded by the GPU probe (issue 19), with no host.pci_tree in the snapshot.
+    s = with_gpu(l40s(), 0, pcie_gen_max=3, pcie_gen_current=3, pcie_gen_gpu_max=5)
     (f,) = bad(s, "GD405").values()
     assert f.subject == "gpu:0" and "the card can Gen5" in f.message and f.status is Status.FAIL
+    narrow = with_gpu(l40s(), 0, pcie_width_max=8, pcie_width_current=8, pcie_width_gpu_max=16)
+    assert bad(narrow, "GD404")["gpu:0"].status is Status.WARN  # x8 of the card's x16: half
+    assert bad(with_gpu(l40s(), 0, pcie_width_max=8, pcie_width_current=8), "GD404") == {}  # NVML's max alone
 
 
 def test_gen2_of_gen5_under_load_fails() -> None:

@@ -26,6 +26,10 @@ from tests.helpers.snapshots import load, with_gpu, write_variant
 # Identity and the fields the probe reads before anything else: what a GPU with a handle keeps.
 KEEP = {"index", "uuid", "name", "pci_bus_id", "lost", "unreachable"}
 UNKNOWN_REASONS = ["error", "no_permission"]
+# How a check says it could not read something, by reason: an error is a warning; a reading NVML
+# refused this user "needs root", a skip (never a warning: a healthy GPU read without sudo must pass
+# a --fail-on warn gate).
+SAID = {"error": (Status.WARN, "unreadable on"), "no_permission": (Status.SKIP, "needs root on")}
 
 
 def all_missing(gpu: Gpu, reason: str) -> Gpu:
@@ -69,13 +73,14 @@ def test_unreadable_nvlinks_are_unknown_not_missing(reason: str) -> None:
     gd401 = by_code(found, "GD401")[0]
     assert gd401.message.startswith("8 GPUs: 21 pairs NV18, 7 pairs ?"), gd401.message
     assert "SYS" not in gd401.message and "NODE" not in gd401.message, "no PCIe level passed off as the link"
-    (unknown,) = [f for f in by_code(found, "GD402") if f.status is Status.WARN]
-    assert unknown.subject == "gpu:3" and "NVLink state unreadable on GPU 3" in unknown.message
+    status, said = SAID[reason]
+    (unknown,) = [f for f in by_code(found, "GD402") if f.status is status]
+    assert unknown.subject == "gpu:3" and f"NVLink state {said} GPU 3" in unknown.message
     (gd403,) = by_code(found, "GD403")
     assert gd403.status is Status.PASS and "have no NVLink" not in gd403.message
     assert "pairs with GPU 3 not judged" in gd403.message
-    width = [f for f in by_code(found, "GD404") if f.status is Status.WARN]
-    assert width and "PCIe link width unreadable on GPU 3" in width[0].message
+    width = [f for f in by_code(found, "GD404") if f.status is status]
+    assert width and f"PCIe link width {said} GPU 3" in width[0].message
 
 
 def test_a_pair_with_an_unreadable_end_is_labelled_unknown() -> None:
@@ -100,7 +105,7 @@ def test_a_machine_whose_links_are_all_unreadable_claims_no_pcie_topology(reason
     gd401 = by_code(found, "GD401")[0]
     assert gd401.message.startswith("8 GPUs: all 28 pairs ?"), gd401.message
     assert not by_code(found, "GD403"), "no pair is known to lack NVLink"
-    assert [f.status for f in by_code(found, "GD402")] == [Status.WARN]
+    assert [f.status for f in by_code(found, "GD402")] == [SAID[reason][0]]
 
 
 # ------------------------------------------------------------------------------------- identity
@@ -109,9 +114,10 @@ def test_a_machine_whose_links_are_all_unreadable_claims_no_pcie_topology(reason
 @pytest.mark.parametrize("reason", UNKNOWN_REASONS)
 def test_unreadable_traits_are_named_not_found_alike(reason: str) -> None:
     found = identity.identity(CheckContext(one_unread(reason)))
-    warned = {f.code: f for f in found if f.status is Status.WARN}
+    status, said = SAID[reason]
+    warned = {f.code: f for f in found if f.status is status}
     assert set(warned) == {"GD302", "GD303", "GD304", "GD305", "GD306", "GD307"}
-    assert all(f.subject == "gpu:3" and "unreadable on GPU 3" in f.message for f in warned.values())
+    assert all(f.subject == "gpu:3" and f"{said} GPU 3" in f.message for f in warned.values())
     assert "persistence mode, compute mode, MIG mode, ECC mode" in warned["GD305"].message
     assert not any("GSP firmware off" in f.message for f in found), "an unread GSP version is not 'off'"
     assert (
@@ -146,10 +152,10 @@ def test_a_machine_whose_every_reading_is_unsupported_is_not_a_clean_pass() -> N
 def test_mig_and_compute_mode_are_not_off_or_default_on_a_guess(reason: str) -> None:
     found = gpu_modes.gpu_modes(CheckContext(one_unread(reason)))
     mig = by_code(found, "GD820")
-    assert [(f.status, f.subject) for f in mig] == [(Status.WARN, "gpu:3"), (Status.PASS, "host")]
+    assert [(f.status, f.subject) for f in mig] == [(SAID[reason][0], "gpu:3"), (Status.PASS, "host")]
     assert mig[1].message == "MIG is off on GPU 0, 1, 2, 4, 5, 6, 7"
     mode = by_code(found, "GD821")
-    assert [f.status for f in mode] == [Status.WARN, Status.PASS]
+    assert [f.status for f in mode] == [SAID[reason][0], Status.PASS]
     assert mode[1].message == "compute mode is default on GPU 0, 1, 2, 4, 5, 6, 7"
 
 
@@ -183,21 +189,24 @@ NO_ECC = (
 def test_health_checks_never_pass_on_counters_they_could_not_read(reason: str) -> None:
     found = findings(every_unread(reason), *HEALTH_CHECKS)
     assert not [f for f in found if f.status is Status.PASS], [f.message for f in found if f.status is Status.PASS]
+    status, said = SAID[reason]
     for code, what in HEALTH_WARNINGS.items():
         (warning,) = by_code(found, code)
-        assert warning.status is Status.WARN and what in warning.message
-        assert "unreadable on GPU 0, 1, 2, 3, 4, 5, 6, 7" in warning.message and warning.hint
+        assert warning.status is status and what in warning.message
+        assert f"{said} GPU 0, 1, 2, 3, 4, 5, 6, 7" in warning.message and warning.hint
 
 
 @pytest.mark.parametrize("reason", UNKNOWN_REASONS)
 def test_a_health_pass_names_only_the_gpus_that_were_read(reason: str) -> None:
     found = findings(one_unread(reason), *HEALTH_CHECKS)
+    status, said = SAID[reason]
     for code in ("GD801", "GD815", "GD828"):
         warn, ok = by_code(found, code)
-        assert (warn.status, warn.subject) == (Status.WARN, "gpu:3") and "unreadable on GPU 3" in warn.message
+        assert (warn.status, warn.subject) == (status, "gpu:3") and f"{said} GPU 3" in warn.message
         assert ok.status is Status.PASS and "GPU 0, 1, 2, 4, 5, 6, 7" in ok.message and "3" not in ok.evidence["gpus"]
     if reason == "no_permission":
-        assert "/dev/nvidia" in by_code(found, "GD801")[0].hint, "the hint fits the reason"
+        hint = by_code(found, "GD801")[0].hint
+        assert "sudo gpudoctor check" in hint and "/dev/nvidia" in hint, "the hint fits the reason"
 
 
 def test_a_card_without_ecc_is_not_supported_not_unreadable() -> None:
@@ -224,3 +233,16 @@ def test_an_xid_on_an_address_nvml_could_not_give_may_be_that_gpu() -> None:
     s = with_gpu(load("faults/xid_hardware"), 2, pci_bus_id="")
     (gd810,) = by_code(findings(s, "xid"), "GD810")
     assert gd810.status is Status.FAIL and "maybe GPU 2, whose PCI address NVML could not give" in gd810.message
+
+
+def test_a_reading_nvml_refuses_this_user_needs_root_and_passes_a_warn_gate(capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # nvml.h 8111: nvmlDeviceGetSramEccErrorStatus "Requires root/admin permissions." (driver 580.159.04
+    # answered it as uid 65534 all the same; a driver that enforces it answers NO_PERMISSION).
+    s = load("h100_sxm_8x")
+    refused = Missing("no_permission", "Insufficient Permissions")
+    s = dataclasses.replace(s, gpus=[dataclasses.replace(g, sram_ecc=refused) for g in s.gpus])
+    r = run_cli(capsys, "check", "--snapshot", write_variant(tmp_path, s), "--json", "--fail-on", "warn")
+    (sram,) = [f for f in r.findings("GD829") if "SRAM" in f["message"]]
+    assert sram["status"] == "skip" and "needs root on GPU 0, 1, 2, 3, 4, 5, 6, 7" in sram["message"]
+    assert "sudo gpudoctor check" in sram["hint"]
+    assert r.exit_code == 0 and r.doc["summary"]["warn"] == 0

@@ -1,129 +1,81 @@
-"""A fake pynvml: the same function names, answered from a Snapshot.
-
-Any recorded snapshot (tests/fixtures/*.json) or one built in a test can drive it:
+"""A fake NVML answering from a Snapshot, under the real pynvml (tests/fakes/nvml_c.py).
 
     fake = FakeNvml(snapshot)
     collected = collect_machine(Nvml(fake), environ={})
 
-A `Missing` field is raised as the real `pynvml.NVMLError` its reason stands for
-(unsupported -> NOT_SUPPORTED, no_permission -> NO_PERMISSION, gpu_lost -> GPU_IS_LOST,
-error -> UNKNOWN). Knobs: `init_failure` ("no_driver", "no_library", "version_mismatch",
-"no_permission"), `lose_after` (GPU index -> device calls answered before it falls off
-the bus), `missing_functions` (names that raise FUNCTION_NOT_FOUND, like an old driver),
-`nvlink_version_style` ("enum": nvml.h's nvmlNvlinkVersion_t, as newer drivers answer;
-"generation": the plain generation, as older ones do). Error counters (NVLink, PCIe replays)
-answer their recorded first reading the first time they are asked and the `*_later` reading
-after that, as a link that errors between the probe's two readings would. NVML constants are nvml.h's raw
-values written out here, never imported from the probe.
+`FakeNvml` is the pynvml module the probe sees; `fake.library` (a `SnapshotLibrary`) is the
+libnvidia-ml under it, one C symbol per method. A `Missing` field is answered with the code its
+reason stands for (unsupported / not_collected -> NOT_SUPPORTED, no_permission -> NO_PERMISSION,
+gpu_lost -> GPU_IS_LOST, error -> UNKNOWN). What nvml.h documents and the probe must survive is a
+knob, each with its nvml.h line (go-nvml 2f9e261, CUDA 13.3; /work/research/nvml/calls.md):
 
-To extend it (e.g. live readings for `watch`), add a method named like the pynvml
-function; `self._device(handle)` does the bookkeeping and returns the Gpu to answer from.
+- `init_failure`: "no_driver" (DRIVER_NOT_LOADED, 3998), "no_library" (LIBRARY_NOT_FOUND: pynvml's
+  own when dlopen fails), "version_mismatch", "no_permission" (3999), "unknown";
+- `lose_after`: GPU index -> device calls answered before GPU_IS_LOST ("if the target GPU has
+  fallen off the bus", e.g. 5183); every later call to that GPU answers it;
+- `missing`: C symbols an older driver lacks (pynvml: FUNCTION_NOT_FOUND, or NVMLLibraryMismatchError
+  for nvmlDeviceGetComputeRunningProcesses, pynvml 13.615.71 line 4227);
+- `answers` / `device_answers`: a code for every call of a C symbol (or of one GPU's): the
+  sandbox and vGPU profiles below;
+- `root`: False is a user without privileges. On driver 580.159.04 that changes nothing the probe
+  reads (measured as uid 65534: /work/gpurun1/summary.txt); `documented_root` makes the calls nvml.h
+  marks "Requires root/admin permissions." answer NO_PERMISSION (SramEccErrorStatus, 8111), and a MIG
+  GPU's aggregate memory and process list answer NO_PERMISSION to a user (6678-6680, 7378-7380;
+  nvidia-container-toolkit #842);
+- `pid_view`: "host" (drivers before 535.113.01 and the closed module: NVML reports host PIDs,
+  `host_pid(pid)`), or "namespace" (open kernel modules since 535.113.01 convert PIDs into the
+  caller's namespace and drop processes it cannot see; /work/research/nvml/pids.md). A process's
+  recorded `pid` is its PID in the prober's namespace;
+- `past_last_link`: the code past the last NVLink (NOT_SUPPORTED, or INVALID_ARGUMENT on GB200);
+  `nvlink_version_style`: "enum" (nvmlNvlinkVersion_t, newer drivers) or "generation" (older);
+- live readings for the watch sampler: `LiveGpu` per GPU index (utilization, SM clock, PCIe
+  throughput and byte counters, process utilization samples, XID events).
+
+Memory: v1 `used` is "Sum of Reserved and Allocated device memory" (nvml.h 259), v2 `used` is
+"Allocated device memory" and `reserved` apart (274): the recorded memory_used_mib is v2's, and
+v1 answers used + reserved. Error counters (NVLink, PCIe replays) answer their first recorded
+reading the first time they are asked and the `*_later` reading after that.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import time
+from collections.abc import Callable
 from typing import Any
 
-import pynvml
-
 from gpudoctor.knowledge.units import MIB
-from gpudoctor.probe.nvml import NVML_RETURN_NAMES
-from gpudoctor.snapshot import Gpu, MigDevice, Missing, Snapshot
+from gpudoctor.snapshot import Gpu, Snapshot
+from tests.fakes import nvml_c as c
+from tests.fakes.nvml_c import NvmlError, put, put_text, target, value
+from tests.fakes.nvml_h import (
+    COMPUTE_MODE_CODES,
+    GVISOR_ANSWERS,
+    IDENTITY,
+    INIT_FAILURES,
+    MEMORY_V2,
+    NVLINK_ENUM_OF_GENERATION,
+    REMOTE_TYPE_CODES,
+    VGPU_ANSWERS,
+    raise_if_missing,
+)
+from tests.fakes.nvml_health import HealthSymbols
+from tests.fakes.nvml_live import LiveGpu, LiveSymbols
 
-REASON_CODES = {
-    "unsupported": pynvml.NVML_ERROR_NOT_SUPPORTED,
-    "not_collected": pynvml.NVML_ERROR_NOT_SUPPORTED,
-    "no_permission": pynvml.NVML_ERROR_NO_PERMISSION,
-    "gpu_lost": pynvml.NVML_ERROR_GPU_IS_LOST,
-    "error": pynvml.NVML_ERROR_UNKNOWN,
-}
-INIT_FAILURES = {
-    "no_driver": pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
-    "no_library": pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
-    "version_mismatch": pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
-    "no_permission": pynvml.NVML_ERROR_NO_PERMISSION,
-    "unknown": pynvml.NVML_ERROR_UNKNOWN,
-}
-COMPUTE_MODE_CODES = {"default": 0, "exclusive_thread": 1, "prohibited": 2, "exclusive_process": 3}
-REMOTE_TYPE_CODES = {"gpu": 0, "ibmnpu": 1, "switch": 2}
-FABRIC_STATE_CODES = {"not_supported": 0, "not_started": 1, "in_progress": 2, "completed": 3}
-FABRIC_HEALTH_CODES = {"healthy": 1, "unhealthy": 2, "limited_capacity": 3}
-# healthMask bits consistent with the summary: DEGRADED_BW at bit 0, ROUTE_UNHEALTHY at bit 4
-# (1 = true, 2 = false).
-FABRIC_HEALTH_MASKS = {
-    "healthy": (2 << 0) | (2 << 4),
-    "limited_capacity": (1 << 0) | (2 << 4),
-    "unhealthy": (2 << 0) | (1 << 4),
-}
-# The raw values of nvml.h, written out here so the fake does not echo the probe's own tables.
-# nvmlGpuTopologyLevel_t: NVML_TOPOLOGY_INTERNAL 0, SINGLE 10, MULTIPLE 20, HOSTBRIDGE 30,
-# NODE 40, SYSTEM 50 (named as `nvidia-smi topo -m` prints them).
-LEVEL_CODES = {"SAME": 0, "PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
-# nvmlGpuP2PStatus_t: OK 0, CHIPSET_NOT_SUPPORED 1, GPU_NOT_SUPPORTED 2, IOH_TOPOLOGY_NOT_SUPPORTED 3,
-# DISABLED_BY_REGKEY 4, NOT_SUPPORTED 5, UNKNOWN 6.
-P2P_CODES = {
-    "ok": 0,
-    "chipset_not_supported": 1,
-    "gpu_not_supported": 2,
-    "topology_not_supported": 3,
-    "disabled_by_regkey": 4,
-    "not_supported": 5,
-    "unknown": 6,
-}
-# nvmlNvlinkVersion_t for each generation, as a newer driver answers nvmlDeviceGetNvLinkVersion:
-# NVML_NVLINK_VERSION_1_0 1, 2_0 2, 3_0 4, 4_0 6, 5_0 7 (2_2 = 3 and 3_1 = 5 exist too).
-NVLINK_ENUM_OF_GENERATION = {1: 1, 2: 2, 3: 4, 4: 6, 5: 7}
-RETURN_CODES = {name: code for code, name in NVML_RETURN_NAMES.items()}
-# nvmlDeviceGpuRecoveryAction_t (nvml.h) and the field id that answers it.
-RECOVERY_ACTION_CODES = {"none": 0, "gpu_reset": 1, "node_reboot": 2, "drain_p2p": 3, "drain_and_reset": 4}
-FI_DEV_GET_GPU_RECOVERY_ACTION = 230
-NVML_VALUE_TYPE_UNSIGNED_INT = 1
-NVML_MEMORY_LOCATION_DRAM = 2
-# nvmlNvLinkErrorCounter_t: DL_REPLAY 0, DL_RECOVERY 1, DL_CRC_FLIT 2, DL_CRC_DATA 3.
-NVLINK_COUNTER_FIELDS = {0: "replay", 1: "recovery", 2: "crc_flit", 3: "crc_data"}
-IDENTITY_CALLS = {"nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetPciInfo"}
+__all__ = ["FakeNvml", "LiveGpu", "SnapshotLibrary", "GVISOR_ANSWERS", "VGPU_ANSWERS"]
 
-
-def raise_if_missing(*values: Any) -> None:
-    for value in values:
-        if isinstance(value, Missing):
-            raise pynvml.NVMLError(REASON_CODES.get(value.reason, pynvml.NVML_ERROR_UNKNOWN))
-
-
-def _function_not_found(*args: Any) -> Any:
-    """What pynvml does when the driver's library lacks a symbol: fail at call time."""
-    raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
-
-
-def pci_info(bus_id: str) -> Any:
-    info = pynvml.nvmlPciInfo_t()
-    info.busId = bus_id.encode()
-    return info
+_BASES = iter(range(0x10000000, 1 << 40, 0x100000))  # handle addresses, distinct per library
 
 
 class FakeDevice:
-    def __init__(self, gpu: Gpu) -> None:
+    def __init__(self, gpu: Gpu, address: int) -> None:
         self.gpu = gpu
+        self.address = address
         self.calls = 0
         self.lost = gpu.lost
 
 
-class FakeMigDevice:
-    def __init__(self, parent: FakeDevice, mig: MigDevice) -> None:
-        self.parent = parent
-        self.mig = mig
-
-
-class FakeNvml:
-    """Stands in for the pynvml module. Only the calls the probe makes are answered."""
-
-    # The probe allocates these for nvmlDeviceGetGpuFabricInfo(V), as it must with pynvml.
-    c_nvmlGpuFabricInfo_t = pynvml.c_nvmlGpuFabricInfo_t
-    c_nvmlGpuFabricInfo_v2_t = pynvml.c_nvmlGpuFabricInfo_v2_t
-    c_nvmlGpuFabricInfo_v3_t = pynvml.c_nvmlGpuFabricInfo_v3_t
-    c_nvmlEccSramErrorStatus_v1_t = pynvml.c_nvmlEccSramErrorStatus_v1_t  # nvmlDeviceGetSramEccErrorStatus
-    NVMLError = pynvml.NVMLError
+class SnapshotLibrary(HealthSymbols, LiveSymbols, c.FakeLibrary):
+    """libnvidia-ml answering from a Snapshot (see the module docstring for the knobs)."""
 
     def __init__(
         self,
@@ -131,354 +83,291 @@ class FakeNvml:
         *,
         init_failure: str | None = None,
         lose_after: dict[int, int] | None = None,
-        missing_functions: set[str] | frozenset[str] = frozenset(),
-        past_last_link: int = pynvml.NVML_ERROR_NOT_SUPPORTED,
+        device_answers: dict[tuple[str, int], int] | None = None,
+        past_last_link: int = c.NOT_SUPPORTED,
         nvlink_version_style: str = "enum",
+        root: bool = True,
+        documented_root: bool = False,
+        pid_view: str = "namespace",
+        host_pid: Callable[[int], int] = lambda pid: pid + 3_000_000,
+        foreign: set[int] | frozenset[int] = frozenset(),
+        live: dict[int, LiveGpu] | None = None,
+        wall: Callable[[], float] = time.time,
+        **options: Any,
     ) -> None:
+        super().__init__(**options)
         self.snapshot = snapshot
         self.init_failure = init_failure
         self.lose_after = dict(lose_after or {})
-        self.missing_functions = set(missing_functions)
+        self.device_answers = dict(device_answers or {})
         self.past_last_link = past_last_link
-        self.nvlink_version_style = nvlink_version_style  # "enum" (newer drivers) or "generation" (older)
-        self.devices = [FakeDevice(gpu) for gpu in sorted(snapshot.gpus, key=lambda g: g.index)]
-        self.initialized = 0
-        self.calls: list[str] = []  # every function called, in order
-        self.counter_reads: dict[tuple[object, ...], int] = {}  # how often each error counter was read
+        self.nvlink_version_style = nvlink_version_style
+        self.root, self.documented_root = root, documented_root
+        self.pid_view, self.host_pid, self.foreign = pid_view, host_pid, set(foreign)
+        self.wall = wall
+        base = next(_BASES)
+        self.devices = [
+            FakeDevice(g, base + 0x100 * (i + 1)) for i, g in enumerate(sorted(snapshot.gpus, key=lambda g: g.index))
+        ]
+        self.live = {d.gpu.index: (live or {}).get(d.gpu.index, LiveGpu()) for d in self.devices}
+        self.event_set = base + 0xF000
+        self.t0 = wall()
+        self.counter_reads: dict[tuple[object, ...], int] = {}
+        self.util_asked: list[int] = []  # the timestamps nvmlDeviceGetProcessUtilization was asked since
 
-    def __getattribute__(self, name: str) -> Any:
-        if name.startswith("nvml"):
-            object.__getattribute__(self, "calls").append(name)
-            if name in object.__getattribute__(self, "missing_functions"):
-                return _function_not_found
-        return object.__getattribute__(self, name)
+    # -- bookkeeping ---------------------------------------------------------------------------------
+    def _index_of(self, handle: Any) -> tuple[FakeDevice, int | None]:
+        """The device behind a handle, and the MIG slot when it is one of its MIG devices' handles."""
+        address = c.pointer_value(handle)
+        for dev in self.devices:
+            offset = address - dev.address
+            if offset == 0:
+                return dev, None
+            if 0x10 <= offset < 0x20:
+                return dev, offset - 0x10
+        raise NvmlError(c.INVALID_ARGUMENT)  # nvml.h: "if device is invalid"
 
-    # -- bookkeeping -----------------------------------------------------------------
+    def _device(self, handle: Any, symbol: str = "") -> Gpu:
+        """The Gpu behind a handle; GPU_IS_LOST once it has fallen off the bus."""
+        dev, _ = self._index_of(handle)
+        dev.calls += 1
+        budget = self.lose_after.get(dev.gpu.index)
+        if budget is not None and dev.calls > budget:
+            dev.lost = True
+        if dev.lost and not (dev.gpu.lost and symbol in IDENTITY):
+            raise NvmlError(c.GPU_IS_LOST)
+        code = self.device_answers.get((symbol, dev.gpu.index))
+        if code is not None:
+            raise NvmlError(code)
+        return dev.gpu
 
-    def _ready(self) -> None:
-        if not self.initialized:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+    def _field(self, handle: Any, name: str, symbol: str = "") -> Any:
+        v = getattr(self._device(handle, symbol), name)
+        raise_if_missing(v)
+        return v
 
-    def _device(self, handle: Any, call: str = "") -> Gpu:
-        """The Gpu behind a handle; raises GPU_IS_LOST once the device has fallen off."""
-        self._ready()
-        if not isinstance(handle, FakeDevice):
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        handle.calls += 1
-        budget = self.lose_after.get(handle.gpu.index)
-        if budget is not None and handle.calls > budget:
-            handle.lost = True
-        if handle.lost and not (handle.gpu.lost and call in IDENTITY_CALLS):
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
-        return handle.gpu
+    def _scalar(self, handle: Any, ref: Any, name: str, symbol: str) -> None:
+        put(ref, symbol, int(self._field(handle, name, symbol)))
 
-    # -- library and system ------------------------------------------------------------
-
-    def nvmlInit(self) -> None:
+    # -- library and system ----------------------------------------------------------------------------
+    def nvmlInitWithFlags(self, flags: Any) -> None:
         if self.init_failure is not None:
-            raise pynvml.NVMLError(INIT_FAILURES[self.init_failure])
-        self.initialized += 1
+            raise NvmlError(INIT_FAILURES[self.init_failure])
+        super().nvmlInitWithFlags(flags)
 
-    def nvmlShutdown(self) -> None:
-        self._ready()
-        self.initialized -= 1
-
-    def nvmlSystemGetDriverVersion(self) -> str:
-        self._ready()
+    def nvmlSystemGetDriverVersion(self, buffer: Any, length: Any) -> None:
         raise_if_missing(self.snapshot.driver.driver_version)
-        return self.snapshot.driver.driver_version
+        put_text(buffer, length, self.snapshot.driver.driver_version)
 
-    def nvmlSystemGetCudaDriverVersion(self) -> int:
-        self._ready()
+    def nvmlSystemGetCudaDriverVersion(self, ref: Any) -> None:
         version = self.snapshot.driver.cuda_driver_version
         raise_if_missing(version)
         major, minor = version.split(".")[:2]
-        return int(major) * 1000 + int(minor) * 10
+        put(ref, "cudaDriverVersion", int(major) * 1000 + int(minor) * 10)
 
-    def nvmlSystemGetNVMLVersion(self) -> str:
-        self._ready()
+    def nvmlSystemGetNVMLVersion(self, buffer: Any, length: Any) -> None:
         raise_if_missing(self.snapshot.driver.nvml_version)
-        return self.snapshot.driver.nvml_version
+        put_text(buffer, length, self.snapshot.driver.nvml_version)
 
-    def nvmlDeviceGetCount(self) -> int:
-        self._ready()
-        return len(self.devices)
+    def nvmlDeviceGetCount_v2(self, ref: Any) -> None:
+        put(ref, "deviceCount", len(self.devices))
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeDevice:
-        self._ready()
-        if not 0 <= index < len(self.devices):
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        return self.devices[index]
+    def nvmlDeviceGetHandleByIndex_v2(self, index: Any, ref: Any) -> None:
+        i = value(index)
+        if not 0 <= i < len(self.devices):
+            raise NvmlError(c.INVALID_ARGUMENT)  # nvml.h 4631: "if index is invalid"
+        code = self.device_answers.get(("nvmlDeviceGetHandleByIndex_v2", i))
+        if code is not None:
+            raise NvmlError(code)
+        c.set_pointer(ref, self.devices[i].address)
 
-    # -- identity and configuration ----------------------------------------------------
+    def nvmlDeviceGetIndex(self, handle: Any, ref: Any) -> None:
+        put(ref, "index", self._device(handle).index)
 
-    def nvmlDeviceGetUUID(self, handle: Any) -> str:
-        if isinstance(handle, FakeMigDevice):
-            return handle.mig.uuid
-        return self._device(handle, "nvmlDeviceGetUUID").uuid
+    # -- identity and configuration ----------------------------------------------------------------------
+    def nvmlDeviceGetUUID(self, handle: Any, buffer: Any, length: Any) -> None:
+        dev, slot = self._index_of(handle)
+        if slot is not None:
+            put_text(buffer, length, self._mig(dev, slot).uuid)
+            return
+        put_text(buffer, length, self._device(handle, "nvmlDeviceGetUUID").uuid)
 
-    def nvmlDeviceGetName(self, handle: Any) -> str:
-        return self._device(handle, "nvmlDeviceGetName").name
+    def nvmlDeviceGetName(self, handle: Any, buffer: Any, length: Any) -> None:
+        put_text(buffer, length, self._device(handle, "nvmlDeviceGetName").name)
 
-    def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
-        return pci_info(self._device(handle, "nvmlDeviceGetPciInfo").pci_bus_id)
+    def nvmlDeviceGetPciInfo_v3(self, handle: Any, ref: Any) -> None:
+        target(ref, "pci").busId = self._device(handle, "nvmlDeviceGetPciInfo_v3").pci_bus_id.encode()
 
-    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any:
-        if isinstance(handle, FakeMigDevice):
-            raise_if_missing(handle.mig.memory_total_mib)
-            total = handle.mig.memory_total_mib * MIB
-            return SimpleNamespace(total=total, used=0, free=total)
-        gpu = self._device(handle)
+    def _memory(self, handle: Any, ref: Any, symbol: str) -> tuple[Any, int, int, int]:
+        dev, slot = self._index_of(handle)
+        struct = target(ref, "memory")
+        if slot is not None:
+            total = self._mig(dev, slot).memory_total_mib
+            raise_if_missing(total)
+            return struct, total * MIB, 0, 0
+        gpu = self._device(handle, symbol)
+        if self._mig_denied(gpu):
+            raise NvmlError(c.NO_PERMISSION)
         raise_if_missing(gpu.memory_total_mib, gpu.memory_used_mib)
-        total, used = gpu.memory_total_mib * MIB, gpu.memory_used_mib * MIB
-        return SimpleNamespace(total=total, used=used, free=total - used)
+        reserved = gpu.memory_reserved_mib if isinstance(gpu.memory_reserved_mib, int) else 0
+        return struct, gpu.memory_total_mib * MIB, gpu.memory_used_mib * MIB, reserved * MIB
 
-    def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]:
-        cc = self._device(handle).compute_capability
-        raise_if_missing(cc)
-        major, minor = cc.split(".")
-        return int(major), int(minor)
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, ref: Any) -> None:
+        struct, total, used, reserved = self._memory(handle, ref, "nvmlDeviceGetMemoryInfo")
+        struct.total, struct.used = total, used + reserved  # nvml.h 259
+        struct.free = total - used - reserved
 
-    def nvmlDeviceGetVbiosVersion(self, handle: Any) -> str:
-        vbios = self._device(handle).vbios
-        raise_if_missing(vbios)
-        return vbios
+    def nvmlDeviceGetMemoryInfo_v2(self, handle: Any, ref: Any) -> None:
+        """A recording without the reserved memory is a driver without this call."""
+        struct, total, used, reserved = self._memory(handle, ref, "nvmlDeviceGetMemoryInfo_v2")
+        dev, slot = self._index_of(handle)
+        if slot is None:
+            raise_if_missing(dev.gpu.memory_reserved_mib)
+        c.check_version(struct, MEMORY_V2, "nvmlMemory_v2_t")
+        struct.total, struct.used, struct.reserved = total, used, reserved  # nvml.h 274
+        struct.free = total - used - reserved
 
-    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
-        watts = self._device(handle).power_limit_w
-        raise_if_missing(watts)
-        return round(watts * 1000)
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Any, major: Any, minor: Any) -> None:
+        cc = self._field(handle, "compute_capability")
+        a, b = cc.split(".")
+        put(major, "major", int(a))
+        put(minor, "minor", int(b))
 
-    def nvmlDeviceGetPersistenceMode(self, handle: Any) -> int:
-        mode = self._device(handle).persistence_mode
-        raise_if_missing(mode)
-        return int(mode)
+    def nvmlDeviceGetVbiosVersion(self, handle: Any, buffer: Any, length: Any) -> None:
+        put_text(buffer, length, self._field(handle, "vbios"))
 
-    def nvmlDeviceGetComputeMode(self, handle: Any) -> int:
-        mode = self._device(handle).compute_mode
-        raise_if_missing(mode)
-        return COMPUTE_MODE_CODES[mode]
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any, ref: Any) -> None:
+        put(ref, "limit", round(self._field(handle, "power_limit_w") * 1000))
 
-    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
+    def nvmlDeviceGetPersistenceMode(self, handle: Any, ref: Any) -> None:
+        self._scalar(handle, ref, "persistence_mode", "nvmlDeviceGetPersistenceMode")
+
+    def nvmlDeviceGetComputeMode(self, handle: Any, ref: Any) -> None:
+        put(ref, "mode", COMPUTE_MODE_CODES[self._field(handle, "compute_mode")])
+
+    def nvmlDeviceGetMigMode(self, handle: Any, current: Any, pending: Any) -> None:
         gpu = self._device(handle)
         raise_if_missing(gpu.mig_mode_current, gpu.mig_mode_pending)
-        return [int(gpu.mig_mode_current), int(gpu.mig_mode_pending)]
+        put(current, "currentMode", int(gpu.mig_mode_current))
+        put(pending, "pendingMode", int(gpu.mig_mode_pending))
 
-    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
-        gpu = self._device(handle)
-        raise_if_missing(gpu.mig_devices)
-        return max([7] + [m.index + 1 for m in gpu.mig_devices])
+    def _mig(self, dev: FakeDevice, slot: int) -> Any:
+        migs = dev.gpu.mig_devices
+        raise_if_missing(migs)
+        for mig in migs:
+            if mig.index == slot:
+                return mig
+        raise NvmlError(c.NOT_FOUND)  # nvml.h 13437: "if no valid MIG device was found at index"
 
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> FakeMigDevice:
-        gpu = self._device(handle)
-        raise_if_missing(gpu.mig_devices)
-        for mig in gpu.mig_devices:
-            if mig.index == index:
-                return FakeMigDevice(handle, mig)
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+    def _mig_denied(self, gpu: Gpu) -> bool:
+        """A user asking a MIG GPU's aggregate (nvml.h 6678-6680, 7378-7380)."""
+        return not self.root and self.documented_root and gpu.mig_mode_current is True
 
-    def nvmlDeviceGetEccMode(self, handle: Any) -> list[int]:
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any, ref: Any) -> None:
+        migs = self._field(handle, "mig_devices")
+        put(ref, "count", max([7] + [m.index + 1 for m in migs]))
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: Any, ref: Any) -> None:
+        dev, _ = self._index_of(handle)
+        self._device(handle)
+        slot = value(index)
+        self._mig(dev, slot)
+        c.set_pointer(ref, dev.address + 0x10 + slot)
+
+    def nvmlDeviceGetEccMode(self, handle: Any, current: Any, pending: Any) -> None:
         gpu = self._device(handle)
         raise_if_missing(gpu.ecc_mode_current, gpu.ecc_mode_pending)
-        return [int(gpu.ecc_mode_current), int(gpu.ecc_mode_pending)]
+        put(current, "current", int(gpu.ecc_mode_current))
+        put(pending, "pending", int(gpu.ecc_mode_pending))
 
-    # -- links ---------------------------------------------------------------------------
+    # -- PCIe and NVLink --------------------------------------------------------------------------------
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any, ref: Any) -> None:
+        self._scalar(handle, ref, "pcie_gen_current", "nvmlDeviceGetCurrPcieLinkGeneration")
 
-    def _field(self, handle: Any, name: str) -> Any:
-        value = getattr(self._device(handle), name)
-        raise_if_missing(value)
-        return value
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any, ref: Any) -> None:
+        self._scalar(handle, ref, "pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration")
 
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int:
-        return self._field(handle, "pcie_gen_current")
+    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, handle: Any, ref: Any) -> None:
+        self._scalar(handle, ref, "pcie_gen_gpu_max", "nvmlDeviceGetGpuMaxPcieLinkGeneration")
 
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int:
-        return self._field(handle, "pcie_gen_max")
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any, ref: Any) -> None:
+        self._scalar(handle, ref, "pcie_width_current", "nvmlDeviceGetCurrPcieLinkWidth")
 
-    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int:
-        return self._field(handle, "pcie_width_current")
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any, ref: Any) -> None:
+        self._scalar(handle, ref, "pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth")
 
-    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int:
-        return self._field(handle, "pcie_width_max")
-
-    def _link(self, handle: Any, link: int) -> Any:
-        links = self._device(handle).nvlinks
-        raise_if_missing(links)
+    def _link(self, handle: Any, link: Any) -> Any:
+        links = self._field(handle, "nvlinks")
         for nvlink in links:
-            if nvlink.link == link:
+            if nvlink.link == value(link):
                 return nvlink
         # No such link: NOT_SUPPORTED, or INVALID_ARGUMENT past the last link on GB200.
-        raise pynvml.NVMLError(self.past_last_link if links else pynvml.NVML_ERROR_NOT_SUPPORTED)
+        raise NvmlError(self.past_last_link if links else c.NOT_SUPPORTED)
 
-    def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
-        return int(self._link(handle, link).active)
+    def nvmlDeviceGetNvLinkState(self, handle: Any, link: Any, ref: Any) -> None:
+        put(ref, "isActive", int(self._link(handle, link).active))
 
-    def nvmlDeviceGetNvLinkVersion(self, handle: Any, link: int) -> int:
-        """A recorded raw answer (NvLink.version_raw) as it was; else the generation, written in
-        the driver style `nvlink_version_style`."""
+    def nvmlDeviceGetNvLinkVersion(self, handle: Any, link: Any, ref: Any) -> None:
+        """A recorded raw answer as it was; else the generation in `nvlink_version_style`."""
         nvlink = self._link(handle, link)
         if isinstance(nvlink.version_raw, int):
-            return nvlink.version_raw
+            put(ref, "version", nvlink.version_raw)
+            return
         raise_if_missing(nvlink.version)
-        if self.nvlink_version_style == "generation":
-            return nvlink.version
-        return NVLINK_ENUM_OF_GENERATION[nvlink.version]
+        style = (
+            nvlink.version if self.nvlink_version_style == "generation" else NVLINK_ENUM_OF_GENERATION[nvlink.version]
+        )
+        put(ref, "version", style)
 
-    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Any, link: int) -> Any:
+    def nvmlDeviceGetNvLinkRemotePciInfo_v2(self, handle: Any, link: Any, ref: Any) -> None:
         remote = self._link(handle, link).remote_bus_id
         raise_if_missing(remote)
-        return pci_info(remote)
+        target(ref, "pci").busId = remote.encode()
 
-    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int) -> int:
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: Any, ref: Any) -> None:
         remote = self._link(handle, link).remote_type
         raise_if_missing(remote)
-        return REMOTE_TYPE_CODES.get(remote, 0xFF)
+        put(ref, "type", REMOTE_TYPE_CODES.get(remote, 0xFF))
 
-    def nvmlDeviceGetNumaNodeId(self, handle: Any) -> int:
-        return self._field(handle, "numa_node")
+    def nvmlDeviceGetNumaNodeId(self, handle: Any, ref: Any) -> None:
+        self._scalar(handle, ref, "numa_node", "nvmlDeviceGetNumaNodeId")
 
-    def nvmlDeviceGetCpuAffinity(self, handle: Any, cpu_set_size: int) -> list[int]:
-        words = [0] * cpu_set_size
-        for cpu in self._field(handle, "cpu_affinity"):
-            if cpu // 64 < cpu_set_size:
-                words[cpu // 64] |= 1 << (cpu % 64)
-        return words
+    def _mask(self, ref: Any, size: Any, ids: list[int]) -> None:
+        words = target(ref, "set")
+        if value(size) == 0:
+            raise NvmlError(c.INVALID_ARGUMENT)  # nvml.h 4933/4963: "cpuSetSize == 0"
+        for i in ids:
+            if i // 64 < value(size):
+                words[i // 64] |= 1 << (i % 64)
 
-    # -- health ----------------------------------------------------------------------------
+    def nvmlDeviceGetCpuAffinity(self, handle: Any, size: Any, ref: Any) -> None:
+        self._mask(ref, size, self._field(handle, "cpu_affinity"))
 
-    def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter_type: int) -> int:
-        if error_type != pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)  # only uncorrected is recorded
-        name = "ecc_uncorrected_volatile" if counter_type == pynvml.NVML_VOLATILE_ECC else "ecc_uncorrected_aggregate"
-        return self._field(handle, name)
+    def nvmlDeviceGetMemoryAffinity(self, handle: Any, size: Any, ref: Any, scope: Any) -> None:
+        if value(scope) not in (0, 1):
+            raise NvmlError(c.INVALID_ARGUMENT)
+        self._mask(ref, size, self._field(handle, "numa_affinity"))
 
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any) -> int:
-        return int(self._field(handle, "retired_pages_pending"))
 
-    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
-        rows = self._field(handle, "remapped_rows")
-        return rows.correctable, rows.uncorrectable, int(rows.pending), int(rows.failed)
+class FakeNvml(c.PynvmlView):
+    """The pynvml module over a SnapshotLibrary (or over `library=` a library built elsewhere)."""
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
-        return self._field(handle, "clock_event_reasons")
+    def __init__(
+        self, snapshot: Snapshot | None = None, *, library: c.FakeLibrary | None = None, **options: Any
+    ) -> None:
+        if library is None:
+            assert snapshot is not None
+            library = SnapshotLibrary(snapshot, **options)
+        super().__init__(library)
 
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
-        return self._field(handle, "clock_event_reasons")
+    @property
+    def initialized(self) -> int:
+        return self.library.initialized
 
-    def _fill_fabric(self, handle: Any, ref: Any) -> int:
-        fabric = self._field(handle, "fabric")
-        info = ref._obj  # the probe passes ctypes.byref(struct), as pynvml requires
-        names = {f[0] for f in type(info)._fields_}
-        info.state = FABRIC_STATE_CODES[fabric.state]
-        info.status = RETURN_CODES.get(fabric.status, pynvml.NVML_ERROR_UNKNOWN)
-        health = fabric.health if isinstance(fabric.health, str) else None
-        if "healthSummary" in names:
-            info.healthSummary = FABRIC_HEALTH_CODES.get(health, 0) if health else 0
-        if "healthMask" in names:
-            info.healthMask = FABRIC_HEALTH_MASKS.get(health, 0) if health else 0
-        return pynvml.NVML_SUCCESS
+    @property
+    def devices(self) -> list[FakeDevice]:
+        return self.library.devices  # type: ignore[attr-defined,no-any-return]
 
-    def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, ref: Any) -> int:
-        return self._fill_fabric(handle, ref)
-
-    def nvmlDeviceGetGpuFabricInfo(self, handle: Any, ref: Any) -> int:
-        return self._fill_fabric(handle, ref)
-
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
-        return [
-            SimpleNamespace(
-                pid=p.pid,
-                usedGpuMemory=None if p.used_memory_mib is None else p.used_memory_mib * MIB,
-                gpuInstanceId=0xFFFFFFFF,
-                computeInstanceId=0xFFFFFFFF,
-            )
-            for p in self._field(handle, "processes")
-        ]
-
-    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
-        return self._field(handle, "temperature_c")
-
-    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
-        return round(self._field(handle, "power_draw_w") * 1000)
-
-    def nvmlDeviceGetInforomImageVersion(self, handle: Any) -> str:
-        return self._field(handle, "inforom_image")
-
-    def nvmlDeviceGetGspFirmwareVersion(self, handle: Any) -> bytes:
-        return self._field(handle, "gsp_firmware").encode()  # pynvml hands back the raw buffer
-
-    def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[Any]) -> Any:
-        gpu = self._device(handle)
-        values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
-        for slot, field_id in zip(values, field_ids, strict=True):
-            slot.fieldId = field_id
-            action = gpu.recovery_action if field_id == FI_DEV_GET_GPU_RECOVERY_ACTION else Missing("unsupported")
-            if isinstance(action, Missing):
-                slot.nvmlReturn = REASON_CODES.get(action.reason, pynvml.NVML_ERROR_UNKNOWN)
-                continue
-            slot.nvmlReturn = pynvml.NVML_SUCCESS
-            slot.valueType = NVML_VALUE_TYPE_UNSIGNED_INT
-            slot.value.uiVal = RECOVERY_ACTION_CODES[action]
-        return values
-
-    def nvmlDeviceGetSramEccErrorStatus(self, handle: Any, ref: Any) -> int:
-        sram = self._field(handle, "sram_ecc")
-        status = ref._obj  # the probe passes ctypes.byref(struct), as pynvml requires
-        status.aggregateUncParity = sram.aggregate_uncorrectable_parity
-        status.aggregateUncSecDed = sram.aggregate_uncorrectable_secded
-        status.volatileUncParity = sram.volatile_uncorrectable_parity
-        status.volatileUncSecDed = sram.volatile_uncorrectable_secded
-        status.bThresholdExceeded = int(sram.threshold_exceeded)
-        return pynvml.NVML_SUCCESS
-
-    def nvmlDeviceGetMemoryErrorCounter(self, handle: Any, error_type: int, counter_type: int, location: int) -> int:
-        if error_type != pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED or location != NVML_MEMORY_LOCATION_DRAM:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)  # only DRAM uncorrected is recorded
-        volatile = counter_type == pynvml.NVML_VOLATILE_ECC
-        return self._field(handle, "ecc_uncorrected_dram_volatile" if volatile else "ecc_uncorrected_dram_aggregate")
-
-    def nvmlDeviceGetRowRemapperHistogram(self, handle: Any) -> Any:
-        hist = self._field(handle, "remap_histogram")
-        values = pynvml.c_nvmlRowRemapperHistogramValues()
-        for name in ("max", "high", "partial", "low", "none"):
-            setattr(values, name, getattr(hist, name))
-        return values
-
-    def _counter(self, key: tuple[object, ...], first: Any, later: Any) -> int:
-        """The first reading of an error counter, then the later one (when recorded)."""
-        reads = self.counter_reads[key] = self.counter_reads.get(key, 0) + 1
-        value = later if reads > 1 and not isinstance(later, Missing) else first
-        raise_if_missing(value)
-        return value
-
-    def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
-        gpu = self._device(handle)
-        return self._counter((gpu.index, "pcie"), gpu.pcie_replays, gpu.pcie_replays_later)
-
-    def nvmlDeviceGetNvLinkErrorCounter(self, handle: Any, link: int, counter: int) -> int:
-        nvlink = self._link(handle, link)
-        first, later = nvlink.errors, nvlink.errors_later
-        raise_if_missing(first)
-        name = NVLINK_COUNTER_FIELDS[counter]
-        later_value = getattr(later, name) if not isinstance(later, Missing) else later
-        return self._counter((handle.gpu.index, link, counter), getattr(first, name), later_value)
-
-    # -- pairs -----------------------------------------------------------------------------
-
-    def _pair(self, h1: Any, h2: Any) -> Any:
-        a, b = self._device(h1).index, self._device(h2).index
-        pair = self.snapshot.pair(a, b)
-        if pair is None:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        return pair
-
-    def nvmlDeviceGetTopologyCommonAncestor(self, h1: Any, h2: Any) -> int:
-        level = self._pair(h1, h2).pcie_level
-        raise_if_missing(level)
-        return LEVEL_CODES[level]
-
-    def nvmlDeviceGetP2PStatus(self, h1: Any, h2: Any, index: int) -> int:
-        pair = self._pair(h1, h2)
-        status = pair.p2p_read if index == pynvml.NVML_P2P_CAPS_INDEX_READ else pair.p2p_write
-        raise_if_missing(status)
-        return P2P_CODES[status]
+    @property
+    def counter_reads(self) -> dict[tuple[object, ...], int]:
+        return self.library.counter_reads  # type: ignore[attr-defined,no-any-return]

@@ -1,123 +1,86 @@
-"""A fake pynvml answering the live readings `watch` samples (tests/probe/test_sampler.py): two H100s,
-GPU 1 without a PCIe throughput counter, and knobs to lose a GPU or queue XID events. For the
-probe's one-off readings of a whole machine, see fake_nvml.py (driven by a snapshot)."""
+"""The strict fake NVML (fake_nvml.py) set up for the watch sampler (tests/probe/test_sampler.py):
+two H100s of the recorded HGX machine, busy, GPU 1 without PCIe throughput readings or process
+utilization samples, an XID 79 pending on GPU 1, and knobs to lose a GPU or add samples."""
 
 from __future__ import annotations
 
-from collections import Counter
-from types import SimpleNamespace
+import dataclasses
 from typing import Any
 
-from gpudoctor.probe.nvml import (
-    NVML_ERROR_GPU_IS_LOST,
-    NVML_ERROR_NOT_FOUND,
-    NVML_ERROR_NOT_SUPPORTED,
-    NVML_ERROR_TIMEOUT,
-)
+from gpudoctor.snapshot import GpuProcess, Snapshot
+from tests.fakes.fake_nvml import FakeNvml, LiveGpu
+from tests.fakes.machines import h100_nvswitch_8x
+
+NAME = "NVIDIA H100 80GB HBM3"
 
 
-class NVMLError(Exception):
-    def __init__(self, value: int) -> None:
-        super().__init__(f"NVML error {value}")
-        self.value = value
+class Clock:
+    """A wall clock for the fake's timestamps (PCIe byte counters) that moves only when told."""
+
+    def __init__(self, start: float = 1_795_724_772.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
-class LiveNvml:
-    """Two H100s: GPU 1 has no PCIe throughput counter; `lose(0)` makes GPU 0 fall off the bus."""
-
-    def __init__(self) -> None:
-        self.calls: Counter[str] = Counter()
-        self.lost: set[int] = set()
-        self.pending_xids = [(1, 79)]
-        self.util_asked: list[int] = []
-        self.util_samples: list[tuple[int, int, int]] | None = None
-
-    def __getattribute__(self, name: str) -> Any:
-        if name.startswith("nvml"):
-            object.__getattribute__(self, "calls")[name] += 1
-        return object.__getattribute__(self, name)
-
-    def _dev(self, h: int) -> int:
-        if h in self.lost:
-            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
-        return h
-
-    def nvmlInit(self) -> None: ...
-    def nvmlShutdown(self) -> None: ...
-    def nvmlDeviceGetCount(self) -> int:
-        return 2
-
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
-        return i
-
-    def nvmlDeviceGetIndex(self, h: int) -> int:
-        return h
-
-    def nvmlDeviceGetName(self, h: int) -> bytes:
-        return b"NVIDIA H100 80GB HBM3"
-
-    def nvmlDeviceGetUUID(self, h: int) -> str:
-        return f"GPU-{h}"
-
-    def nvmlDeviceGetEnforcedPowerLimit(self, h: int) -> int:
-        return 700000
-
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
-        self._dev(h)
-        return SimpleNamespace(used=61000 * 2**20, total=81559 * 2**20)
-
-    def nvmlDeviceGetUtilizationRates(self, h: int) -> Any:
-        return SimpleNamespace(gpu=[97, 54][self._dev(h)], memory=40)
-
-    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
-        return [612345, 330000][self._dev(h)]
-
-    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
-        return 65 + self._dev(h)
-
-    def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:
-        return 1980
-
-    def nvmlDeviceGetPcieThroughput(self, h: int, counter: int) -> int:
-        if self._dev(h) == 1:
-            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-        return 2048000 if counter == 1 else 1024000  # KB/s
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
-        return 0x40 if self._dev(h) == 1 else 0
-
-    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
-        return [SimpleNamespace(pid=1000 + self._dev(h), usedGpuMemory=60000 * 2**20)]
-
-    def nvmlDeviceGetProcessUtilization(self, h: int, since_us: int) -> list[Any]:
-        """GPU 0: two samples of PID 1000 newer than `since_us` (and one older, which NVML would not
-        return, to check it is ignored); NOT_FOUND when there is nothing new. GPU 1: not supported."""
-        if self._dev(h) == 1:
-            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-        self.util_asked.append(since_us)
-        if self.util_samples is None:
-            raise NVMLError(NVML_ERROR_NOT_FOUND)
-        return [SimpleNamespace(pid=pid, timeStamp=ts, smUtil=sm) for pid, ts, sm in self.util_samples]
-
-    def nvmlEventSetCreate(self) -> str:
-        return "set"
-
-    def nvmlDeviceRegisterEvents(self, h: int, mask: int, s: str) -> None: ...
-    def nvmlEventSetFree(self, s: str) -> None: ...
-
-    def nvmlEventSetWait_v2(self, s: str, timeout_ms: int) -> Any:
-        if not self.pending_xids:
-            raise NVMLError(NVML_ERROR_TIMEOUT)
-        dev, xid = self.pending_xids.pop(0)
-        return SimpleNamespace(device=dev, eventData=xid)
+def two_h100s(*pids: int, memory_mib: int = 60000) -> Snapshot:
+    """GPUs 0 and 1 of the HGX H100, GPU `i` running `pids[i]` (1000 + i by default)."""
+    source = h100_nvswitch_8x()
+    pids = pids or (1000, 1001)
+    gpus = [
+        dataclasses.replace(
+            source.gpu(i),
+            memory_used_mib=61000,
+            memory_reserved_mib=0,
+            power_draw_w=[612.345, 330.0][i],
+            temperature_c=65 + i,
+            clock_event_reasons=[0, 0x40][i],  # GPU 1: software thermal slowdown
+            processes=[GpuProcess(pid=pids[i], used_memory_mib=memory_mib)],
+        )
+        for i in (0, 1)
+    ]
+    return dataclasses.replace(source, gpus=gpus, pairs=[])
 
 
-class ProcsOf(LiveNvml):
-    """GPU 0 runs `pids[0]`, GPU 1 runs `pids[1]` (host PIDs, as NVML reports them)."""
+class LiveNvml(FakeNvml):
+    """Two busy H100s: GPU 0 moves 2000 MB/s in, 1000 MB/s out over PCIe; GPU 1 answers NOT_SUPPORTED
+    for PCIe throughput (and has no byte counters) and for process utilization."""
 
-    def __init__(self, *pids: int) -> None:
-        super().__init__()
-        self.pids = pids
+    def __init__(self, *pids: int, memory_mib: int = 60000, **options: Any) -> None:
+        live = {
+            0: LiveGpu(util=97, mem_util=40, pcie_rx_kbps=2048000, pcie_tx_kbps=1024000),
+            1: LiveGpu(util=54, mem_util=40, pcie_rx_kbps=None, pcie_tx_kbps=None, util_samples=None, xids=[79]),
+        }
+        super().__init__(two_h100s(*pids, memory_mib=memory_mib), live=live, **options)
 
-    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
-        return [SimpleNamespace(pid=self.pids[h], usedGpuMemory=512 * 2**20)]
+    def live(self, index: int) -> LiveGpu:
+        return self.library.live[index]  # type: ignore[attr-defined,no-any-return]
+
+    def lose(self, index: int) -> None:
+        """GPU `index` falls off the bus: every later call to it answers GPU_IS_LOST."""
+        self.devices[index].lost = True
+
+    @property
+    def util_asked(self) -> list[int]:
+        return self.library.util_asked  # type: ignore[attr-defined,no-any-return]
+
+
+def busy_h100s(n: int = 8, *, counters: bool = True, **options: Any) -> FakeNvml:
+    """`n` busy H100s of the HGX machine (8 at most), each moving 1000 MB/s each way; without PCIe byte
+    counters when `counters` is False (a driver before R555: the field answers NOT_SUPPORTED)."""
+    source = h100_nvswitch_8x()
+    gpus = [dataclasses.replace(g, memory_reserved_mib=529) for g in source.gpus[:n]]
+    live = {
+        g.index: LiveGpu(util=95, mem_util=40, pcie_rx_kbps=1024000, pcie_tx_kbps=1024000, pcie_counters=counters)
+        for g in gpus
+    }
+    return FakeNvml(dataclasses.replace(source, gpus=gpus, pairs=[]), live=live, **options)
+
+
+def ProcsOf(*pids: int) -> LiveNvml:  # noqa: N802  (reads as the fake it makes)
+    """GPU 0 runs `pids[0]`, GPU 1 runs `pids[1]`, 512 MiB each."""
+    return LiveNvml(*pids, memory_mib=512)

@@ -8,6 +8,12 @@ driver 550.54.15 with CUDA 12.4), and a PCIe box of RTX 4090s without NVLink or 
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import json
+from typing import Any
+
+from gpudoctor import snapshot as snap
 from gpudoctor.snapshot import (
     SCHEMA_VERSION,
     Driver,
@@ -21,6 +27,7 @@ from gpudoctor.snapshot import (
     Snapshot,
 )
 from tests.helpers import snapshots
+from tests.paths import FIXTURES
 
 UNSUPPORTED = Missing("unsupported")
 CREATED = "2024-11-14T07:00:14+00:00"
@@ -102,3 +109,39 @@ def a100_mig_gpu() -> Gpu:
             "processes": [GpuProcess(pid=5151, used_memory_mib=None)],  # MIG hides per-process memory
         }
     )
+
+
+# A real machine: one H200 in a pass-through Firecracker VM, driver 580.159.04, recorded by
+# `gpudoctor snapshot` on 2026-11-26 (tests/fixtures/real/h200-vm-driver580.159.04-2026-11-26/README.md).
+H200_VM = FIXTURES / "real" / "h200-vm-driver580.159.04-2026-11-26"
+
+
+def h200_nvml_raw() -> dict[str, Any]:
+    """What NVML itself answered on the H200 (nvml_raw.json, read with pynvml beside the probe)."""
+    return json.loads((H200_VM / "nvml_raw.json").read_text(encoding="utf-8"))["gpus"][0]  # type: ignore[no-any-return]
+
+
+def h200_vm() -> Snapshot:
+    """The H200 as NVML reports it. The recording predates the probe's v2 memory call, the card's own
+    PCIe maximum and the NUMA affinity: those readings come from what NVML answered on the same
+    machine (nvml_raw.json: v2 used 0, reserved 615 MiB; GpuMaxPcieLinkGeneration 5) and from what
+    nvidia-smi topo -m printed (NUMA Affinity 0; NVML's memory affinity call was not made there)."""
+    recorded = snap.load(H200_VM / "snapshot.json")
+    raw = h200_nvml_raw()
+    gpu = dataclasses.replace(
+        recorded.gpu(0),
+        memory_used_mib=raw["mem_v2_mib"]["used"],
+        memory_reserved_mib=raw["mem_v2_mib"]["reserved"],
+        pcie_gen_gpu_max=raw["GpuMaxPcieLinkGeneration"],
+        numa_affinity=[0],
+    )
+    return dataclasses.replace(recorded, gpus=[gpu])
+
+
+def h200_smi() -> dict[str, str]:
+    """nvidia-smi --query-gpu on the H200 at the same minute: field name -> printed value."""
+    out: dict[str, str] = {}
+    for name in ("nvidia-smi.csv", "nvidia-smi-extra.csv"):
+        rows = list(csv.reader((H200_VM / name).read_text(encoding="utf-8").splitlines()))
+        out.update({k.strip(): v.strip() for k, v in zip(rows[0], rows[1], strict=True)})
+    return out

@@ -256,3 +256,16 @@ def test_leftovers_of_a_killed_run_are_swept_and_nothing_else(tmp_path: Path) ->
         holder.kill()
         holder.wait()
         os.close(held)
+
+
+def test_a_run_budget_counts_from_when_every_rank_is_ready() -> None:
+    # A cold VM: torch and CUDA take 40 s of a 120 s timeout; the link probes' 30 s start at the join.
+    d = Deadlines(start=0.0, timeout_s=120.0, run_s=30.0)
+    assert d.expired(ranks_at("importing"), 40.0) is None
+    assert d.expired(ranks_at("joined"), 42.0) is None
+    assert d.expired(ranks_at("phase"), 71.9) is None  # 29.9 s into the run
+    assert d.expired(ranks_at("phase"), 72.1) == "run"
+    # The whole launch stays bounded by the timeout, whatever the run budget.
+    late = Deadlines(start=0.0, timeout_s=120.0, run_s=30.0)
+    assert late.expired(ranks_at("joined"), 100.0) is None
+    assert late.expired(ranks_at("phase"), 120.1) == "run"

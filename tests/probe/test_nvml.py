@@ -6,15 +6,17 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import pynvml
 import pytest
 
 from gpudoctor import snapshot as snap
 from gpudoctor.probe.machine import collect_machine
 from gpudoctor.probe.nvml import Nvml
 from gpudoctor.snapshot import Driver, FabricInfo, Gpu, Missing, Snapshot
-from tests.fakes.fake_nvml import FakeNvml
-from tests.fakes.machines import a100_mig_gpu, h100_nvswitch_8x, rtx4090_pcie_2x
+from tests.fakes import nvml_c as c
+from tests.fakes.fake_nvml import GVISOR_ANSWERS, FakeNvml, SnapshotLibrary
+from tests.fakes.machines import H200_VM, a100_mig_gpu, h100_nvswitch_8x, h200_smi, h200_vm, rtx4090_pcie_2x
+from tests.fakes.nvml_c import NvmlError
+from tests.fakes.nvml_h import FABRIC_V3
 from tests.paths import FIXTURES
 
 FIXTURE_FILES = sorted(FIXTURES.glob("*.json"))
@@ -52,7 +54,7 @@ def driver_root(tmp_path: Path, source: Driver) -> Path:
     """A filesystem root whose /proc/driver/nvidia/version matches the recorded module version."""
     if isinstance(source.kernel_module_version, str):
         version = tmp_path / "proc/driver/nvidia/version"
-        version.parent.mkdir(parents=True)
+        version.parent.mkdir(parents=True, exist_ok=True)
         version.write_text(
             f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {source.kernel_module_version}  "
             "Tue Mar  5 22:23:56 UTC 2024\nGCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
@@ -206,7 +208,7 @@ def test_older_driver_falls_back_to_older_calls(tmp_path: Path) -> None:
     collected, fake = probe(
         source,
         tmp_path,
-        missing_functions={"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetGpuFabricInfoV"},
+        missing={"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetGpuFabricInfoV"},
     )
     gpu = collected.gpu(0)
     assert gpu.clock_event_reasons == 0x1
@@ -222,20 +224,21 @@ def test_fabric_health_is_derived_from_the_v2_mask(tmp_path: Path) -> None:
     gpus = [dataclasses.replace(g, fabric=degraded) if g.index == 1 else g for g in source.gpus]
     source = dataclasses.replace(source, gpus=gpus, pairs=[])
 
-    class V2Only(FakeNvml):  # a driver that knows the v2 struct, not v3
-        def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, ref: Any) -> int:
-            if "healthSummary" in {f[0] for f in type(ref._obj)._fields_}:
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
-            return super().nvmlDeviceGetGpuFabricInfoV(handle, ref)
+    class V2Only(SnapshotLibrary):  # a driver that knows the v2 struct, not v3
+        def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, ref: Any) -> None:
+            if ref._obj.version == FABRIC_V3:
+                raise NvmlError(c.ARGUMENT_VERSION_MISMATCH)
+            super().nvmlDeviceGetGpuFabricInfoV(handle, ref)
 
-    collected = collect_machine(Nvml(V2Only(source)), {}, root=tmp_path, systemctl=lambda unit: "active")
+    fake = FakeNvml(library=V2Only(source))
+    collected = collect_machine(Nvml(fake), {}, root=tmp_path, systemctl=lambda unit: "active")
     assert collected.gpu(1).fabric.health == "limited_capacity"
     assert collected.gpu(0).fabric.health == "healthy"
 
 
 def test_gb200_invalid_argument_past_the_last_link_ends_the_list(tmp_path: Path) -> None:
     source = dataclasses.replace(h100_nvswitch_8x(), pairs=[])
-    collected, _ = probe(source, tmp_path, past_last_link=pynvml.NVML_ERROR_INVALID_ARGUMENT)
+    collected, _ = probe(source, tmp_path, past_last_link=c.INVALID_ARGUMENT)
     assert len(collected.gpu(0).nvlinks) == 18
 
 
@@ -262,14 +265,10 @@ def test_processes_are_not_pinned_on_local_pids_inside_a_pid_namespace(tmp_path:
 
 
 def test_gpu_without_a_handle_carries_the_reason_and_the_rest_go_on(tmp_path: Path) -> None:
-    class DeniedGpu1(FakeNvml):  # /dev/nvidia1 not accessible to this user
-        def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
-            if index == 1:
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
-            return super().nvmlDeviceGetHandleByIndex(index)
-
     source = h100_nvswitch_8x()
-    collected = collect_machine(Nvml(DeniedGpu1(source)), {}, root=tmp_path, systemctl=lambda unit: "active")
+    denied = {("nvmlDeviceGetHandleByIndex_v2", 1): c.NO_PERMISSION}  # /dev/nvidia1 not accessible to this user
+    fake = FakeNvml(source, device_answers=denied)
+    collected = collect_machine(Nvml(fake), {}, root=tmp_path, systemctl=lambda unit: "active")
     denied = collected.gpu(1)
     assert (denied.uuid, denied.lost) == ("", False)
     assert denied.memory_total_mib.reason == "no_permission" and denied.nvlinks.reason == "no_permission"
@@ -343,7 +342,7 @@ def test_an_older_driver_without_the_newer_calls_records_unsupported(tmp_path: P
         "nvmlDeviceGetGspFirmwareVersion",
         "nvmlDeviceGetRowRemapperHistogram",
     }
-    gpu = probe(source, tmp_path, missing_functions=old)[0].gpu(0)
+    gpu = probe(source, tmp_path, missing=old)[0].gpu(0)
     for name in ("recovery_action", "sram_ecc", "gsp_firmware", "remap_histogram"):
         assert getattr(gpu, name).reason == "unsupported", name
     assert gpu.inforom_image == "G520.0200.00.05" and gpu.ecc_uncorrected_dram_aggregate == 0
@@ -357,36 +356,118 @@ def test_gsp_firmware_off_is_unsupported_not_an_empty_version(tmp_path: Path) ->
 
 
 def test_a_gpu_without_a_handle_is_named_by_the_kernel_drivers_bus_id(tmp_path: Path) -> None:
-    class LostGpu3(FakeNvml):  # fell off the bus before the probe: no handle at all
-        def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
-            if index == 3:
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
-            return super().nvmlDeviceGetHandleByIndex(index)
+    def lost_gpu3() -> FakeNvml:  # fell off the bus before the probe: no handle at all
+        return FakeNvml(source, device_answers={("nvmlDeviceGetHandleByIndex_v2", 3): c.GPU_IS_LOST})
 
     source = h100_nvswitch_8x()
     for gpu in source.gpus:  # what /proc/driver/nvidia/gpus lists: lower-case, no 8-digit domain
         (tmp_path / "proc/driver/nvidia/gpus" / gpu.pci_bus_id[4:].lower()).mkdir(parents=True)
-    collected = collect_machine(Nvml(LostGpu3(source)), {}, root=tmp_path, systemctl=lambda unit: "active")
+    collected = collect_machine(Nvml(lost_gpu3()), {}, root=tmp_path, systemctl=lambda unit: "active")
     lost = collected.gpu(3)
     assert lost.lost and lost.uuid == "" and lost.pci_bus_id == source.gpu(3).pci_bus_id
     assert lost.unreachable.startswith("nvmlDeviceGetHandleByIndex(3): ")
     assert collected.gpu(2).unreachable == Missing("not_collected")  # the others answered
     # Without the kernel's list (or when it disagrees with NVML's count), no bus id is guessed.
     (tmp_path / "proc/driver/nvidia/gpus" / source.gpu(0).pci_bus_id[4:].lower()).rmdir()
-    again = collect_machine(Nvml(LostGpu3(source)), {}, root=tmp_path, systemctl=lambda unit: "active")
+    again = collect_machine(Nvml(lost_gpu3()), {}, root=tmp_path, systemctl=lambda unit: "active")
     assert again.gpu(3).pci_bus_id == ""
 
 
 def test_a_gpu_lost_between_the_two_readings_is_marked_lost(tmp_path: Path) -> None:
     source = dataclasses.replace(h100_nvswitch_8x(), gpus=[health_gpu(g) for g in h100_nvswitch_8x().gpus])
 
-    class LostLate(FakeNvml):
-        def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
-            if handle.gpu.index == 6 and self.counter_reads.get((6, "pcie")):
-                handle.lost = True  # the second reading finds it gone
-            return super().nvmlDeviceGetPcieReplayCounter(handle)
+    class LostLate(SnapshotLibrary):
+        def nvmlDeviceGetPcieReplayCounter(self, handle: Any, ref: Any) -> None:
+            device, _ = self._index_of(handle)
+            if device.gpu.index == 6 and self.counter_reads.get((6, "pcie")):
+                device.lost = True  # the second reading finds it gone
+            super().nvmlDeviceGetPcieReplayCounter(handle, ref)
 
-    collected = collect_machine(Nvml(LostLate(source)), {}, root=tmp_path, systemctl=lambda unit: "active")
+    fake = FakeNvml(library=LostLate(source))
+    collected = collect_machine(Nvml(fake), {}, root=tmp_path, systemctl=lambda unit: "active")
     gpu = collected.gpu(6)
     assert gpu.lost is True and gpu.pcie_replays == 9 and gpu.pcie_replays_later.reason == "gpu_lost"
     assert not collected.gpu(5).lost
+
+
+def smi_mib(text: str) -> int:
+    return int(text.split()[0])
+
+
+def test_used_memory_is_what_nvidia_smi_prints_and_the_reserved_memory_is_apart(tmp_path: Path) -> None:
+    # The real H200 (driver 580.159.04), idle: NVML v1 said used 615 MiB, v2 used 0 and reserved 615;
+    # nvidia-smi printed memory.used 0 MiB, memory.reserved 616 MiB.
+    collected, fake = probe(h200_vm(), tmp_path)
+    gpu, smi = collected.gpu(0), h200_smi()
+    assert gpu.memory_used_mib == smi_mib(smi["memory.used"]) == 0
+    assert abs(gpu.memory_reserved_mib - smi_mib(smi["memory.reserved"])) <= 1  # MiB, rounded apart
+    assert gpu.memory_total_mib == smi_mib(smi["memory.total"]) == 143771
+    assert "nvmlDeviceGetMemoryInfo_v2" in fake.library.c_calls
+
+
+def test_a_driver_without_memory_info_v2_gives_v1_and_says_it_includes_the_reserved_memory(tmp_path: Path) -> None:
+    gpu = probe(h200_vm(), tmp_path, missing={"nvmlDeviceGetMemoryInfo_v2"})[0].gpu(0)
+    assert gpu.memory_used_mib == 615  # nvml.h 259: v1 used is the "Sum of Reserved and Allocated device memory"
+    assert gpu.memory_reserved_mib.reason == "unsupported" and "includes the reserved" in gpu.memory_reserved_mib.detail
+
+
+def test_what_a_sandbox_blocks_is_recorded_as_not_there_not_as_an_error(tmp_path: Path) -> None:
+    # gVisor's nvproxy refuses queries it does not pass on: NVML answers OPERATING_SYSTEM (nvml.h 1315:
+    # "blocked by the operating system/cgroups"; google/gvisor PR #10676 for the ECC mode).
+    gpu = probe(h200_vm(), tmp_path, answers=GVISOR_ANSWERS)[0].gpu(0)
+    assert gpu.ecc_mode_current.reason == "unsupported"
+    assert "blocked by the operating system or a sandbox" in gpu.ecc_mode_current.detail
+    assert gpu.power_draw_w.reason == "error"  # UNKNOWN: "An internal driver error occurred", a failed reading
+
+
+def test_invalid_argument_for_a_fixed_query_is_not_there(tmp_path: Path) -> None:
+    gpu = probe(h200_vm(), tmp_path, answers={"nvmlDeviceGetNumaNodeId": c.INVALID_ARGUMENT})[0].gpu(0)
+    assert gpu.numa_node.reason == "unsupported" and "not available on this device" in gpu.numa_node.detail
+
+
+def test_a_driver_older_than_pynvmls_process_call_is_unsupported_not_an_error(tmp_path: Path) -> None:
+    # pynvml's @throwOnVersionMismatch raises NVMLLibraryMismatchError, with no NVML code, when the
+    # driver lacks nvmlDeviceGetComputeRunningProcesses_v3 (pynvml issue #43: driver 430).
+    gpu = probe(h200_vm(), tmp_path, missing={"nvmlDeviceGetComputeRunningProcesses_v3"})[0].gpu(0)
+    assert gpu.processes.reason == "unsupported" and "older than nvidia-ml-py" in gpu.processes.detail
+
+
+def test_temperature_asks_the_current_call_first_and_the_deprecated_one_on_older_drivers(tmp_path: Path) -> None:
+    # nvml.h 13.0: nvmlDeviceGetTemperature is DEPRECATED(13.0), "Use nvmlDeviceGetTemperatureV instead".
+    collected, fake = probe(h200_vm(), tmp_path)
+    assert collected.gpu(0).temperature_c == 44
+    assert "nvmlDeviceGetTemperatureV" in fake.calls and "nvmlDeviceGetTemperature" not in fake.calls
+    # A driver before R570 has no nvmlDeviceGetTemperatureV: FUNCTION_NOT_FOUND, then the old call.
+    collected, fake = probe(h200_vm(), tmp_path, missing={"nvmlDeviceGetTemperatureV"})
+    assert collected.gpu(0).temperature_c == 44 and "nvmlDeviceGetTemperature" in fake.calls
+
+
+def sysfs_link_width(root: Path, bus_id: str, lanes: str) -> None:
+    device = root / "sys/bus/pci/devices" / (bus_id[4:].lower())
+    device.mkdir(parents=True, exist_ok=True)
+    (device / "max_link_width").write_text(lanes)
+
+
+def test_the_cards_own_pcie_maximum_is_recorded_beside_the_slots(tmp_path: Path) -> None:
+    sysfs_link_width(tmp_path, "00000000:00:06.0", "16\n")
+    gpu, smi = probe(h200_vm(), tmp_path)[0].gpu(0), h200_smi()
+    assert gpu.pcie_gen_gpu_max == int(smi["pcie.link.gen.gpumax"]) == 5  # the H200 VM: not capped
+    assert gpu.pcie_width_gpu_max == 16 and gpu.pcie_gen_max == 5
+    # A Gen5 card behind a Gen4 root port: NVML's Max* is "possible with this device and system".
+    capped = dataclasses.replace(h200_vm().gpu(0), pcie_gen_max=4, pcie_width_max=8)
+    got = probe(dataclasses.replace(h200_vm(), gpus=[capped]), tmp_path)[0].gpu(0)
+    assert (got.pcie_gen_max, got.pcie_gen_gpu_max, got.pcie_width_max, got.pcie_width_gpu_max) == (4, 5, 8, 16)
+
+
+def test_the_numa_affinity_is_nvidia_smis_and_the_gpu_numa_id_stays_not_supported(tmp_path: Path) -> None:
+    from gpudoctor.knowledge.interconnect import topo_table
+
+    collected, fake = probe(h200_vm(), tmp_path)
+    gpu = collected.gpu(0)
+    assert gpu.numa_node.reason == "unsupported"  # nvml.h 5035: only where GPU memory is a NUMA node
+    assert gpu.numa_affinity == [0] and "nvmlDeviceGetMemoryAffinity" in fake.calls
+    smi = (H200_VM / "nvidia-smi-topo.txt").read_text().splitlines()
+    header, row = smi[0].split("\t"), smi[1].split("\t")
+    table = topo_table(collected)
+    column = table["columns"].index("NUMA Affinity")
+    assert table["rows"][0][column] == row[header.index("NUMA Affinity")].strip() == "0"

@@ -10,27 +10,26 @@ from pathlib import Path
 import pytest
 
 from gpudoctor.probe.host import PROC_PID_INIT_INO
-from gpudoctor.probe.nvml import (
-    NVML_ERROR_FUNCTION_NOT_FOUND,
-    NVML_ERROR_NOT_SUPPORTED,
-    Nvml,
-)
+from gpudoctor.probe.nvml import Nvml
 from gpudoctor.probe.sampler import NvmlSampler
 from gpudoctor.watch.model import GpuReading
 from gpudoctor.watch.sources import NOT_VISIBLE, NOT_VISIBLE_ISOLATED, proc_readings
-from tests.fakes.live_nvml import LiveNvml, NVMLError, ProcsOf
+from tests.fakes import nvml_c as c
+from tests.fakes.live_nvml import Clock, LiveNvml, ProcsOf
 from tests.helpers.processes import GpudoctorCli
 
 
-def open_sampler() -> tuple[NvmlSampler, LiveNvml]:
-    fake = LiveNvml()
+def open_sampler(clock: Clock | None = None) -> tuple[NvmlSampler, LiveNvml]:
+    fake = LiveNvml(wall=clock or Clock())
     sampler = NvmlSampler(Nvml(fake))
     assert sampler.open().ok
     return sampler, fake
 
 
 def test_readings_are_converted_to_watch_units() -> None:
-    sampler, _ = open_sampler()
+    clock = Clock()
+    sampler, _ = open_sampler(clock)
+    clock.advance(1.0)  # PCIe rates are the byte counters' rise over the interval
     g0, g1 = (GpuReading(**r) for r in sampler.read())
     assert (g0.util, g0.mem_used, g0.mem_total, g0.power, g0.power_limit) == (97, 61000, 81559, 612.3, 700.0)
     assert (g0.pcie_rx, g0.pcie_tx, g0.temp, g0.sm_clock, g0.throttle) == (2000, 1000, 65, 1980, 0)
@@ -45,24 +44,28 @@ def test_readings_are_converted_to_watch_units() -> None:
 
 def test_unsupported_metric_is_asked_once_then_na() -> None:
     sampler, fake = open_sampler()
+    deadline = time.monotonic() + 30
+    while sampler.pcie.states[1].source is not None and time.monotonic() < deadline:
+        time.sleep(0.01)  # GPU 1 has no byte counters: its 20 ms call is tried on the PCIe thread
     for _ in range(5):
         g1 = GpuReading(**sampler.read()[1])
         assert g1.pcie_rx is None and g1.pcie_tx is None and g1.util == 54
-    # GPU 0 asks twice (rx, tx) per read; GPU 1 asked once and was remembered as unsupported
-    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 5 * 2 + 1
-    assert "pcie" in sampler.devices[1].unsupported
+    # GPU 0 reads its byte counters; GPU 1 asked the 20 ms call once per direction, then never again.
+    assert fake.calls.count("nvmlDeviceGetPcieThroughput") == 2
+    assert sampler.pcie.states[0].source == "counters" and sampler.pcie.states[1].source is None
+    sampler.close()
 
 
 def test_a_lost_gpu_is_marked_and_the_others_go_on() -> None:
     sampler, fake = open_sampler()
     sampler.read()
-    fake.lost.add(0)
+    fake.lose(0)
     readings = [GpuReading(**r) for r in sampler.read()]
     assert readings[0].state == "lost" and readings[1].state == "ok" and readings[1].util == 54
-    before = fake.calls["nvmlDeviceGetUtilizationRates"]
+    before = fake.calls.count("nvmlDeviceGetUtilizationRates")
     readings = [GpuReading(**r) for r in sampler.read()]
     assert readings[0].state == "lost"
-    assert fake.calls["nvmlDeviceGetUtilizationRates"] == before + 1  # only GPU 1 is still asked
+    assert fake.calls.count("nvmlDeviceGetUtilizationRates") == before + 1  # only GPU 1 is still asked
 
 
 def test_gpus_option_limits_the_devices() -> None:
@@ -136,38 +139,29 @@ def test_host_pids_are_not_pinned_on_local_processes_in_a_pid_namespace(tmp_path
     assert all(r.command == "" and r.user == "" and r.rss is None and r.note == NOT_VISIBLE_ISOLATED for r in rows)
 
 
-class OldDriver(LiveNvml):
+def old_driver(**options: object) -> LiveNvml:
     """A new nvidia-ml-py on a driver before 535: the new name of the call is not in the driver."""
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
-        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
-
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: int) -> int:
-        return 0x40 if self._dev(h) == 1 else 0
+    return LiveNvml(missing={"nvmlDeviceGetCurrentClocksEventReasons"}, **options)  # type: ignore[arg-type]
 
 
 def test_throttle_reasons_fall_back_to_the_old_call_on_drivers_before_535() -> None:
-    fake = OldDriver()
+    fake = old_driver()
     sampler = NvmlSampler(Nvml(fake))
     assert sampler.open().ok
     for _ in range(4):
         g0, g1 = (GpuReading(**r) for r in sampler.read())
         assert (g0.throttle, g1.throttle) == (0, 0x40)  # thermal slowdown on GPU 1 is seen, every time
-    assert fake.calls["nvmlDeviceGetCurrentClocksEventReasons"] == 2  # once per GPU, then only the old name
-    assert fake.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 4 * 2
+    assert fake.calls.count("nvmlDeviceGetCurrentClocksEventReasons") == 2  # once per GPU, then only the old name
+    assert fake.calls.count("nvmlDeviceGetCurrentClocksThrottleReasons") == 4 * 2
 
 
 def test_throttle_reasons_unsupported_under_both_names_are_asked_once() -> None:
-    class NoReasons(OldDriver):
-        def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: int) -> int:
-            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-
-    fake = NoReasons()
+    fake = old_driver(answers={"nvmlDeviceGetCurrentClocksThrottleReasons": c.NOT_SUPPORTED})
     sampler = NvmlSampler(Nvml(fake))
     assert sampler.open().ok
     for _ in range(3):
         assert [r["throttle"] for r in sampler.read()] == [None, None]
-    assert fake.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 2
+    assert fake.calls.count("nvmlDeviceGetCurrentClocksThrottleReasons") == 2
 
 
 @pytest.mark.gpu
@@ -187,17 +181,17 @@ def test_per_process_sm_utilization_comes_from_nvml_samples_newer_than_the_last_
     assert sampler.process_utilization() == {0: {}}  # no busy process since (NOT_FOUND): none, no error
     first = fake.util_asked[0]
     assert abs(first / 1e6 - (time.time() - 5.0)) < 2  # the recent past only, not the driver's whole buffer
-    fake.util_samples = [(1000, first + 1_000_000, 90), (1000, first + 2_000_000, 70), (1000, first - 10, 5)]
+    fake.live(0).util_samples = [(1000, first + 1_000_000, 90), (1000, first + 2_000_000, 70), (1000, first - 10, 5)]
     assert sampler.process_utilization() == {0: {1000: 80}}  # the mean of the two new samples
-    fake.util_samples = None
+    fake.live(0).util_samples = []
     assert sampler.process_utilization() == {0: {}}
     assert fake.util_asked[-1] == first + 2_000_000  # asks for what is newer than the last sample seen
     assert "proc_util" in sampler.devices[1].unsupported  # GPU 1 asked once, then left alone
     found = sampler.processes()
-    fake.util_samples = [(1001, first + 3_000_000, 40), (1000, first + 3_000_000, 55)]
+    fake.live(0).util_samples = [(1001, first + 3_000_000, 40), (1000, first + 3_000_000, 55)]
     rows = proc_readings(found, {}, False, sampler.process_utilization())
     assert [(r.pid, r.gpu, r.sm) for r in rows] == [(1000, 0, 55), (1001, 1, None)]  # GPU 1: n/a
-    fake.util_samples = [(1001, first + 4_000_000, 40)]  # PID 1000 had no non-zero sample: it was idle
+    fake.live(0).util_samples = [(1001, first + 4_000_000, 40)]  # PID 1000 had no non-zero sample: it was idle
     rows = proc_readings(found, {}, False, sampler.process_utilization())
     assert [(r.pid, r.sm) for r in rows] == [(1000, 0), (1001, None)]
 

@@ -22,6 +22,11 @@ WORLD = 4
 SEQUENCE = [[[0, 3], [1, 2]], [[1, 2]], [[0, 1]], [[2, 3], [0, 1]]]
 
 
+# Long enough for WORLD ranks importing torch on a loaded 2-core host (20 s was missed at load 12);
+# a group-name mismatch still ends in a timeout rather than a hang.
+STORE_TIMEOUT_S = 120
+
+
 def _rank(rank: int, store_path: str, results: multiprocessing.Queue) -> None:
     import torch
     import torch.distributed as dist
@@ -29,8 +34,10 @@ def _rank(rank: int, store_path: str, results: multiprocessing.Queue) -> None:
     from gpudoctor.workloads.nodes import subgroup
 
     store = dist.FileStore(store_path, WORLD)
-    store.set_timeout(timedelta(seconds=20))  # a mismatch fails here instead of hanging
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD, timeout=timedelta(seconds=20))
+    store.set_timeout(timedelta(seconds=STORE_TIMEOUT_S))  # a mismatch fails here instead of hanging
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=WORLD, timeout=timedelta(seconds=STORE_TIMEOUT_S)
+    )
     try:
         sums = []
         for groups in SEQUENCE:
@@ -59,7 +66,7 @@ def _run_ranks(target: Callable[..., None], tmp_path: Path) -> dict[int, object]
     got: dict[int, object] = {}
     try:
         for _ in range(WORLD):
-            rank, value = results.get(timeout=90)
+            rank, value = results.get(timeout=STORE_TIMEOUT_S + 60)
             got[rank] = value
     except queue.Empty:
         pass
@@ -96,8 +103,10 @@ def _nodes_rank(rank: int, store_path: str, results: multiprocessing.Queue) -> N
     from gpudoctor.workloads.rank import RankContext
 
     store = dist.FileStore(store_path, WORLD)
-    store.set_timeout(timedelta(seconds=20))
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD, timeout=timedelta(seconds=20))
+    store.set_timeout(timedelta(seconds=STORE_TIMEOUT_S))
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=WORLD, timeout=timedelta(seconds=STORE_TIMEOUT_S)
+    )
     try:
         if rank in (0, 1):
             dist.new_group([0, 1], use_local_synchronization=True)

@@ -45,7 +45,7 @@ def test_the_orphan_scan_sees_a_rank_that_is_no_child_of_ours() -> None:
 
 
 def test_three_ranks_run_both_workloads_in_one_group() -> None:
-    result = launch(SMALL, device="cpu", ranks=3, timeout_s=60)
+    result = launch(SMALL, device="cpu", ranks=3, timeout_s=300)
     assert result.ok, [r.to_json() for r in result.ranks]
     assert [r.state for r in result.ranks] == ["done"] * 3
     sweep = result.results("allreduce")
@@ -94,16 +94,16 @@ def test_an_import_that_never_ends_is_reported_as_an_import_not_a_join(monkeypat
 
 def test_an_exiting_rank_is_named_and_its_peer_is_a_victim(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUDOCTOR_FAULT", "1:exit")
-    result = launch(SMALL, device="cpu", ranks=2, timeout_s=60)
+    result = launch(SMALL, device="cpu", ranks=2, timeout_s=300)
     assert not result.ok
     (suspect,) = result.suspects()
     assert suspect.rank == 1 and suspect.state == "exited" and suspect.exit_code == 17
-    assert result.elapsed_s < 30  # stopped a few seconds after the failure, not at the deadline
+    assert result.elapsed_s < 150  # stopped after the failure, not at the 300 s deadline (imports vary with load)
 
 
 def test_a_rank_sending_wrong_values_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUDOCTOR_FAULT", "0:wrongsum,1:corrupt")
-    result = launch(SMALL, device="cpu", ranks=2, timeout_s=60)
+    result = launch(SMALL, device="cpu", ranks=2, timeout_s=300)
     assert result.ok
     assert all(row["wrong"] > 0 for row in result.results("allreduce")["rows"])
     ddp = result.results("ddp")
@@ -122,7 +122,7 @@ def test_a_local_run_needs_no_master_port(monkeypatch: pytest.MonkeyPatch, value
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]) if value == "busy" else value)
-        result = launch([Task("ddp", {})], device="cpu", ranks=2, timeout_s=60)
+        result = launch([Task("ddp", {})], device="cpu", ranks=2, timeout_s=300)
     assert result.setup_error is None and result.ok and result.rendezvous == "file"
 
 

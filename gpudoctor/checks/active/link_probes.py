@@ -208,13 +208,19 @@ def _skip(message: str) -> list[Finding]:
     return [Finding(PCIE_UNDER_LOAD.code, Status.SKIP, "host", f"link probes not run: {message}", "", {})]
 
 
-def _deadline(ctx: CheckContext, gpus: int, pairs: int) -> float:
-    # torch import and CUDA init on every GPU, ~1 s of load per GPU, two timed copies per pair
-    return min(ctx.options.timeout_s, 45.0 + 1.5 * gpus + 1.0 * pairs)
+def run_budget(ctx: CheckContext, gpus: int, pairs: int) -> float:
+    """The probes' own seconds, counted from when the rank is ready (torch imported; no process group:
+    one rank, no collective): a CUDA context and ~1 s of load per GPU, two timed copies per pair,
+    and room for a loaded machine (a heuristic). Import and CUDA start get the rest of --timeout,
+    so a cold VM's slow start is not taken for a hung copy."""
+    return min(ctx.options.timeout_s, 20.0 + 2.0 * gpus + 1.0 * pairs)
 
 
-def judge_launch(snapshot: Snapshot, gpus: list[Gpu], pairs: list[tuple[int, int]], result: Any) -> list[Finding]:
-    """Turn one LaunchResult (or anything shaped like it) into findings."""
+def judge_launch(
+    snapshot: Snapshot, gpus: list[Gpu], pairs: list[tuple[int, int]], result: Any, run_s: float | None = None
+) -> list[Finding]:
+    """Turn one LaunchResult (or anything shaped like it) into findings; `run_s`: the probes' budget
+    from when the rank was ready (the whole launch's deadline when None)."""
     if result.setup_error:
         return _skip(result.setup_error.get("message", "the probe could not start"))
     findings: list[Finding] = []
@@ -256,7 +262,7 @@ def judge_launch(snapshot: Snapshot, gpus: list[Gpu], pairs: list[tuple[int, int
     hung_pair = pair_in_phase(phase, PAIR_P2P)
     if pairs and hung_pair and (result.timed_out or (rank is not None and rank.state == "hung")):
         a, b = hung_pair
-        findings.append(judge_hang(snapshot, a, b, float(result.deadline_s or 0)))
+        findings.append(judge_hang(snapshot, a, b, float(run_s if run_s is not None else result.deadline_s or 0)))
         return findings
     if pairs:
         findings.append(
@@ -303,14 +309,15 @@ def link_probes(ctx: CheckContext) -> list[Finding]:
         tasks,
         device="cuda",
         ranks=1,
-        timeout_s=_deadline(ctx, len(gpus), len(pairs)),
+        timeout_s=ctx.options.timeout_s,
+        run_s=run_budget(ctx, len(gpus), len(pairs)),
         gpus=nvml_indices[:1],
         gpu_uuids=[d.uuid for d in visible.devices],  # the rank's cuda:i is exactly gpus[i]
         progress=ctx.progress,
         environ=environ,
         python=ctx.options.python,
     )
-    findings = judge_launch(snapshot, gpus, pairs, result)
+    findings = judge_launch(snapshot, gpus, pairs, result, run_budget(ctx, len(gpus), len(pairs)))
     if not pairs:
         findings.append(
             Finding(

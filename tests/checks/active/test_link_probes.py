@@ -226,3 +226,10 @@ def test_gpu_pair_fixture_shape_is_what_the_probes_expect(snapshot_of: SnapshotO
     s = snapshot_of("rtx4090_pcie_4x")
     assert {(p.a, p.b) for p in s.pairs} == {(a, b) for a in range(4) for b in range(a + 1, 4)}
     assert all(isinstance(p, GpuPair) for p in s.pairs)
+
+
+def test_the_probes_run_budget_starts_when_the_rank_is_ready() -> None:
+    machine = load("h100_sxm_8x")
+    # One GPU: 22 s of probing after torch and CUDA are up, within a launch bounded by --timeout.
+    assert lp.run_budget(CheckContext(machine, CheckOptions(timeout_s=120)), 1, 0) == 22.0
+    assert lp.run_budget(CheckContext(machine, CheckOptions(timeout_s=10)), 8, 28) == 10.0
