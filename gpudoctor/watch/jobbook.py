@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gpudoctor.watch import codes
-from gpudoctor.watch.analysis import Balance, Thresholds, Verdict
+from gpudoctor.watch.analysis import RankStats, Thresholds, Verdict
 from gpudoctor.watch.data import DataBook, is_eval
 from gpudoctor.watch.data_model import DataReading
 from gpudoctor.watch.model import Sample, plural
@@ -51,17 +51,21 @@ class JobBook:
             if r.loader is not None:
                 self.workers[r.key] = r.loader.workers
 
-    def verdicts(self, win: Sequence[Sample], balance: Balance) -> tuple[Verdict, ...]:
-        """The balance verdicts (GD910's advice counted against the CPUs) and the job's."""
+    def verdicts(
+        self,
+        win: Sequence[Sample],
+        judged: Sequence[Verdict],
+        warming: float | None,
+        ranks: dict[tuple[int | None, int], RankStats],
+    ) -> tuple[Verdict, ...]:
+        """The window's balance verdicts `judged` (GD910's advice counted against the CPUs) and the job's;
+        `warming`: the warm-up left (None: over), `ranks`: the window's per-rank figures."""
         hellos = self.data.hellos()
-        out = [
-            advise_input_wait(v, self.workers, hellos) if v.code == codes.INPUT_WAIT.code else v
-            for v in balance.verdicts
-        ]
+        out = [advise_input_wait(v, self.workers, hellos) if v.code == codes.INPUT_WAIT.code else v for v in judged]
         out += self.data.verdicts() + self.losses.not_finite()
         out += foreign_memory(win, hellos, self.th) + oversubscribed(self.workers, hellos)
-        if balance.warming is None and not any(v.code in HANGS for v in balance.verdicts):
-            out += divergence(win, self.th) + outside_step(balance.ranks, self.th)
+        if warming is None and not any(v.code in HANGS for v in judged):
+            out += divergence(win, self.th) + outside_step(ranks, self.th)
         return tuple(out)
 
     def to_json(self) -> dict[str, Any] | None:
