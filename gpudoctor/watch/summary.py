@@ -424,7 +424,7 @@ class SummaryBuilder:
             dict(self._ranks),
             self.th.warmup,
             self.th.idle_util,
-            self.book.to_json(),
+            job=self.book.to_json(),
         )
 
     @property

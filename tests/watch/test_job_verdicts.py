@@ -244,7 +244,7 @@ def test_time_outside_the_step_names_the_rank_that_works_between_steps() -> None
     from gpudoctor.watch.analysis import RankStats
 
     def stats(rank: int, wait: float, loader: float) -> RankStats:
-        return RankStats(RankRef(rank, rank), 50, 0.2, wait, None, 0.0, 0, 50, None, loader)
+        return RankStats(RankRef(rank, rank), 50, 0.2, wait, None, 0.0, 0, 50, None, loader_share=loader)
 
     (v,) = outside_step({(0, 0): stats(0, 0.45, 0.02), (1, 1): stats(1, 0.03, 0.02)}, TH)
     assert [r.rank for r in v.ranks] == [0] and "43%" in v.message
