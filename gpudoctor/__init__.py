@@ -9,9 +9,9 @@ The Python API (gpudoctor/api.py), imported on first use so that `import gpudoct
 and the training-step API (gpudoctor/training_step.py, standard library only: no torch, click or
 textual), which `gpudoctor watch -- COMMAND` listens to:
 
-    for batch in loader:
-        with gpudoctor.step():
-            train_step(batch)
+    for batch in gpudoctor.watch_loader(loader):   # what each rank reads, time inside next(loader)
+        with gpudoctor.step() as step:
+            step.loss(train_step(batch))             # NaN/inf, ranks that disagree
 """
 
 from __future__ import annotations
@@ -29,19 +29,29 @@ if os.environ.get("GPUDOCTOR_STEPS"):  # under `gpudoctor watch -- COMMAND`: say
 if TYPE_CHECKING:
     from gpudoctor.api import PreflightError, diff_report, preflight, run_checks
     from gpudoctor.errors import UserError
-    from gpudoctor.training_step import step
+    from gpudoctor.training_step import step, watch_loader
 
-__all__ = ["PreflightError", "UserError", "__version__", "diff_report", "preflight", "run_checks", "step"]
+__all__ = [
+    "PreflightError",
+    "UserError",
+    "__version__",
+    "diff_report",
+    "preflight",
+    "run_checks",
+    "step",
+    "watch_loader",
+]
 
 _API = {"run_checks", "preflight", "PreflightError", "diff_report"}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "step":
-        from gpudoctor.training_step import step
+    if name in ("step", "watch_loader"):
+        from gpudoctor import training_step
 
-        globals()["step"] = step  # later lookups skip this function: step() is called once per training step
-        return step
+        value = getattr(training_step, name)
+        globals()[name] = value  # later lookups skip this function: step() is called once per training step
+        return value
     if name in _API:
         from gpudoctor import api
 

@@ -175,7 +175,7 @@ def _has_table(text: str, path: Path) -> bool:
         return False
     try:
         data = tomllib.loads(text.removeprefix(BOM))
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):  # RecursionError: nested deeper than tomllib follows
         return "gpudoctor" in text
     tool = data.get("tool")
     return isinstance(tool, dict) and "gpudoctor" in tool
@@ -254,6 +254,8 @@ def parse_text(text: str, path: Path, *, named: bool = False) -> Policy:
         match = re.search(r"\(at line (\d+), column \d+\)", message)
         where = f"{path}:{match.group(1)}" if match else str(path)
         raise PolicyError(f"{where}: not valid TOML: {re.sub(r' ?[(]at line .*', '', message)}") from None
+    except RecursionError:  # tomllib recurses per nested array or inline table, as json does
+        raise PolicyError(f"{path}: not a policy: values nested deeper than the TOML reader follows") from None
     prefix: tuple[str, ...] = ()
     if path.name == PYPROJECT:
         tool = data.get("tool")

@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, Union
@@ -445,17 +446,32 @@ class Snapshot:
     env: dict[str, str] = field(default_factory=dict)  # allow-listed variables only
 
     def gpu(self, index: int) -> Gpu:
-        for gpu in self.gpus:
-            if gpu.index == index:
-                return gpu
-        raise KeyError(index)
+        """The GPU of NVML index `index` (the first listed); KeyError if none. O(1)."""
+        by_index = self.derived("gpu_index", lambda: {g.index: g for g in reversed(self.gpus)})
+        try:
+            return by_index[index]
+        except KeyError:
+            raise KeyError(index) from None
 
     def pair(self, a: int, b: int) -> GpuPair | None:
-        lo, hi = min(a, b), max(a, b)
-        for p in self.pairs:
-            if p.a == lo and p.b == hi:
-                return p
-        return None
+        """The recorded pair of GPUs a and b, in either order (the first listed). O(1)."""
+        by_ends = self.derived("pair_index", lambda: {(p.a, p.b): p for p in reversed(self.pairs)})
+        return by_ends.get((min(a, b), max(a, b)))
+
+    def derived(self, name: str, make: Callable[[], T]) -> T:
+        """A fact derived from this snapshot, made once by `make` and kept (per-pair questions on a
+        node of N GPUs would otherwise rebuild it N^2 times). Kept beside the fields, not as one, so
+        equality, JSON and replace() ignore it; made again if the GPU or pair list was swapped or
+        resized after it was made (snapshots are not meant to change once built)."""
+        key = (len(self.gpus), len(self.pairs), id(self.gpus), id(self.pairs))
+        kept = self.__dict__.get("_derived")
+        if kept is None or kept[0] != key:
+            kept = (key, {})
+            self.__dict__["_derived"] = kept  # frozen: __setattr__ refuses, the instance dict does not
+        facts = kept[1]
+        if name not in facts:
+            facts[name] = make()
+        return facts[name]  # type: ignore[no-any-return]
 
 
 # ---------------------------------------------------------------------------------------

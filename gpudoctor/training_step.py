@@ -42,6 +42,7 @@ import struct
 import sys
 import threading
 import time
+from typing import Any
 
 ENV = "GPUDOCTOR_STEPS"  # the per-run directory, set by `gpudoctor watch -- COMMAND`
 SOCKET_NAME = "steps.sock"
@@ -49,6 +50,8 @@ MAGIC = b"GDS1"
 # magic, rank (-1: unknown), pid, steps in this record, steps with a measured input wait, dropped records
 # before this one, number of the last step, its end (epoch s), sum and max of step times, sum of input waits.
 RECORD = struct.Struct("<4siIIIIQdddd")
+_ROLE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+EXIT_SEND_S = 0.2  # at exit, each datagram may wait this long for the watcher to take the ones before it
 FLUSH_S = 0.05  # steps faster than this travel together: at most ~20 records a second per rank
 
 # The arrival/stall event: magic, pid, rank (as RECORD's), torch.distributed rank and world size (-1: not
@@ -118,18 +121,36 @@ class _Publisher:
         self.dropped = 0
         self.inside: float | None = None  # when the step being run was entered (monotonic); 0.0: outside; None: unknown
         self._reset()
+        from gpudoctor.training_data import Data  # only when watched: `import gpudoctor` stays light
+
+        self.data = Data(self.rank, self.send)  # samples, loss, loader time (gpudoctor/training_data.py)
         atexit.register(self.last_flush)
         threading.Thread(target=_beat, args=(self,), name="gpudoctor-beat", daemon=True).start()
 
     def last_flush(self) -> None:
-        """At exit: send the steps still held back (a fast loop's last few), then where it ended."""
+        """At exit: send the steps still held back (a fast loop's last few) and the data, then where it ended."""
         if _publisher is not self or self.pid != os.getpid():
+            return
+        try:  # the job's ranks all end at once: wait a little for room in the watcher's queue, not drop
+            self.sock.settimeout(EXIT_SEND_S)
+        except OSError:
             return
         if self.count:
             self.flush(time.monotonic())
+        self.data.flush(time.monotonic(), final=True)
         failed = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         flags = EXITING | (FAILED if failed is not None else 0)
         _say(self, _joined(), (self.step, self.inside), _child(), time.time(), flags)
+
+    def send(self, payload: bytes) -> bool:
+        """One datagram of data (training_data), never blocking: False when it could not go now."""
+        try:
+            self.sock.send(payload)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return False  # the watcher is gone, or the datagram is too large: the data is not sent
+        return True
 
     def _reset(self) -> None:
         self.count = self.waited = 0
@@ -185,6 +206,7 @@ class _Publisher:
         self.sent_mono = now
         self.dropped = 0
         self._reset()
+        self.data.flush(now)
 
 
 _publisher: _Publisher | None = None
@@ -315,6 +337,10 @@ class _NoOp:
     def __exit__(self, *exc: object) -> None:
         return None
 
+    def loss(self, value: object) -> None:
+        """The step's loss (nothing to do: nobody watches)."""
+        return None
+
 
 _NOOP = _NoOp()
 
@@ -349,6 +375,11 @@ class _Mark:
         pub.inside = 0.0
         pub.end_step(time.monotonic(), wait)
 
+    def loss(self, value: object) -> None:
+        """The step's loss, inside `with gpudoctor.step() as step:` (a float or a one-element tensor,
+        read without waiting for the device: gpudoctor/training_data.py)."""
+        self._pub.data.losses.add(value, self._pub.data.note)
+
     def __del__(self) -> None:
         if self._entered is None:  # never entered: a plain call
             try:
@@ -364,9 +395,15 @@ def _check_wait(value: object) -> None:
         raise ValueError(f"gpudoctor.step(input_wait=...) takes a finite number of seconds >= 0, got {value!r}")
 
 
-def step(input_wait: float | None = None) -> _Mark | _NoOp:
+def step(  # no keyword-only parameters: CPython fills those from a dict, twice the cost of a call unwatched
+    input_wait: float | None = None, loss: object = None, samples: object = None, epoch: object = None
+) -> _Mark | _NoOp:
     """Mark the end of a training step (call it once per step), or use it as `with gpudoctor.step():`
     around the step's body, which also measures the input wait between steps.
+
+    `loss=` (a float or a one-element tensor) lets `watch` call a NaN/inf loss and ranks whose losses
+    disagree; `samples=` (the batch's sample indices, on the CPU) with `epoch=` lets it judge what the
+    ranks read (or wrap the loader: `gpudoctor.watch_loader`). Both are ignored when nobody watches.
 
     As a plain call, the step time is the time since the previous call (the first call starts the
     clock); `input_wait` (seconds) is the part of it spent waiting for input, if you measure that
@@ -387,4 +424,23 @@ def step(input_wait: float | None = None) -> _Mark | _NoOp:
         pub = _setup()
         if pub is None:
             return _NOOP
+    if loss is not None or samples is not None:
+        pub.data.on_step(loss, samples, epoch)
     return _Mark(pub, input_wait)
+
+
+def watch_loader(loader: Any, role: str = "train") -> Any:
+    """`for batch in gpudoctor.watch_loader(loader):` lets `gpudoctor watch` see what this rank reads
+    (sample indices through the loader's sampler, epochs) and the time spent inside next(loader).
+    `role`: "train", "eval", or another short lower-case name; loaders of one role are one series of
+    epochs. Returns the loader itself when nobody watches (a wrong role raises ValueError either way)."""
+    if not isinstance(role, str) or not 1 <= len(role) <= 16 or not set(role) <= _ROLE_CHARS:
+        raise ValueError(f"gpudoctor.watch_loader(role=...) takes a short lower-case name like 'eval', got {role!r}")
+    pub = _publisher
+    if (pub is None and not _checked) or (pub is not None and pub.pid != os.getpid()):
+        pub = _setup()
+    if pub is None:
+        return loader
+    from gpudoctor.training_data import WatchedLoader  # only when watched
+
+    return WatchedLoader(loader, role, pub.data)

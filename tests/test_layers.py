@@ -23,6 +23,8 @@ LAYERS = {
     "gpudoctor.snapshot": "base",
     "gpudoctor.version": "base",
     "gpudoctor.training_step": "base",
+    "gpudoctor.training_data": "base",
+    "gpudoctor.training_loss": "base",
     "gpudoctor.schemas": "base",
     "gpudoctor.safety": "safety",
     "gpudoctor.knowledge": "knowledge",

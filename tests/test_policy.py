@@ -339,3 +339,20 @@ def test_expect_model_must_name_something(project: Path, capsys: pytest.CaptureF
     assert r.exit_code == 2 and "--expect-model" in r.err and "needs a model name" in r.err
     write(project / "gpudoctor.toml", 'expect-model = ""\n')
     assert run_cli(capsys, "check", "--snapshot", H100).exit_code == 2
+
+
+@pytest.mark.parametrize("nested", ["[" * 5000 + "]" * 5000, "{a = " * 5000 + "1" + "}" * 5000])
+def test_a_policy_nested_deeper_than_the_toml_reader_follows_is_exit_2_not_a_crash(
+    project: Path, capsys: pytest.CaptureFixture[str], nested: str
+) -> None:
+    """Issue 24: tomllib recurses per nested array or inline table; a RecursionError was exit 3."""
+    named = write(project / "deep.toml", f"expect-gpus = 8\nx = {nested}\n")
+    r = run_cli(capsys, "check", "--snapshot", H100, "--config", str(named))
+    assert (
+        r.exit_code == 2
+        and r.err == f"gpudoctor: {named}: not a policy: values nested deeper than the TOML reader follows\n"
+    )
+    # Found walking up (a pyproject naming the table), it is reported the same way, not passed over.
+    found = write(project / "pyproject.toml", f"[tool.gpudoctor]\nx = {nested}\n")
+    r = run_cli(capsys, "check", "--snapshot", H100)
+    assert r.exit_code == 2 and f"{found.resolve()}: not a policy: values nested deeper" in r.err

@@ -484,6 +484,8 @@ def _step_channel() -> Any:
 def report(recording: str, as_json: bool, warmup: float | None, config_path: str | None, no_config: bool) -> None:
     """Summarize a `watch --record` recording: per-GPU utilization, balance score, verdicts.
 
+    A file whose bytes stop reading (a corrupt gzip) is summarized up to the damage, then exit 2.
+
     FILE may be `sample:NAME`, a recording shipped with gpudoctor (straggler, hung, xid, ...)."""
     from gpudoctor.watch.recording import recording_path
     from gpudoctor.watch.summary import render_text, summarize_recording
@@ -496,6 +498,10 @@ def report(recording: str, as_json: bool, warmup: float | None, config_path: str
         click.echo(dumps(doc, indent=2))
     else:
         click.echo(render_text(summary), nl=False)  # a damaged recording is noted in the summary
+    if summary.unreadable:  # the samples before the damage are summarized (and the damage noted); still bad input
+        kept = f"the summary covers the {summary.samples} sample(s) before the damage"
+        click.echo(f"gpudoctor: recording {recording} is damaged: {kept}", err=True)
+        sys.exit(EXIT_USAGE)
 
 
 def register(group: click.Group) -> None:

@@ -31,7 +31,10 @@ counts it (inside VMs the switches are often not visible).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
+from functools import lru_cache
 from typing import Any
 
 from gpudoctor.snapshot import Gpu, Missing, NvLink, Snapshot
@@ -40,6 +43,7 @@ from gpudoctor.snapshot import Gpu, Missing, NvLink, Snapshot
 PCIE_LEVELS = ("SAME", "PIX", "PXB", "PHB", "NODE", "SYS")
 
 
+@lru_cache(maxsize=4096)  # the same few ids are compared per pair of GPUs
 def normalize_bus_id(bus_id: str) -> tuple[int, int, int, int] | str:
     """The one PCI bus id comparison key: NVML's '00000000:18:00.0', lspci's '0000:18:00.0' and
     the kernel log's 'PCI:0000:18:00' (no function: a GPU is function 0) compare equal.
@@ -83,10 +87,14 @@ def nvlinks_read(gpu: Gpu) -> bool:
 
 def gpu_buses(snapshot: Snapshot) -> set[tuple[int, int, int, int] | str]:
     """The bus ids of the GPUs the snapshot sees (normalize_bus_id keys)."""
-    return {normalize_bus_id(g.pci_bus_id) for g in snapshot.gpus}
+    return set(_buses(snapshot))
 
 
-def ends_at_switch(link: NvLink, gpus: set[tuple[int, int, int, int] | str] | None = None) -> bool:
+def _buses(snapshot: Snapshot) -> frozenset[tuple[int, int, int, int] | str]:
+    return snapshot.derived("gpu_buses", lambda: frozenset(normalize_bus_id(g.pci_bus_id) for g in snapshot.gpus))
+
+
+def ends_at_switch(link: NvLink, gpus: AbstractSet[tuple[int, int, int, int] | str] | None = None) -> bool:
     """Whether a link ends at an NVSwitch as NCCL reads it: NVML says so, or NVML cannot name the
     far end (type "unknown" or unreadable) and it is no GPU in `gpus`. Inside a VM the NVSwitches
     are often invisible; NCCL then assumes one (src/graph/xml.cc: "Remote NVLink device is not
@@ -99,29 +107,37 @@ def ends_at_switch(link: NvLink, gpus: set[tuple[int, int, int, int] | str] | No
     return not (isinstance(remote, str) and normalize_bus_id(remote) in gpus)
 
 
-def switch_links(gpu: Gpu, gpus: set[tuple[int, int, int, int] | str] | None = None) -> int:
+def switch_links(gpu: Gpu, gpus: AbstractSet[tuple[int, int, int, int] | str] | None = None) -> int:
     """Active links of `gpu` ending at an NVSwitch (ends_at_switch; `gpus`: the snapshot's bus ids)."""
     return sum(1 for link in _links(gpu) if ends_at_switch(link, gpus))
 
 
-def _direct_links(gpu: Gpu, peer: Gpu) -> int:
-    target = normalize_bus_id(peer.pci_bus_id)
-    return sum(
-        1
-        for link in _links(gpu)
-        if isinstance(link.remote_bus_id, str)
-        and link.remote_type != "switch"
-        and normalize_bus_id(link.remote_bus_id) == target
-    )
+class _NvLinkFacts:
+    """Per GPU of a snapshot, made once (nvlink_count is asked for every pair: N^2 questions, each
+    of which recomputed the bus map and walked every link made the static checks N^3 and worse)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        buses = _buses(snapshot)
+        self.switch: dict[int, int] = {}  # GPU index -> active links ending at an NVSwitch
+        self.direct: dict[int, Counter[tuple[int, int, int, int] | str]] = {}  # -> far GPU bus -> links
+        self.bus: dict[int, tuple[int, int, int, int] | str] = {}
+        for g in reversed(snapshot.gpus):  # the first GPU of an index wins, as Snapshot.gpu
+            self.switch[g.index] = switch_links(g, buses)
+            self.bus[g.index] = normalize_bus_id(g.pci_bus_id)
+            self.direct[g.index] = Counter(
+                normalize_bus_id(link.remote_bus_id)
+                for link in _links(g)
+                if isinstance(link.remote_bus_id, str) and link.remote_type != "switch"
+            )
 
 
 def nvlink_count(snapshot: Snapshot, a: int, b: int) -> int:
     if a == b:
         return 0
-    ga, gb = snapshot.gpu(a), snapshot.gpu(b)
-    direct = max(_direct_links(ga, gb), _direct_links(gb, ga))
-    buses = gpu_buses(snapshot)
-    return direct + min(switch_links(ga, buses), switch_links(gb, buses))
+    snapshot.gpu(a), snapshot.gpu(b)  # KeyError for a GPU the snapshot lacks
+    facts = snapshot.derived("nvlink_facts", lambda: _NvLinkFacts(snapshot))
+    direct = max(facts.direct[a][facts.bus[b]], facts.direct[b][facts.bus[a]])
+    return direct + min(facts.switch[a], facts.switch[b])
 
 
 def nvlink_known(snapshot: Snapshot, a: int, b: int) -> bool:
@@ -132,7 +148,7 @@ def nvlink_known(snapshot: Snapshot, a: int, b: int) -> bool:
 
 
 def has_nvswitch(snapshot: Snapshot) -> bool:
-    buses = gpu_buses(snapshot)
+    buses = _buses(snapshot)
     return any(switch_links(g, buses) for g in snapshot.gpus)
 
 

@@ -33,6 +33,7 @@ never more than a cap, so a wrong path is one clear message instead of a hang or
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -142,11 +143,44 @@ def _open_in_place(path: Path) -> IO[str]:
     return os.fdopen(fd, "w", encoding="utf-8")
 
 
+TMP_SUFFIX = ".tmp"
+TMP_RANDOM = 8  # the characters tempfile.mkstemp puts between prefix and suffix
+LEFTOVER_TMP_AGE_S = 60.0  # heuristic: a write in progress takes far less; an older one was killed
+
+
+def _sweep_beside(path: Path) -> None:
+    """Remove temporary files of `path` that a killed gpudoctor left behind (SIGKILL between making
+    one and renaming it: every cron run of `check --prometheus` could add one to node_exporter's
+    directory). Only exactly our names (`.NAME.` + 8 random characters + `.tmp`), regular files
+    of our own user, not links, untouched for a minute."""
+    prefix = f".{path.name}."
+    now = time.time()
+    try:
+        entries = [
+            e
+            for e in os.scandir(path.parent or ".")
+            if e.name.startswith(prefix)
+            and e.name.endswith(TMP_SUFFIX)
+            and len(e.name) == len(prefix) + TMP_RANDOM + len(TMP_SUFFIX)
+        ]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and now - st.st_mtime >= LEFTOVER_TMP_AGE_S:
+                os.unlink(entry.path)
+        except OSError:
+            continue
+
+
 def _new_beside(path: Path, st: os.stat_result | None) -> tuple[IO[str], Path]:
-    """A new, empty, exclusively created file in `path`'s directory, and its name."""
+    """A new, empty, exclusively created file in `path`'s directory, and its name (leftovers of
+    earlier killed writes of the same name swept first)."""
     import tempfile  # lazy: reading a snapshot (the start-up path) never writes
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    _sweep_beside(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent or ".")
     keep = st is not None and stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
     mode = stat.S_IMODE(st.st_mode) & 0o777 if keep else 0o666 & ~_umask()
     try:
@@ -178,22 +212,36 @@ def write_text(path: str | Path, text: str) -> None:
         raise
 
 
-def open_stream(path: str | Path) -> IO[str]:
+def open_stream(path: str | Path, first: str = "") -> IO[str]:
     """A text stream for a file written bit by bit (a recording): a new file, already in place.
 
     Whether an existing file may be replaced is the caller's decision (`watch --record` refuses a
     non-empty one without --force); this only makes sure the replacement is a new file and no link
-    is followed.
+    is followed. `first` (a header) is written and flushed before the new file takes the name: when
+    that fails (a full disk) the error is raised and `path` is as it was, never left empty.
     """
     path = Path(path)
     st = check_target(path)
     if _in_place(st):
-        return _open_in_place(path)
+        out = _open_in_place(path)
+        try:
+            if first:
+                out.write(first)
+                out.flush()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                out.close()
+            raise
+        return out
     out, tmp = _new_beside(path, st)
     try:
+        if first:
+            out.write(first)
+            out.flush()
         os.replace(tmp, path)
     except BaseException:
-        out.close()
+        with contextlib.suppress(OSError):
+            out.close()  # flushes what is left, which fails the same way
         tmp.unlink(missing_ok=True)
         raise
     return out

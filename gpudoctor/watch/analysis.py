@@ -1,12 +1,14 @@
 """Balance analysis: pure functions from a window of samples to numbers and verdicts.
 
 Nothing here reads NVML or draws: the dashboard, the headless mode and the summary all
-call `analyze(window)` with the samples of the last `window_s` seconds.
+call `analyze(window)` with the samples of the last `window_s` seconds. Each function reads the
+window's running totals (`gpudoctor.watch.window.Window`): given a `Window` that a caller keeps
+up to date sample by sample, a verdict costs the GPUs and ranks of one sample, not the window's
+length; given a plain list of samples, the totals are built from it first.
 """
 
 from __future__ import annotations
 
-import bisect
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,12 +17,15 @@ from gpudoctor.knowledge import clock_reasons
 from gpudoctor.knowledge.units import gpu_list
 from gpudoctor.knowledge.xid import classify, contained, describe
 from gpudoctor.watch import codes
-from gpudoctor.watch.model import LOST, RankReading, Sample, plural
-
-# GD905 holds the hot GPU (thermal slowdown) and HW_SLOWDOWN, which the hardware engages for
-# heat among other causes; GD906 the power cap and the power brake (clock_reasons' classes).
-THERMAL_THROTTLE_BITS = clock_reasons.THERMAL_BITS | clock_reasons.HARDWARE_BITS
-POWER_THROTTLE_BITS = clock_reasons.POWER_BITS
+from gpudoctor.watch.loader_time import loader_shares
+from gpudoctor.watch.model import LOST, Sample, plural
+from gpudoctor.watch.window import (
+    POWER_THROTTLE_BITS,
+    THERMAL_THROTTLE_BITS,
+    Window,
+    exact_mean,
+    median_without,
+)
 
 # What GD907 says per XID class (gpudoctor.knowledge.xid.classify, the same classes as `gpudoctor check`).
 # A hardware XID the driver contained (63 row remap, 94 contained ECC) warns, as in GD810.
@@ -69,6 +74,16 @@ class Thresholds:
     # The job's life (gpudoctor/watch/job.py): ranks not joined, or joined and not at step 1, this long;
     # torchrun alone this long. The bound within which a hang before step 1 is named.
     join_after_s: float = 30.0
+
+    # The job's data, loss and resources (GD940-GD949, gpudoctor/watch/data_codes.py).
+    overlap_share: float = 0.05  # GD940: a rank's sampled indices also read by another rank in one epoch
+    loss_min_steps: int = 20  # GD946: finite losses per rank in the window before ranks are compared
+    loss_min_intervals: int = 10  # ...and samples in which it and another rank both reported losses
+    loss_gap_share: float = 0.25  # ...a gap of this share of the larger mean loss
+    loss_side_share: float = 0.9  # ...on the same side of the others' median in this share of the samples
+    stray_mem_mib: float = 64.0  # GD947: memory on a GPU that is not the rank's own
+    outside_share: float = 0.2  # GD948: a rank's time outside both the step and next(loader)
+    outside_ratio: float = 2.0  # ...this many times the others' median
 
     @property
     def warmup(self) -> float:
@@ -164,6 +179,14 @@ class RankStats:
     last_end: float | None
     cycle_s: float | None = None  # mean time from one step's end to the next's (its step and what is around it)
 
+    loader_share: float | None = None  # share inside next(loader), where gpudoctor.watch_loader measures it
+
+    @property
+    def input_share(self) -> float | None:
+        """The share of its steps a rank waits for input: inside next(loader) where that is measured (the
+        rest between steps is other work, GD948), else all the time between steps."""
+        return self.wait_share if self.loader_share is None else self.loader_share
+
 
 def window(samples: Sequence[Sample], window_s: float) -> list[Sample]:
     """The trailing samples within `window_s` seconds of the last one."""
@@ -179,39 +202,22 @@ def window(samples: Sequence[Sample], window_s: float) -> list[Sample]:
     return out
 
 
-def _alive_utils(s: Sample) -> dict[int, int]:
-    return {g.index: g.util for g in s.gpus if g.alive and g.util is not None}
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
+def totals(win: Sequence[Sample], th: Thresholds = DEFAULT) -> Window:
+    """The running totals of `win`: itself when it is a Window kept for `th`, else built from it."""
+    return Window.of(win, th)
 
 
 def stragglers(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Verdict]:
-    low: dict[int, int] = {}
-    high: dict[int, int] = {}
-    gaps: dict[int, list[float]] = {}
-    counted = 0
-    for s in win:
-        utils = _alive_utils(s)
-        if len(utils) < 3:  # with two GPUs "the odd one out" has no meaning
-            continue
-        counted += 1
-        ordered = sorted(utils.values())
-        for idx, u in utils.items():
-            gap = u - median_without(ordered, u)
-            gaps.setdefault(idx, []).append(gap)
-            if gap <= -th.straggler_gap:
-                low[idx] = low.get(idx, 0) + 1
-            elif gap >= th.straggler_gap:
-                high[idx] = high.get(idx, 0) + 1
-    if counted < th.min_samples:
+    w = totals(win, th)
+    if w.counted < th.min_samples:
         return []
+    need = th.straggler_share * w.counted
     out = []
-    for idx in sorted(gaps):
-        mean_gap = _mean(gaps[idx])
-        for side, hits in (("below", low), ("above", high)):
-            if hits.get(idx, 0) >= th.straggler_share * counted:
+    for idx in sorted(k for k, a in w.gpus.items() if a.gap_n and (a.low >= need or a.high >= need)):
+        a = w.gpus[idx]
+        mean_gap = a.gap2_sum / (2 * a.gap_n)  # exact: the gaps are halves
+        for side, hits in (("below", a.low), ("above", a.high)):
+            if hits >= need:
                 template = f"GPU {idx} runs {{}} points {side} the other GPUs' utilization"
                 figure = Figure(abs(mean_gap), template, unit=" points")
                 out.append(
@@ -229,20 +235,14 @@ def stragglers(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Verdict]
 
 
 def memory_imbalance(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Verdict]:
-    used: dict[int, list[int]] = {}
-    total: dict[int, int] = {}
-    for s in win:
-        for g in s.gpus:
-            if g.alive and g.mem_used is not None:
-                used.setdefault(g.index, []).append(g.mem_used)
-                if g.mem_total:
-                    total[g.index] = g.mem_total
-    if len(used) < 2 or len(win) < th.min_samples:
+    w = totals(win, th)
+    used = {k: a for k, a in w.gpus.items() if a.mem_n}
+    if len(used) < 2 or len(w) < th.min_samples:
         return []
-    means = {k: _mean(v) for k, v in used.items()}
-    top = max(means, key=means.__getitem__)
+    means = {k: a.mem_sum / a.mem_n for k, a in used.items()}
+    top = max(means, key=lambda k: (means[k], used[k].total is not None, -k))  # a tie: a known total, the lowest index
     others = statistics.median(v for k, v in means.items() if k != top)
-    cap = total.get(top)
+    cap = used[top].total
     if cap is None:
         return []
     if means[top] - others >= th.mem_gap_share * cap and means[top] >= th.mem_ratio * others:
@@ -267,23 +267,19 @@ def memory_imbalance(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Ve
 
 
 def input_starvation(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Verdict]:
-    if len(win) < th.min_samples:
+    w = totals(win, th)
+    if len(w) < th.min_samples or w.dips < th.starve_share * len(w):
         return []
-    dips = []
-    for s in win:
-        utils = _alive_utils(s)
-        if utils and max(utils.values()) < th.starve_util:
-            dips.append(s)
-    if len(dips) < th.starve_share * len(win):
+    if not w.dip_cpu_n:
         return []
-    cpus = [s.cpu for s in dips if s.cpu is not None]
-    if not cpus or _mean(cpus) < th.starve_cpu:
+    cpu = exact_mean(w.dip_cpu_sum, w.dip_cpu_n)
+    if cpu < th.starve_cpu:
         return []
-    gpus = tuple(sorted({g.index for s in win for g in s.gpus if g.alive}))
+    gpus = tuple(sorted(k for k, a in w.gpus.items() if a.alive))
     figure = Figure(
-        100 * len(dips) / len(win),
+        100 * w.dips / len(w),
         f"all GPUs drop below {th.starve_util:.0f}% together in {{}}% of the samples "
-        f"while the CPUs are {_mean(cpus):.0f}% busy",
+        f"while the CPUs are {cpu:.0f}% busy",
         unit="% of the samples",
     )
     return [
@@ -298,34 +294,20 @@ def input_starvation(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Ve
     ]
 
 
-def _spinning(g_util: int | None, power: float | None, limit: float | None, th: Thresholds) -> bool:
-    if g_util is None or power is None or g_util < th.hung_util:
-        return False
-    idle = th.hung_power_share * limit if limit else th.hung_idle_w
-    return power <= idle
-
-
 def hung_collective(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Verdict]:
-    """GPUs that have spun (busy, no power) for hung_min_s up to the latest sample."""
-    if not win:
+    """GPUs that have spun (busy, no power) for hung_min_s up to the latest sample; the figure is how
+    long they have all spun together (within the window)."""
+    w = totals(win, th)
+    if not w:
         return []
-    last = win[-1]
-    spinning: list[int] = []
-    for g in last.gpus:
-        if not g.alive:
-            continue
-        since = None
-        for s in reversed(win):
-            r = s.gpu(g.index)
-            if r is None or not _spinning(r.util, r.power, r.power_limit, th):
-                break
-            since = s.t
-        if since is not None and last.t - since >= th.hung_min_s:
-            spinning.append(g.index)
+    last, first = w[-1], w[0].t
+    since = {i: max(t, first) for i, t in w.spin.items()}  # a spin is seen as far back as the window goes
+    spinning = [g.index for g in last.gpus if g.alive and g.index in since and last.t - since[g.index] >= th.hung_min_s]
     if not spinning:
         return []
-    suspects = tuple(g.index for g in last.gpus if g.index not in spinning)
-    lasted = last.t - min(s.t for s in win if all(_spinning_in(s, i, th) for i in spinning))
+    taken = set(spinning)
+    suspects = tuple(g.index for g in last.gpus if g.index not in taken)
+    lasted = last.t - max(since[i] for i in spinning)
     if suspects:
         template = (
             f"GPU(s) {gpu_list(spinning)} spin at 100% utilization on idle power for {{}} s: "
@@ -352,42 +334,23 @@ def hung_collective(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Ver
     ]
 
 
-def _spinning_in(s: Sample, index: int, th: Thresholds) -> bool:
-    r = s.gpu(index)
-    return r is not None and _spinning(r.util, r.power, r.power_limit, th)
-
-
-def _labels(masks: Sequence[int], kind_bits: int) -> str:
-    """The clock_reasons labels of `kind_bits` set in any of `masks`, in bit order."""
-    seen = 0
-    for m in masks:
-        seen |= m & kind_bits
-    return ", ".join(r.label for r in clock_reasons.active(seen))
+def _labels(bits: int, kind_bits: int) -> str:
+    """The clock_reasons labels of `kind_bits` set in `bits`, in bit order."""
+    return ", ".join(r.label for r in clock_reasons.active(bits & kind_bits))
 
 
 def throttling(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Verdict]:
-    if len(win) < th.min_samples:
+    w = totals(win, th)
+    if len(w) < th.min_samples:
         return []
-    thermal: dict[int, int] = {}
-    power: dict[int, int] = {}
-    masks: dict[int, list[int]] = {}
-    for s in win:
-        for g in s.gpus:
-            if g.throttle is None:
-                continue
-            masks.setdefault(g.index, []).append(g.throttle)
-            if g.throttle & THERMAL_THROTTLE_BITS:
-                thermal[g.index] = thermal.get(g.index, 0) + 1
-            if g.throttle & POWER_THROTTLE_BITS:
-                power[g.index] = power.get(g.index, 0) + 1
-    need = th.throttle_share * len(win)
+    need = th.throttle_share * len(w)
     out = []
-    hot = tuple(sorted(k for k, v in thermal.items() if v >= need))
+    hot = tuple(sorted(k for k, a in w.gpus.items() if a.thermal and a.thermal >= need))
     if hot:
-        temps = {g.index: g.temp for g in win[-1].gpus if g.index in hot and g.temp is not None}
+        temps = {g.index: g.temp for g in w[-1].gpus if g.index in hot and g.temp is not None}
         shown = ", ".join(f"GPU {k} {v} C" for k, v in temps.items()) or f"GPU(s) {gpu_list(list(hot))}"
-        why = _labels([m for k in hot for m in masks[k]], THERMAL_THROTTLE_BITS)
-        share = 100 * min(thermal[k] for k in hot) / len(win)
+        why = _labels(_seen_bits(w, hot), THERMAL_THROTTLE_BITS)
+        share = 100 * min(w.gpus[k].thermal for k in hot) / len(w)
         figure = Figure(share, f"{why} in {{}}% of the samples: {shown}", unit="% of the samples")
         out.append(
             Verdict(
@@ -399,10 +362,10 @@ def throttling(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Verdict]
                 figure=figure,
             )
         )
-    capped = tuple(sorted(k for k, v in power.items() if v >= need))
+    capped = tuple(sorted(k for k, a in w.gpus.items() if a.power and a.power >= need))
     if capped:
-        why = _labels([m for k in capped for m in masks[k]], POWER_THROTTLE_BITS)
-        share = 100 * min(power[k] for k in capped) / len(win)
+        why = _labels(_seen_bits(w, capped), POWER_THROTTLE_BITS)
+        share = 100 * min(w.gpus[k].power for k in capped) / len(w)
         figure = Figure(
             share, f"{why} slows GPU(s) {gpu_list(list(capped))} in {{}}% of the samples", unit="% of the samples"
         )
@@ -419,15 +382,20 @@ def throttling(win: Sequence[Sample], th: Thresholds = DEFAULT) -> list[Verdict]
     return out
 
 
+def _seen_bits(w: Window, gpus: Sequence[int]) -> int:
+    """Every judged throttle reason bit that some of `gpus` reported in the window."""
+    seen = 0
+    for k in gpus:
+        for bit in w.gpus[k].bits:
+            seen |= bit
+    return seen
+
+
 def xid_events(win: Sequence[Sample]) -> list[Verdict]:
-    seen: dict[int, set[int]] = {}
-    for s in win:
-        for g in s.gpus:
-            if g.xids:
-                seen.setdefault(g.index, set()).update(g.xids)
+    w = totals(win, win.th if isinstance(win, Window) else DEFAULT)
     out = []
-    for idx in sorted(seen):
-        xids = sorted(seen[idx])
+    for idx in sorted(k for k, a in w.gpus.items() if a.xids):
+        xids = sorted(w.gpus[idx].xids)
         classes = {"contained" if contained(x) else classify(x) for x in xids}
         # The worst class decides: hardware first, then a contained hardware fault, an application
         # fault, the unknown.
@@ -463,85 +431,43 @@ def lost_gpus(win: Sequence[Sample]) -> list[Verdict]:
     ]
 
 
-def _rank_stats(win: Sequence[Sample]) -> dict[tuple[int | None, int], RankStats]:
-    """Per rank over the window: mean step time, input-wait share, and how late it ends its steps."""
-    readings: dict[tuple[int | None, int], list[RankReading]] = {}
-    for s in win:
-        for r in s.ranks or ():
-            readings.setdefault((r.rank, r.pid), []).append(r)
-    lateness = _lateness(win)
+def rank_stats(win: Sequence[Sample], th: Thresholds = DEFAULT) -> dict[tuple[int | None, int], RankStats]:
+    """Per rank over the window: mean step time, input-wait share, and how late it ends its steps
+    (Window._lateness)."""
+    loader = loader_shares(win)
     out = {}
-    for key, rs in readings.items():
-        steps = sum(r.steps for r in rs)
-        timed = [(r.step_s, r.steps) for r in rs if r.steps and r.step_s is not None]
-        step_s = sum(t * n for t, n in timed) / sum(n for _, n in timed) if timed else None
-        waited = [(r.wait_s, r.steps) for r in rs if r.steps and r.wait_s is not None]
-        wait_s = sum(w * n for w, n in waited) / sum(n for _, n in waited) if waited else None
+    for key, a in totals(win, th).ranks.items():
+        step_s = exact_mean(a.step_sum, a.timed) if a.timed else None
+        wait_s = exact_mean(a.wait_sum, a.waited) if a.waited else None
         share = None if wait_s is None or not step_s else min(1.0, wait_s / step_s)
-        late = lateness.get(key, [])
-        last = rs[-1]
-        ends = [(r.last_step, r.last_end) for r in rs if r.last_step is not None and r.last_end is not None]
+        late_n, late_sum, late_pos = a.late
+        last = a.last
+        ends = a.ends  # (step, end) of its readings in the window that had both, oldest first
         cycle = None
         if len(ends) >= 2 and ends[-1][0] > ends[0][0]:
             cycle = (ends[-1][1] - ends[0][1]) / (ends[-1][0] - ends[0][0])
         out[key] = RankStats(
             RankRef(key[0], key[1]),
-            steps,
+            a.steps,
             step_s,
             share,
-            _mean(late) if late else None,
-            sum(1 for x in late if x > 0) / len(late) if late else 0.0,
-            len(late),
-            last.last_step,
-            last.last_end,
+            exact_mean(late_sum, late_n) if late_n else None,
+            late_pos / late_n if late_n else 0.0,
+            late_n,
+            None if last is None else last.last_step,
+            None if last is None else last.last_end,
             cycle,
+            loader.get(key),
         )
     return out
 
 
-def _lateness(win: Sequence[Sample]) -> dict[tuple[int | None, int], list[float]]:
-    """Per rank, for each sample where the ranks moved on: how long after the others' median it ended
-    the latest step that every rank had finished (each rank's end of it interpolated between its last
-    two reports). O(ranks) per sample.
-
-    Ranks that synchronize every step (DDP) leave each collective together, so their step *times* agree;
-    the one that keeps the others waiting is the one that reaches the end of its steps late."""
-    out: dict[tuple[int | None, int], list[float]] = {}
-    prev: dict[tuple[int | None, int], tuple[int, float]] = {}
-    done = None  # the common step judged last (stalled ranks report the same one again)
-    for s in win:
-        cur = {
-            (r.rank, r.pid): (r.last_step, r.last_end)
-            for r in s.ranks or ()
-            if r.last_step is not None and r.last_end is not None
-        }
-        if len(cur) >= 2:
-            common = min(n for n, _ in cur.values())
-            ends = {}
-            for key, (n1, t1) in cur.items():
-                p = prev.get(key)
-                if n1 == common:
-                    ends[key] = t1
-                elif p is not None and p[0] <= common < n1:
-                    ends[key] = p[1] + (t1 - p[1]) * (common - p[0]) / (n1 - p[0])
-            if len(ends) >= 2 and common != done:
-                done = common
-                ordered = sorted(ends.values())
-                for key, t in ends.items():
-                    out.setdefault(key, []).append(t - median_without(ordered, t))
-        prev.update(cur)
-    return out
-
-
-def median_without(ordered: list[float], value: float) -> float:
-    """The median of a sorted list with one occurrence of `value` left out (the others' median)."""
-    rest = list(ordered)
-    del rest[bisect.bisect_left(rest, value)]
-    return statistics.median(rest)
+def _rank_order(r: RankRef) -> tuple[bool, int, int]:
+    return (r.rank is None, r.rank or 0, r.pid)
 
 
 def _refs(stats: Sequence[RankStats]) -> tuple[RankRef, ...]:
-    return tuple(sorted((s.ref for s in stats), key=lambda r: (r.rank is None, r.rank or 0, r.pid)))
+    return tuple(sorted((s.ref for s in stats), key=_rank_order))
 
 
 def slow_ranks(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -> list[Verdict]:
@@ -549,20 +475,22 @@ def slow_ranks(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -
     timed = [s for s in stats.values() if s.step_s is not None and s.steps >= th.min_samples]
     if len(timed) < 2:
         return []
+    timed.sort(key=lambda s: _rank_order(s.ref))
+    step_times = sorted(s.step_s for s in timed if s.step_s is not None)
+    waits = sorted(s.input_share or 0.0 for s in timed)
     out = []
     for s in timed:
-        others = [o for o in timed if o is not s]
-        median_step = statistics.median(o.step_s for o in others if o.step_s is not None)
-        median_wait = statistics.median(o.wait_share or 0.0 for o in others)
+        assert s.step_s is not None
+        median_step = median_without(step_times, s.step_s)  # the others'
+        median_wait = median_without(waits, s.input_share or 0.0)
         steady = s.late_n >= th.min_samples and s.late_share >= th.rank_late_hits
         late = s.late_s if steady else None
         hint = (
             "Look at what this rank does that the others do not (rank-0-only logging, evaluation or "
             "checkpointing on the step path, a bigger shard, a slower data source, its GPU's row)."
         )
-        assert s.step_s is not None
         slow_steps = s.step_s >= th.rank_slow_ratio * median_step and s.step_s - median_step >= th.rank_late_min_s
-        if slow_steps and not _kept_waiting(s, others, th):
+        if slow_steps and not _kept_waiting(s, [o for o in timed if o is not s], th):  # the others: only when slow
             figure = Figure(
                 1000 * s.step_s,
                 f"{s.ref.label}'s steps take {{}} ms, the others' {1000 * median_step:.0f} ms (median)",
@@ -576,12 +504,12 @@ def slow_ranks(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -
                 unit=" ms late",
             )
         elif (
-            s.wait_share is not None
-            and s.wait_share >= th.rank_wait_share
-            and s.wait_share >= th.rank_wait_ratio * median_wait
+            s.input_share is not None
+            and s.input_share >= th.rank_wait_share
+            and s.input_share >= th.rank_wait_ratio * median_wait
         ):
             figure = Figure(
-                100 * s.wait_share,
+                100 * s.input_share,
                 f"{s.ref.label} waits for input {{}}% of its step time, the others {100 * median_wait:.0f}% "
                 "(median): they wait for it in the next collective",
                 unit="% waiting for input",
@@ -618,7 +546,7 @@ def _kept_waiting(s: RankStats, others: Sequence[RankStats], th: Thresholds) -> 
 
 def input_wait(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -> list[Verdict]:
     """GD910: the ranks, as a whole, wait for input a large share of each step."""
-    shares = [s.wait_share for s in stats.values() if s.wait_share is not None and s.steps >= th.min_samples]
+    shares = [s.input_share for s in stats.values() if s.input_share is not None and s.steps >= th.min_samples]
     if not shares:
         return []
     median = statistics.median_low(shares)  # at least half the ranks wait this much: the job, not one rank
@@ -638,7 +566,7 @@ def input_wait(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -
             "The input pipeline cannot keep up: more DataLoader workers, pin_memory, prefetching, "
             "faster storage or preprocessing on the GPU; the host line shows whether the CPUs are saturated.",
             figure=figure,
-            ranks=_refs([s for s in stats.values() if s.wait_share is not None]),
+            ranks=_refs([s for s in stats.values() if s.input_share is not None]),
         )
     ]
 
@@ -679,39 +607,54 @@ def steps_stalled(stats: dict[tuple[int | None, int], RankStats], now: float, th
     ]
 
 
-def analyze(win: Sequence[Sample], th: Thresholds = DEFAULT, elapsed: float | None = None) -> Balance:
-    """Numbers and verdicts for one window (the caller picks the window, see `window`).
+def judge(
+    win: Sequence[Sample],
+    th: Thresholds = DEFAULT,
+    elapsed: float | None = None,
+    ranks: dict[tuple[int | None, int], RankStats] | None = None,
+) -> tuple[list[Verdict], float | None]:
+    """The verdicts of one window, and the seconds of warm-up left (None: warm); `ranks`: its
+    rank_stats when the caller has them already.
 
     `elapsed`: seconds since watching started. During the warm-up only what cannot be warm-up noise is
     judged: a lost GPU, an XID, a hung collective, stalled steps (each has its own deadline)."""
-    util_sum: dict[int, list[int]] = {}
-    spreads = []
-    mem: dict[int, list[int]] = {}
-    for s in win:
-        utils = _alive_utils(s)
-        for k, v in utils.items():
-            util_sum.setdefault(k, []).append(v)
-        if len(utils) >= 2:
-            spreads.append(max(utils.values()) - min(utils.values()))
-        for g in s.gpus:
-            if g.alive and g.mem_used is not None:
-                mem.setdefault(g.index, []).append(g.mem_used)
-    mean_util = {k: _mean(v) for k, v in util_sum.items()}
-    ranks = _rank_stats(win)
-    hung = hung_collective(win, th)
-    stalled = steps_stalled(ranks, win[-1].t, th) if win else []
-    verdicts = [*lost_gpus(win), *hung, *stalled, *xid_events(win)]
+    w = totals(win, th)
+    ranks = rank_stats(w, th) if ranks is None else ranks
+    hung = hung_collective(w, th)
+    stalled = steps_stalled(ranks, w[-1].t, th) if w else []
+    verdicts = [*lost_gpus(w), *hung, *stalled, *xid_events(w)]
     warming = None if elapsed is None or elapsed >= th.warmup else th.warmup - elapsed
     if warming is None:
         if not hung and not stalled:  # a hang makes every other balance reading meaningless
-            verdicts += stragglers(win, th) + input_starvation(win, th) + slow_ranks(ranks, th)
+            verdicts += stragglers(w, th) + input_starvation(w, th) + slow_ranks(ranks, th)
             verdicts += input_wait(ranks, th)
-        verdicts += memory_imbalance(win, th) + throttling(win, th)
+        verdicts += memory_imbalance(w, th) + throttling(w, th)
+    return verdicts, warming
+
+
+def analyze(win: Sequence[Sample], th: Thresholds = DEFAULT, elapsed: float | None = None) -> Balance:
+    """Numbers and verdicts for one window (the caller picks the window, see `window`; a `Window`
+    kept sample by sample costs one sample's GPUs and ranks, whatever its length)."""
+    w = totals(win, th)
+    ranks = rank_stats(w, th)
+    verdicts, warming = judge(w, th, elapsed, ranks)
+    return balance(w, th, verdicts, warming, ranks)
+
+
+def balance(
+    w: Window,
+    th: Thresholds,
+    verdicts: Sequence[Verdict],
+    warming: float | None,
+    ranks: dict[tuple[int | None, int], RankStats],
+) -> Balance:
+    """The window's numbers around its verdicts (what the dashboard's balance line shows)."""
+    mean_util = {k: a.util_sum / a.util_n for k, a in w.gpus.items() if a.util_n}
     return Balance(
-        samples=len(win),
+        samples=len(w),
         mean_util=mean_util,
-        util_spread=_mean(spreads) if spreads else None,
-        mem_mean={k: _mean(v) for k, v in mem.items()},
+        util_spread=w.spread_sum / w.spread_n if w.spread_n else None,
+        mem_mean={k: a.mem_sum / a.mem_n for k, a in w.gpus.items() if a.mem_n},
         verdicts=tuple(verdicts),
         warming=warming,
         ranks=ranks,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.engine.codes import Code
+from gpudoctor.watch import data_codes
 from gpudoctor.watch.job_codes import JOB_CODES
 
 STRAGGLER = Code(
@@ -180,3 +181,6 @@ CODES: list[Code] = [
     STEPS_STALLED,
 ]
 CODES += JOB_CODES  # the job's life: arrival, stalls, crashes (GD920-GD939, watch/job_codes.py)
+
+# The job's data, numerics and resources (GD940-GD949) are written in their own module.
+CODES += data_codes.CODES

@@ -14,10 +14,12 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, field, fields, replace
+from functools import cache
 from typing import Any
 
 from gpudoctor.safety.safe_text import needs_cleaning, printable
 from gpudoctor.watch.arrival import JobProc
+from gpudoctor.watch.data_model import DataReading
 
 
 def plural(count: int, word: str, many: str | None = None) -> str:
@@ -166,6 +168,20 @@ def physical(kwargs: dict[str, Any], dropped: list[str], where: str = "") -> dic
     return kwargs
 
 
+@cache
+def field_names(cls: type) -> tuple[str, ...]:
+    """A reading type's field names, in order, made once per type (parsing a day's recording asks
+    for them per reading: dataclasses.fields() was a tenth of `report`'s time)."""
+    return tuple(f.name for f in fields(cls))
+
+
+@cache
+def recorded_names(cls: type) -> tuple[str, ...]:
+    """Its field names that recordings and reports carry: not those for the terminal only (the user's
+    own command line, shown whole on their screen and never written)."""
+    return tuple(f.name for f in fields(cls) if not f.metadata.get("terminal_only"))
+
+
 @dataclass(frozen=True)
 class GpuReading:
     index: int  # NVML index
@@ -210,8 +226,7 @@ class GpuReading:
         """A recorded reading: wrong shapes raise ValueError, out-of-range values go to `dropped`."""
         if not isinstance(data, dict):
             raise ValueError(f"a GPU reading is not an object: {data!r}")
-        known = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs = {k: data[k] for k in field_names(cls) if k in data}
         index = kwargs["index"] = _index(kwargs.get("index"), "GPU index")
         for name in ("name", "uuid"):
             if name in kwargs:
@@ -228,7 +243,7 @@ class GpuReading:
 
     def checked(self, dropped: list[str] | None = None) -> GpuReading:
         """This reading with out-of-range values dropped (a live reading gone wrong is n/a too)."""
-        kwargs = {f.name: getattr(self, f.name) for f in fields(self)}
+        kwargs = {name: getattr(self, name) for name in field_names(type(self))}
         found: list[str] = []
         physical(kwargs, found, f"GPU {self.index} ")
         if not found:
@@ -268,8 +283,7 @@ class ProcReading:
     def parse(cls, data: Any, dropped: list[str]) -> ProcReading:
         if not isinstance(data, dict):
             raise ValueError(f"a process reading is not an object: {data!r}")
-        known = {f.name for f in fields(cls) if not f.metadata.get("terminal_only")}
-        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs = {k: data[k] for k in recorded_names(cls) if k in data}
         pid = kwargs["pid"] = _whole(kwargs.get("pid"))
         if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < MAX_ID:
             raise ValueError(f"a process PID is not a PID: {_short(pid)}")
@@ -294,18 +308,14 @@ def _clean_texts(reading: Any, names: tuple[str, ...]) -> None:
 def _compact(obj: Any) -> dict[str, Any]:
     """A reading's fields without the absent ones (keeps recordings small: absent means n/a), and
     without those for the terminal only."""
-    return {
-        f.name: getattr(obj, f.name)
-        for f in fields(obj)
-        if getattr(obj, f.name) not in (None, "") and not f.metadata.get("terminal_only")
-    }
+    values = ((name, getattr(obj, name)) for name in recorded_names(type(obj)))
+    return {name: value for name, value in values if value not in (None, "")}
 
 
 def _object(data: Any, what: str, cls: type) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{what} is not an object: {_short(data)}")
-    known = {f.name for f in fields(cls)}
-    return {k: v for k, v in data.items() if k in known}
+    return {k: data[k] for k in field_names(cls) if k in data}
 
 
 @dataclass(frozen=True)
@@ -378,8 +388,14 @@ class Sample:
     ranks: tuple[RankReading, ...] | None = None  # training steps (gpudoctor.step()); None: no step channel
     job: tuple[JobProc, ...] | None = None  # the followed job's processes (watch/arrival.py); None: no job
 
+    data: tuple[DataReading, ...] | None = None  # the ranks' samples, loss, loader time (watch/data_model.py)
+
     def gpu(self, index: int) -> GpuReading | None:
-        return next((g for g in self.gpus if g.index == index), None)
+        """The reading of GPU `index` (O(1): an index map made on first use)."""
+        by_index = self.__dict__.get("_by_index")
+        if by_index is None:
+            by_index = self.__dict__["_by_index"] = {g.index: g for g in reversed(self.gpus)}  # the first; not a field
+        return by_index.get(index)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"t": self.t, "gpus": [g.to_json() for g in self.gpus]}
@@ -393,6 +409,9 @@ class Sample:
             out["ranks"] = [r.to_json() for r in self.ranks]
         if self.job is not None:
             out["job"] = [p.to_json() for p in self.job]
+
+        if self.data:
+            out["data"] = [d.to_json() for d in self.data]
         return out
 
     @classmethod
@@ -422,6 +441,8 @@ class Sample:
         procs = _list(data, "procs")
         ranks = _list(data, "ranks")
         job = _list(data, "job")
+
+        job_data = _list(data, "data")
         host = data.get("host")
         return cls(
             t=float(t),
@@ -431,6 +452,7 @@ class Sample:
             host=None if host is None else HostReading.parse(host, dropped),
             ranks=None if ranks is None else tuple(RankReading.parse(r, dropped) for r in ranks),
             job=None if job is None else tuple(JobProc.parse(p, dropped) for p in job),
+            data=None if job_data is None else tuple(DataReading.parse(d) for d in job_data),
         )
 
     def only(self, indices: set[int] | frozenset[int]) -> Sample:

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import stat
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -75,12 +76,13 @@ class RecordWriter:
         self.path = path
         self.samples = 0  # written in full
         self.error: str | None = None  # why recording stopped early
+        line = dumps({"format": FORMAT, "version": FORMAT_VERSION, **header}, separators=(",", ":")) + "\n"
         try:
-            self._file: IO[str] = open_stream(path)  # closed in close()
+            # The header is written before the file takes its name: a full disk leaves no empty file.
+            self._file: IO[str] = open_stream(path, first=line)  # closed in close()
         except OSError as exc:
-            raise UserError(f"cannot write recording {path}: {exc.strerror}", EXIT_UNAVAILABLE, "unavailable") from None
-        if not self._write({"format": FORMAT, "version": FORMAT_VERSION, **header}):
-            raise UserError(f"cannot write recording {path}: {self._reason}", EXIT_UNAVAILABLE, "unavailable")
+            reason = exc.strerror or str(exc)
+            raise UserError(f"cannot write recording {path}: {reason}", EXIT_UNAVAILABLE, "unavailable") from None
 
     def _write(self, doc: dict[str, Any]) -> bool:
         if self.error is not None:
@@ -225,11 +227,15 @@ class RecordingStream:
         self._dropped = 0  # readings outside the physical range, dropped
         self._dropped_examples: list[str] = []
         self._stopped: str | None = None  # why reading ended before the end of the file
+        # Why the file's bytes could not be read on (a corrupt compressed stream, an I/O error):
+        # the samples before are kept, but the file is damaged input (report exits 2). A file cut
+        # off (a kill mid-write, EOFError for a compressed one) is not: it ends where it ends.
+        self.unreadable: str | None = None
         try:
             self._file: IO[str] = _open_text(path)  # closed in close()
             self._lines = _lines(self._file)
             first = next(self._lines, None)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             raise UserError(f"cannot read recording {path}: {reason}", EXIT_USAGE, "input") from None
         try:
@@ -262,10 +268,12 @@ class RecordingStream:
             while True:
                 try:
                     item = next(self._lines, None)
-                except (OSError, EOFError) as exc:  # EOFError: a compressed recording cut off
+                except (OSError, EOFError, zlib.error) as exc:  # EOFError: a compressed recording cut off
                     reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
                     kept = plural(self.samples, "sample")
                     self._stopped = f"reading {self.path} failed ({reason}); kept the {kept} before it"
+                    if not isinstance(exc, EOFError):
+                        self.unreadable = reason
                     return
                 if item is None:
                     return

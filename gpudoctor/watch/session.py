@@ -94,7 +94,10 @@ class Session:
             detail = f"{type(self._poller.error).__name__}: {self._poller.error}" if self._poller.error else ""
             self.queue.put(End("source", detail))
         elif isinstance(sample, Sample) and self.steps is not None:
-            self.queue.put(replace(sample, ranks=self.steps.take()))  # the interval's steps, with its readings
+            data = self.steps.take_data() or None  # the ranks' samples, loss, loader time
+            self.queue.put(
+                replace(sample, ranks=self.steps.take(), data=data)
+            )  # the interval's steps, with its readings
         else:
             self.queue.put(sample)
 
@@ -212,6 +215,7 @@ class Session:
                             self.steps.close()  # keeps what the job sent as it ended
                             last = self.steps.take()
                             self.builder.add_ranks(last)
+                            self.builder.add_late_data(self.steps.take_data())
                     finally:
                         if self.tracker is not None:
                             self.tracker.close()

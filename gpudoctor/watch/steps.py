@@ -22,11 +22,13 @@ import stat
 import struct
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpudoctor.training_step import ENV, EVENT, EVENT_MAGIC, MAGIC, RECORD, SOCKET_NAME
 from gpudoctor.watch.arrival import Heard, heard
+from gpudoctor.watch.data_model import MAX_PAYLOAD, DataInbox, DataReading, is_data
 from gpudoctor.watch.model import RankReading, plural
 from gpudoctor.watch.sentinel import CHANNEL_PREFIX
 
@@ -34,6 +36,19 @@ CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 WAKE = b"wake"  # sent to ourselves by close()
 ERROR_FILE = "torchelastic_error.json"  # torchrun's TORCHELASTIC_ERROR_FILE, in the same private directory
 MAX_STEPS_PER_RECORD = 1_000_000  # more than any loop runs between two records: a damaged record
+# Bounds on what a record may say (heuristics: beyond them it is damage, not a training loop). A
+# step longer than a day is none; an end more than a day from our own clock (the job runs on this
+# machine) is no end of a recent step; step numbers stay where a JSON number is exact (2**53).
+MAX_STEP_S = 86_400.0
+MAX_CLOCK_SKEW_S = 86_400.0
+MAX_STEP_NUMBER = 2**53
+MAX_RANK = 1 << 20  # torch's world sizes stay far below a million ranks
+# The publisher sends at most one record per FLUSH_S (~20 a second) plus a last one at exit; a process
+# sending more is flooding the watcher's thread: records beyond RATE a second (after a BURST) are
+# dropped and counted. Ranks followed at once: the job's processes, each one key.
+RATE = 100.0
+BURST = 200.0
+MAX_RANKS = 4096
 
 
 @dataclass
@@ -80,6 +95,8 @@ def _private_base() -> str | None:
 class StepChannel:
     """Receives step records from the job's processes; see the module docstring."""
 
+    clock = staticmethod(time.monotonic)  # the rate limit's clock
+
     def __init__(self, accept: Callable[[int], bool] | None = None) -> None:
         self.accept = accept  # pid -> is it one of the job's processes (None: nothing accepted yet)
         self.directory = tempfile.mkdtemp(prefix=CHANNEL_PREFIX, dir=_private_base())
@@ -89,7 +106,10 @@ class StepChannel:
         self._heard: dict[int, Heard] = {}  # the latest arrival/stall event of each process (by kernel PID)
         self.rejected = 0  # records from outside the job, or damaged
         self.dropped = 0  # records the ranks could not send (our queue was full)
+        self.flooded = 0  # records beyond RATE a second from one process, or from ranks beyond MAX_RANKS
+        self._budget: dict[int, tuple[float, float]] = {}  # pid -> (records it may still send, when)
         self._closed = threading.Event()
+        self.data = DataInbox()  # what the ranks say about their data, loss and loader (training_data)
         try:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self.sock.bind(self.path)
@@ -122,19 +142,24 @@ class StepChannel:
 
     def _receive(self) -> None:
         """One datagram (raises TimeoutError / BlockingIOError when there is none)."""
-        size = max(RECORD.size, EVENT.size) + 1
+        size = max(RECORD.size, EVENT.size, MAX_PAYLOAD + 4) + 1  # one byte more: a longer datagram shows
         data, ancdata, _, _ = self.sock.recvmsg(size, socket.CMSG_SPACE(CREDENTIALS.size))
         if self._closed.is_set() and data == WAKE:
             return
         pid = _sender(ancdata)
-        event = len(data) == EVENT.size and data[:4] == EVENT_MAGIC
-        if pid is None or not (event or len(data) == RECORD.size) or not self._accepted(pid):
+        if pid is None or not self._accepted(pid):
             self.rejected += 1
-            return
-        if event:
+        elif is_data(data):
+            try:
+                self.data.add(pid, data[4:])
+            except ValueError:
+                self.rejected += 1
+        elif len(data) == EVENT.size and data[:4] == EVENT_MAGIC:
             self._add_event(pid, data)
-        else:
+        elif len(data) == RECORD.size:
             self._add(pid, data)
+        else:
+            self.rejected += 1
 
     def _add_event(self, pid: int, data: bytes) -> None:
         got = heard(pid, data)  # the kernel's PID, not the record's
@@ -161,11 +186,38 @@ class StepChannel:
         except Exception:  # noqa: BLE001  (a failing check rejects the record, never the thread)
             return False
 
+    def _within_rate(self, pid: int, now: float) -> bool:
+        """A token bucket per process: RATE records a second, BURST at once."""
+        budget = self._budget
+        left, since = budget.get(pid, (BURST, now))
+        left = min(BURST, left + (now - since) * RATE)
+        if len(budget) >= MAX_RANKS and pid not in budget:
+            budget.clear()  # processes come and go (restarts): forget them all rather than grow
+        budget[pid] = (left - 1, now) if left >= 1 else (left, now)
+        return left >= 1
+
     def _add(self, pid: int, data: bytes) -> None:
         magic, rank, _, count, waited, dropped, last, end, sum_step, max_step, sum_wait = RECORD.unpack(data)
+        now = time.time()
+        if not self._within_rate(pid, self.clock()):
+            self.flooded += 1
+            return
         numbers = (end, sum_step, max_step, sum_wait)
-        sane = magic == MAGIC and 0 < count <= MAX_STEPS_PER_RECORD and waited <= count
+        sane = (
+            magic == MAGIC
+            and 0 < count <= MAX_STEPS_PER_RECORD
+            and waited <= count
+            and dropped <= MAX_STEPS_PER_RECORD
+            and last <= MAX_STEP_NUMBER
+            and rank < MAX_RANK
+        )
         if not sane or not all(math.isfinite(x) and x >= 0 for x in numbers):
+            self.rejected += 1
+            return
+        if max_step > MAX_STEP_S or sum_step > count * MAX_STEP_S or sum_wait > waited * MAX_STEP_S:
+            self.rejected += 1  # 1e308 is a float, not a step time: sums would overflow to inf
+            return
+        if abs(end - now) > MAX_CLOCK_SKEW_S:
             self.rejected += 1
             return
         key = (None if rank < 0 else rank, pid)  # the kernel's PID, not the record's
@@ -173,9 +225,13 @@ class StepChannel:
             self.dropped += dropped
             acc = self._ranks.get(key)
             if acc is None:
-                # A new process for a rank number seen before (a restarted job): the old one is done.
-                for old in [k for k in self._ranks if k[0] is not None and k[0] == key[0]]:
+                # A new process for a rank number seen before (a restarted job): the old one is done;
+                # a process that now says another rank number is that rank now (one key per process).
+                for old in [k for k in self._ranks if (k[0] is not None and k[0] == key[0]) or k[1] == pid]:
                     del self._ranks[old]
+                if len(self._ranks) >= MAX_RANKS:
+                    self.flooded += 1
+                    return
                 acc = self._ranks[key] = _Acc(key[0], pid)
             acc.steps += count
             acc.sum_step += sum_step
@@ -194,6 +250,10 @@ class StepChannel:
                 acc.sum_step = acc.max_step = acc.sum_wait = 0.0
         return out
 
+    def take_data(self) -> tuple[DataReading, ...]:
+        """The data the ranks sent since the last call (gpudoctor/watch/data_model.py)."""
+        return self.data.take()
+
     @property
     def note(self) -> str | None:
         """What went wrong with the channel, in the user's words (None: nothing)."""
@@ -202,6 +262,11 @@ class StepChannel:
             parts.append(f"ignored {plural(self.rejected, 'step record')} from outside the job or damaged")
         if self.dropped:
             parts.append(f"{plural(self.dropped, 'step record')} could not be sent in time (the watcher was behind)")
+        if self.flooded:
+            parts.append(
+                f"ignored {plural(self.flooded, 'step record')} beyond {RATE:.0f} a second from one process "
+                f"(or beyond {MAX_RANKS} ranks)"
+            )
         return "; ".join(parts) or None
 
     def close(self) -> None:

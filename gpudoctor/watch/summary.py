@@ -15,17 +15,19 @@ many times, the worst figure. The dashboard's log, the `--no-tui` summary and `r
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.safety.safe_text import printable
-from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict, analyze
+from gpudoctor.watch.analysis import DEFAULT, Balance, RankStats, Thresholds, Verdict, balance, judge, rank_stats
 from gpudoctor.watch.codes import STEPS_STALLED
+from gpudoctor.watch.data_model import DataReading
 from gpudoctor.watch.job import job_verdicts
+from gpudoctor.watch.jobbook import JobBook, seen
 from gpudoctor.watch.model import RankReading, Sample, clock, plural
 from gpudoctor.watch.recording import RecordingStream
+from gpudoctor.watch.window import Window
 
 SUMMARY_SCHEMA_VERSION = 1
 MAX_SPANS_PER_VERDICT = 10  # listed spans of one verdict (code and GPUs); later ones fold into the last
@@ -172,7 +174,9 @@ class Summary:
     ranks: dict[tuple[int | None, int], _RankStats] = field(default_factory=dict)
     warmup_s: float = 0.0
     idle_util: float = DEFAULT.idle_util
+    unreadable: bool = False  # the recording's bytes stopped reading (corrupt): `report` exits 2
     failure: dict[str, Any] | None = None  # how the followed command failed: the first rank, why (crash.Failure)
+    job: dict[str, Any] | None = None  # the job's data, losses, GPU placement (watch/jobbook.py)
 
     @property
     def duration_s(self) -> float:
@@ -225,6 +229,7 @@ class Summary:
             ],
             "ranks": [r.to_json() for _, r in sorted(self.ranks.items(), key=lambda kv: _rank_order(kv[0]))],
             "failure": self.failure,
+            "job": self.job,
             "verdicts": [
                 {
                     "code": sp.verdict.code,
@@ -258,12 +263,15 @@ def _rank_order(key: tuple[int | None, int]) -> tuple[bool, int, int]:
 
 
 class SummaryBuilder:
-    """Feed samples in order; `verdicts` are those of the window ending at the latest sample."""
+    """Feed samples in order; `verdicts` are those of the window ending at the latest sample.
+
+    The window is kept as running totals (gpudoctor.watch.window): a sample costs its GPUs and ranks,
+    whatever the window's length; `balance` (the numbers the dashboard shows) is made when read."""
 
     def __init__(self, source: str = "live", th: Thresholds = DEFAULT) -> None:
         self.source = source
         self.th = th
-        self._window: deque[Sample] = deque()
+        self._window = Window(th, th.window_s)
         self._gpus: dict[int, _GpuStats] = {}
         self._ranks: dict[tuple[int | None, int], _RankStats] = {}
         self._open: dict[tuple[Any, ...], VerdictSpan] = {}
@@ -271,11 +279,16 @@ class SummaryBuilder:
         self._count: dict[tuple[Any, ...], int] = {}  # spans listed per verdict
         self._spans: list[VerdictSpan] = []
         self._events: dict[tuple[Any, ...], Event] = {}
+        self._active: set[tuple[Any, ...]] = set()  # the events held at the latest sample
         self.samples = 0
         self.start: float | None = None
         self.end: float | None = None
         self.verdicts: tuple[Verdict, ...] = ()
-        self.balance = analyze([], th)
+        self._balance: Balance | None = None
+        self._rank_stats: dict[tuple[int | None, int], RankStats] = {}
+        self._warming: float | None = None
+        self._judged: tuple[Verdict, ...] = ()
+        self.book = JobBook(th)  # the job's data, numerics and resources (GD940-GD949)
 
     def add(self, s: Sample) -> tuple[Verdict, ...]:
         self.samples += 1
@@ -296,14 +309,27 @@ class SummaryBuilder:
                 st.mem_peak = max(st.mem_peak, g.mem_used)
                 st.mem_total = g.mem_total or st.mem_total
         self.add_ranks(s.ranks or ())
-        self._window.append(s)
-        while self._window and s.t - self._window[0].t > self.th.window_s:
-            self._window.popleft()
-        self.balance = analyze(self._window, self.th, elapsed=s.t - self.start)
-        stalled = any(v.code == STEPS_STALLED.code for v in self.balance.verdicts)
-        self.verdicts = self.balance.verdicts + tuple(job_verdicts(self._window, self.th, stalled))
+        self._window.add(s)
+        self._rank_stats = rank_stats(self._window, self.th) if self._window.ranks else {}
+        verdicts, self._warming = judge(self._window, self.th, s.t - self.start, self._rank_stats)
+        self._balance = None
+        self._judged = tuple(verdicts)  # the balance's own (the job's verdicts are beside them)
+        self.book.add(s)
+        stalled = any(v.code == STEPS_STALLED.code for v in verdicts)
+        self.verdicts = (*self._book_verdicts(), *job_verdicts(self._window, self.th, stalled))
         self._track(s.t)
         return self.verdicts
+
+    @property
+    def balance(self) -> Balance:
+        """The latest window's numbers and verdicts (analysis.analyze's), made on first read."""
+        if self._balance is None:
+            self._balance = balance(self._window, self.th, self._judged, self._warming, self._rank_stats)
+        return self._balance
+
+    def _book_verdicts(self) -> tuple[Verdict, ...]:
+        """The balance's verdicts (GD910's advice counted against the CPUs) and the job's data verdicts."""
+        return self.book.verdicts(self._window, self._judged, self._warming, self._rank_stats)
 
     def conclude(self, verdicts: Iterable[Verdict], t: float) -> None:
         """Verdicts known only once the job ended (how it ended: a failed rank, uneven steps), as of `t`."""
@@ -314,6 +340,16 @@ class SummaryBuilder:
         self.end = t if self.end is None else max(self.end, t)
         self.verdicts = found
         self._track(t)
+
+    def add_late_data(self, readings: Iterable[DataReading]) -> None:
+        """What the ranks sent as the job ended, after the last sample: judged at the last sample's time."""
+        self.book.add_data(readings)
+        if self.end is None:
+            return
+        verdicts = self._book_verdicts()
+        if {v.key for v in verdicts} - {v.key for v in self.verdicts}:
+            self.verdicts = verdicts
+            self._track(self.end)
 
     def add_ranks(self, ranks: Iterable[RankReading]) -> None:
         """Count steps into the per-rank totals (each sample's, and the last ones a job sent as it ended)."""
@@ -363,8 +399,11 @@ class SummaryBuilder:
                 event.worst = max(event.worst or 0.0, span.value)  # a duration: the longest span
             else:
                 event.worst = _worse(v, event.worst)
-        for key, event in self._events.items():
-            event.active = key in current
+        for key in self._active - current.keys():  # the held ones only: a long run has many events
+            self._events[key].active = False
+        for key in current:
+            self._events[key].active = True
+        self._active = set(current)
 
     def events(self) -> list[Event]:
         """Every verdict that fired, per code and subject: held ones first, then the most recent."""
@@ -385,6 +424,7 @@ class SummaryBuilder:
             dict(self._ranks),
             self.th.warmup,
             self.th.idle_util,
+            job=self.book.to_json(),
         )
 
     @property
@@ -414,6 +454,7 @@ def summarize_recording(path: str, th: Thresholds = DEFAULT) -> Summary:
         synthetic = isinstance(made, str) and made.startswith("synthetic")  # a test recording
         summary = summarize(stream, f"{path}, {printable(made)[:40]}: made-up readings" if synthetic else path, th)
     summary.damage = stream.damage
+    summary.unreadable = stream.unreadable is not None
     return summary
 
 
@@ -479,6 +520,7 @@ def render_text(summary: Summary) -> str:
             lines.append("verdicts: none (the GPUs stayed balanced)")
         else:
             lines.append("verdicts: none")
+        lines += [f"  seen: {line}" for line in seen(summary.job)]
     else:
         lines.append("verdicts:")
         start = summary.start or 0.0

@@ -359,3 +359,24 @@ def test_escape_sequences_from_other_peoples_text_never_reach_annotations_or_the
     produced = "\n".join([*github.annotations(report), github.summary_markdown(report)])
     assert not CONTROL.search(produced), repr(produced)
     assert "?]0;owned?" in produced and "?[31mred" in produced  # shown, defused
+
+
+def test_prometheus_temporary_files_left_by_a_killed_run_are_swept(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Issue 24: a SIGKILL between writing the temporary file and renaming it left `.NAME.XXXXXXXX.tmp`
+    in node_exporter's directory, one more per cron run. Only our own stale ones of that exact shape go."""
+    target = tmp_path / "gpudoctor.prom"
+    stale = tmp_path / ".gpudoctor.prom.k1ll3d_x.tmp"
+    young = tmp_path / ".gpudoctor.prom.wr1t1ng_.tmp"  # a run writing right now
+    other = tmp_path / ".gpudoctor.prom.notours.tmp"  # not mkstemp's shape
+    mine = tmp_path / ".other.prom.k1ll3d_x.tmp"  # another target's
+    for p in (stale, young, other, mine):
+        p.write_text("gpudoctor_half_written 1\n")
+    link = tmp_path / ".gpudoctor.prom.l1nk3d__.tmp"
+    link.symlink_to(other)
+    hour_ago = os.path.getmtime(stale) - 3600
+    for p in (stale, other, mine):
+        os.utime(p, (hour_ago, hour_ago))
+    os.utime(link, (hour_ago, hour_ago), follow_symlinks=False)
+    assert run_cli(capsys, "check", "--snapshot", H100, "--prometheus", str(target)).exit_code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (target, young, other, mine, link))
+    assert "gpudoctor_last_run_timestamp_seconds " in target.read_text()  # the metrics, whole

@@ -10,6 +10,7 @@ import resource
 import sys
 import time
 import tracemalloc
+import zlib
 from pathlib import Path
 
 import jsonschema
@@ -24,6 +25,7 @@ from gpudoctor.watch.session import Session
 from gpudoctor.watch.sources import ReplaySource, SyntheticSource
 from gpudoctor.watch.summary import summarize_recording
 from gpudoctor.watch.synthetic import synthetic_run
+from tests.helpers.cli import run_cli
 from tests.helpers.processes import GpudoctorCli, clean_env
 from tests.paths import FIXTURES, shipped_schema
 
@@ -361,3 +363,58 @@ def test_a_device_or_a_fifo_is_refused_and_a_huge_line_is_skipped_piece_by_piece
     assert r.returncode == 0, r.stderr
     assert "line 4 of" in r.stdout and "damaged (longer than 8 MiB)" in r.stdout
     assert f"{len(lines) - 1} samples" in r.stdout
+
+
+def _corrupt_gzip(data: bytes, wanted: type[Exception], start: int) -> bytes:
+    """`data` (gzip) with 8 bytes overwritten at the first place from `start` where Python's own
+    gzip reader then fails with `wanted` (zlib.error: a bad deflate block; BadGzipFile: a CRC)."""
+    for pos in range(start, len(data) - 16, 97):
+        damaged = data[:pos] + b"\xff" * 8 + data[pos + 8 :]
+        try:
+            gzip.decompress(damaged)
+        except wanted:
+            return damaged
+        except Exception:  # noqa: BLE001  (another kind of failure: try further on)
+            continue
+    raise AssertionError(f"no place gives {wanted.__name__}")
+
+
+@pytest.mark.parametrize("wanted", [zlib.error, gzip.BadGzipFile])
+def test_a_corrupt_gzip_recording_exits_2_keeping_the_samples_before_the_damage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], wanted: type[Exception]
+) -> None:
+    """Issue 24: a corrupt compressed stream was an internal error (exit 3) losing every sample."""
+    plain = tmp_path / "run.jsonl"
+    w = RecordWriter(str(plain), {"interval": 1.0})
+    for s in synthetic_run("straggler", 300, seed=3):
+        w.write(s)
+    w.close()
+    data = gzip.compress(plain.read_bytes())
+    bad = tmp_path / "run.jsonl.gz"
+    bad.write_bytes(_corrupt_gzip(data, wanted, len(data) // 2))
+    r = run_cli(capsys, "report", "--json", str(bad))
+    assert r.exit_code == 2 and "internal error" not in r.err
+    assert r.err.startswith(f"gpudoctor: recording {bad} is damaged") and len(r.err.splitlines()) == 1
+    doc = json.loads(r.out)
+    assert 0 < doc["samples"] < 300 and "kept the" in doc["damage"]
+    # Damage in the very first block: nothing to keep, one line, still exit 2.
+    bad.write_bytes(_corrupt_gzip(data, zlib.error, 20))
+    r = run_cli(capsys, "report", str(bad))
+    assert r.exit_code == 2 and r.err.startswith(f"gpudoctor: cannot read recording {bad}") and not r.out
+
+
+def test_a_full_disk_at_the_start_leaves_no_empty_recording_and_keeps_the_old_one(
+    tmp_path: Path, gpudoctor_cli: GpudoctorCli
+) -> None:
+    """Issue 24: the file was created before its header failed to write: a 0-byte recording (and
+    with --force, the previous recording already replaced by it)."""
+    path = tmp_path / "run.jsonl"
+    args = ["watch", "--no-tui", "--duration", "1", "--record", str(path)]
+    full = _file_size_limit(10)  # not even the header fits
+    r = gpudoctor_cli(*args, env=FAKE, preexec_fn=full)  # noqa: PLW1509
+    assert r.returncode == 3 and "cannot write recording" in r.stderr and "File too large" in r.stderr
+    assert not path.exists() and list(tmp_path.iterdir()) == []  # no empty file, no temporary file
+    old = (RECORDINGS / "healthy.jsonl").read_bytes()
+    path.write_bytes(old)
+    r = gpudoctor_cli(*args, "--force", env=FAKE, preexec_fn=full)  # noqa: PLW1509
+    assert r.returncode == 3 and path.read_bytes() == old and list(tmp_path.iterdir()) == [path]

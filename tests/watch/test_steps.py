@@ -342,3 +342,78 @@ def test_a_real_gloo_job_names_its_slow_rank_from_its_steps(where: str, gpudocto
     assert ("GD909", [1]) in named, named
     assert all(ranks != [0] for code, ranks in named if code == "GD909")
     assert "GD910" not in [c for c, _ in named]  # one rank's input, not the job's
+
+
+def _record(rank: int = 0, end: float | None = None, step: float = 0.1, last: int = 1, **over: float) -> bytes:
+    fields = {"count": 1, "waited": 0, "dropped": 0, "sum_wait": 0.0, **over}
+    return RECORD.pack(
+        b"GDS1",
+        rank,
+        1,
+        fields["count"],
+        fields["waited"],
+        fields["dropped"],
+        last,
+        time.time() if end is None else end,
+        step,
+        fields.get("max_step", step),
+        fields["sum_wait"],
+    )
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        _record(step=1e308),  # a float, not a step time: two of them summed are inf
+        _record(step=0.1, max_step=1e308),
+        _record(sum_wait=1e308, waited=1),
+        _record(end=1e308),
+        _record(end=time.time() + 10 * 86_400),  # an end of a step ten days from now
+        _record(last=2**63),  # beyond what a JSON number holds exactly
+        _record(dropped=2**31),
+        _record(rank=2**31 - 1),
+    ],
+)
+def test_a_step_record_with_values_no_training_loop_sends_is_ignored_and_counted(record: bytes) -> None:
+    """Issue 24: step records accepted 1e308; the watcher's sums turned to inf."""
+    channel = StepChannel()
+    try:
+        me = os.getpid()
+        channel.accept = lambda pid: pid == me
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.sendto(record, channel.path)
+            s.sendto(_record(rank=0, step=0.25, last=7), channel.path)  # a sane one after it
+        wait_for(lambda: channel._ranks)
+        (r,) = channel.take()
+        assert (r.rank, r.steps, r.step_s, r.last_step) == (0, 1, 0.25, 7)
+        assert channel.rejected == 1 and channel.note is not None and "damaged" in channel.note
+    finally:
+        channel.close()
+
+
+def test_a_process_flooding_records_is_held_to_a_rate_and_to_one_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: step records floods. The publisher sends ~20 a second (FLUSH_S); past a burst, a
+    process is held to steps.RATE a second, and the ranks followed are bounded."""
+    from gpudoctor.watch import steps
+
+    channel = StepChannel()
+    try:
+        now = [1000.0]
+        monkeypatch.setattr(channel, "clock", lambda: now[0])
+        for i in range(1000):  # all at once: only the burst gets through
+            channel._add(42, _record(rank=i % 7, last=i + 1))
+        assert channel.flooded == 1000 - steps.BURST
+        assert len(channel._ranks) == 1  # one process is one rank, whatever numbers it claims
+        now[0] += 1.0  # a second later: RATE more
+        accepted = 0
+        for i in range(1000):
+            before = channel.flooded
+            channel._add(42, _record(last=2000 + i))
+            accepted += channel.flooded == before
+        assert accepted == steps.RATE
+        for pid in range(100, 100 + steps.MAX_RANKS + 50):  # a flood of processes
+            channel._add(pid, _record(rank=pid))
+        assert len(channel._ranks) == steps.MAX_RANKS
+        assert channel.note is not None and f"beyond {steps.RATE:.0f} a second from one process" in channel.note
+    finally:
+        channel.close()
