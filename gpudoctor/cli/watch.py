@@ -46,7 +46,8 @@ t/i SIGTERM/SIGINT the selected process (asks first), ? help.
 \b
 Exit codes:
   0  watched to the end (or the followed command's own exit code)
-  2  usage error: bad option, unreadable recording, --record FILE exists
+  2  usage error: bad option, unreadable recording (also one that stops reading midway, after
+     playing what came before), --record FILE exists
   3  gpudoctor could not run at all (no NVIDIA driver, and no command, --replay or --demo)
   129  hung up (SIGHUP, or the terminal went away): a command started by gpudoctor gets SIGHUP
   130  interrupted (Ctrl-C, SIGTERM): a command started by gpudoctor is stopped"""
@@ -392,6 +393,8 @@ def watch(
         sys.exit(interrupted)
     if job is not None and job.owned:
         sys.exit(job.poll() or 0)
+    if isinstance(source, ReplaySource) and source.unreadable:  # played up to the damage, said in its note
+        sys.exit(EXIT_USAGE)
     sys.exit(0)
 
 

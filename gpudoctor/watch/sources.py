@@ -347,6 +347,11 @@ class ReplaySource:
         """What was wrong with a streamed file (complete once it was played to its end)."""
         return None if self._stream is None else self._stream.damage
 
+    @property
+    def unreadable(self) -> bool:
+        """The file's bytes stopped reading (a corrupt gzip): what came before was played, still bad input."""
+        return self._stream is not None and self._stream.unreadable is not None
+
     def open(self) -> None:
         pass
 

@@ -403,6 +403,27 @@ def test_a_corrupt_gzip_recording_exits_2_keeping_the_samples_before_the_damage(
     assert r.exit_code == 2 and r.err.startswith(f"gpudoctor: cannot read recording {bad}") and not r.out
 
 
+def test_replaying_a_corrupt_gzip_plays_what_came_before_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`watch --replay` of the same file: the samples before the damage are played, its note names the
+    damage, and the exit code says the input was bad (it was 0, as if the file were whole)."""
+    plain = tmp_path / "run.jsonl"
+    w = RecordWriter(str(plain), {"interval": 1.0})
+    for s in synthetic_run("straggler", 300, seed=3):
+        w.write(s)
+    w.close()
+    data = gzip.compress(plain.read_bytes())
+    bad = tmp_path / "run.jsonl.gz"
+    bad.write_bytes(_corrupt_gzip(data, gzip.BadGzipFile, len(data) // 2))
+    r = run_cli(capsys, "watch", "--replay", str(bad), "--no-tui", "--json", "--speed", "100000")
+    assert r.exit_code == 2 and "internal error" not in r.err
+    summary = json.loads(r.out.splitlines()[-1])
+    assert 0 < summary["samples"] < 300 and "kept the" in summary["damage"]
+    plain_r = run_cli(capsys, "watch", "--replay", str(plain), "--no-tui", "--json", "--speed", "100000")
+    assert plain_r.exit_code == 0
+
+
 def test_a_full_disk_at_the_start_leaves_no_empty_recording_and_keeps_the_old_one(
     tmp_path: Path, gpudoctor_cli: GpudoctorCli
 ) -> None:
