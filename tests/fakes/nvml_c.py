@@ -41,8 +41,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import pynvml
-
 # nvmlReturn_t (nvml.h 1295-1330).
 SUCCESS = 0
 UNINITIALIZED = 1
@@ -150,6 +148,18 @@ def _error_string(result: Any) -> bytes:
     )
 
 
+def _installed_pynvml() -> str:
+    """The file of nvidia-ml-py's pynvml, found through the installed distribution rather than
+    `import pynvml`: an end-to-end test puts a fake `pynvml` module first on the path
+    (tests/fakes/nvml_site), and that fake is built on this one."""
+    from importlib.metadata import distribution
+
+    for file in distribution("nvidia-ml-py").files or ():
+        if file.name == "pynvml.py":
+            return str(file.locate())
+    raise RuntimeError("nvidia-ml-py's pynvml.py is not installed")
+
+
 def pynvml_copy() -> Any:
     """The installed pynvml, loaded a second time under a private name, its C library the fake's.
     pynvml caches function pointers by name; the trampolines it caches look the library up at
@@ -158,7 +168,7 @@ def pynvml_copy() -> Any:
     with _module_lock:
         if _module is None:
             name = "_gpudoctor_fake_pynvml"
-            spec = importlib.util.spec_from_file_location(name, pynvml.__file__)
+            spec = importlib.util.spec_from_file_location(name, _installed_pynvml())
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module  # pynvml builds its error classes from sys.modules[__name__]

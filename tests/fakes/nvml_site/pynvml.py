@@ -15,7 +15,7 @@ import os
 from types import SimpleNamespace
 from typing import Any
 
-from tests.fakes.live_nvml import LiveNvml, NVMLError  # noqa: F401  (NVMLError: pynvml's name for its errors)
+from tests.fakes.live_nvml import LiveNvml  # pynvml's own names (NVMLError, constants) come from its view
 
 H200_MIB = 143771  # nvidia-smi's total for an H200 (141 GB HBM3e)
 
@@ -25,19 +25,22 @@ class RanksOnGpus(LiveNvml):
 
     def __init__(self) -> None:
         super().__init__()
-        self.pending_xids = []
+        self.live(1).xids.clear()  # LiveNvml's GPU 1 has an XID 79 pending: a healthy machine here
 
-    def nvmlDeviceGetName(self, h: int) -> bytes:
-        return b"NVIDIA H200"
+    # Handles are the strict fake's (tests/fakes/nvml_c.py), not indices: each answer asks for the index.
+    def nvmlDeviceGetName(self, h: Any) -> str:
+        self.nvmlDeviceGetIndex(h)
+        return "NVIDIA H200"
 
-    def nvmlDeviceGetUUID(self, h: int) -> str:
-        return f"GPU-{h:08x}-0000-0000-0000-000000000000"
+    def nvmlDeviceGetUUID(self, h: Any) -> str:
+        return f"GPU-{self.nvmlDeviceGetIndex(h):08x}-0000-0000-0000-000000000000"
 
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
-        self._dev(h)
-        return SimpleNamespace(used=31000 * 2**20, total=H200_MIB * 2**20)
+    def nvmlDeviceGetMemoryInfo(self, h: Any, version: int | None = None) -> Any:
+        self.nvmlDeviceGetIndex(h)
+        return SimpleNamespace(used=31000 * 2**20, total=H200_MIB * 2**20, reserved=0, free=(H200_MIB - 31000) * 2**20)
 
-    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
+    def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[Any]:
+        index = self.nvmlDeviceGetIndex(h)
         folder = os.environ.get("GPUDOCTOR_TEST_NVML_PROCS", "")
         out = []
         for name in sorted(os.listdir(folder)) if folder else ():
@@ -46,7 +49,7 @@ class RanksOnGpus(LiveNvml):
                     doc = json.load(f)
             except (OSError, ValueError):
                 continue  # a rank still writing its file
-            mib = doc.get("gpus", {}).get(str(h))
+            mib = doc.get("gpus", {}).get(str(index))
             if mib:
                 out.append(SimpleNamespace(pid=int(doc["pid"]), usedGpuMemory=int(mib) * 2**20))
         return out
