@@ -92,14 +92,21 @@ def _user(uid: int) -> str:
         return str(uid)
 
 
-def _refuse_planted_fifo(path: Path, st: os.stat_result) -> None:
-    if not stat.S_ISFIFO(st.st_mode) or st.st_uid == os.geteuid():
-        return
+def _planted(path: Path, st: os.stat_result) -> bool:
+    """Another user's file in a directory other users can write, which its owner does not own: the rule
+    of the kernel's fs.protected_fifos=2 and fs.protected_regular=2 (Documentation/admin-guide/sysctl/fs.rst),
+    applied whatever the sysctls say."""
+    if st.st_uid == os.geteuid():
+        return False
     try:
         parent = os.stat(path.parent if str(path.parent) else ".")
     except OSError:
-        return
-    if parent.st_mode & (stat.S_IWOTH | stat.S_IWGRP) and st.st_uid != parent.st_uid:  # fs.protected_fifos=2
+        return False
+    return bool(parent.st_mode & (stat.S_IWOTH | stat.S_IWGRP)) and st.st_uid != parent.st_uid
+
+
+def _refuse_planted_fifo(path: Path, st: os.stat_result) -> None:
+    if stat.S_ISFIFO(st.st_mode) and _planted(path, st):
         raise PermissionError(
             errno.EPERM,
             f"is a FIFO owned by user {_user(st.st_uid)} in a directory other users can write "
@@ -259,13 +266,7 @@ def _refuse_append(path: Path, st: os.stat_result) -> None:
         raise OSError(errno.EINVAL, f"is {kind}, {NOT_REGULAR}")
     if st.st_nlink > 1:
         raise PermissionError(errno.EPERM, "has other hard links (gpudoctor does not append to a file named elsewhere)")
-    if st.st_uid == os.geteuid():
-        return
-    try:
-        parent = os.stat(path.parent if str(path.parent) else ".")
-    except OSError:
-        return
-    if parent.st_mode & (stat.S_IWOTH | stat.S_IWGRP) and st.st_uid != parent.st_uid:  # fs.protected_regular=2
+    if _planted(path, st):
         raise PermissionError(errno.EPERM, f"is owned by user {_user(st.st_uid)} in a directory other users can write")
 
 

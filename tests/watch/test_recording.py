@@ -379,17 +379,22 @@ def _corrupt_gzip(data: bytes, wanted: type[Exception], start: int) -> bytes:
     raise AssertionError(f"no place gives {wanted.__name__}")
 
 
-@pytest.mark.parametrize("wanted", [zlib.error, gzip.BadGzipFile])
-def test_a_corrupt_gzip_recording_exits_2_keeping_the_samples_before_the_damage(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], wanted: type[Exception]
-) -> None:
-    """Issue 24: a corrupt compressed stream was an internal error (exit 3) losing every sample."""
+def _straggler_gzip(tmp_path: Path) -> tuple[Path, bytes]:
+    """A 300-sample straggler recording at tmp_path/run.jsonl, and its bytes gzipped."""
     plain = tmp_path / "run.jsonl"
     w = RecordWriter(str(plain), {"interval": 1.0})
     for s in synthetic_run("straggler", 300, seed=3):
         w.write(s)
     w.close()
-    data = gzip.compress(plain.read_bytes())
+    return plain, gzip.compress(plain.read_bytes())
+
+
+@pytest.mark.parametrize("wanted", [zlib.error, gzip.BadGzipFile])
+def test_a_corrupt_gzip_recording_exits_2_keeping_the_samples_before_the_damage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], wanted: type[Exception]
+) -> None:
+    """Issue 24: a corrupt compressed stream was an internal error (exit 3) losing every sample."""
+    plain, data = _straggler_gzip(tmp_path)
     bad = tmp_path / "run.jsonl.gz"
     bad.write_bytes(_corrupt_gzip(data, wanted, len(data) // 2))
     r = run_cli(capsys, "report", "--json", str(bad))
@@ -408,12 +413,7 @@ def test_replaying_a_corrupt_gzip_plays_what_came_before_and_exits_2(
 ) -> None:
     """`watch --replay` of the same file: the samples before the damage are played, its note names the
     damage, and the exit code says the input was bad (it was 0, as if the file were whole)."""
-    plain = tmp_path / "run.jsonl"
-    w = RecordWriter(str(plain), {"interval": 1.0})
-    for s in synthetic_run("straggler", 300, seed=3):
-        w.write(s)
-    w.close()
-    data = gzip.compress(plain.read_bytes())
+    plain, data = _straggler_gzip(tmp_path)
     bad = tmp_path / "run.jsonl.gz"
     bad.write_bytes(_corrupt_gzip(data, gzip.BadGzipFile, len(data) // 2))
     r = run_cli(capsys, "watch", "--replay", str(bad), "--no-tui", "--json", "--speed", "100000")
