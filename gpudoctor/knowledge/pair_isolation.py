@@ -69,16 +69,28 @@ def analyse(tests: list[tuple[Pair, float]], confirmed: set[Pair] | None = None)
 
 
 def disjoint_batches(pairs: list[Pair], limit: int) -> list[list[Pair]]:
-    """Pairs split greedily into at most `limit` batches of disjoint pairs (one batch runs at once)."""
+    """Pairs split greedily into at most `limit` batches of disjoint pairs (one batch runs at once):
+    each pair goes to the first batch holding neither of its nodes, a new batch while there are
+    fewer than `limit`, else it is left out.
+
+    Each node remembers the batches it is in, so finding a pair's batch looks at its two nodes'
+    batches, not at every pair placed so far: O(pairs x min(limit, degree)), linear in pairs for
+    the bounded `limit` the retests use (the first version compared each pair with every pair of
+    every batch: quadratic in pairs; tests/knowledge/test_pair_isolation.py holds it as the oracle)."""
     batches: list[list[Pair]] = []
+    taken: dict[str, set[int]] = {}  # node -> the batches holding it
     for pair in pairs:
-        for batch in batches:
-            if not any(set(pair) & set(other) for other in batch):
-                batch.append(pair)
-                break
-        else:
-            if len(batches) < limit:
-                batches.append([pair])
+        where = [taken.get(node, ()) for node in pair]
+        i = 0
+        while i < len(batches) and any(i in t for t in where):
+            i += 1  # at most len(t_a) + len(t_b) steps: each skipped batch holds one of the nodes
+        if i == len(batches):
+            if len(batches) >= limit:
+                continue
+            batches.append([])
+        batches[i].append(pair)
+        for node in pair:
+            taken.setdefault(node, set()).add(i)
     return batches
 
 
