@@ -34,7 +34,7 @@ from typing import Any
 from gpudoctor.knowledge.node_facts import DROPPED, MAX_PAYLOAD_BYTES
 from gpudoctor.knowledge.pair_isolation import RETESTS, analyse, disjoint_batches, merged, retested
 from gpudoctor.launch.faults import Faults
-from gpudoctor.workloads.rank import RankContext, decoded, padded
+from gpudoctor.workloads.rank import RankContext, decoded
 
 SLOW_FACTOR = 10.0  # the slownet/slownode faults make a timed step take this many times as long (test-only)
 
@@ -222,10 +222,21 @@ def _nodes(members: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(nodes.values(), key=lambda n: (n["node_rank"], n["host"]))
 
 
+def receive_sizes(lengths: list[int], dst: int, limit: int) -> list[int]:
+    """The bytes `dst` receives from each rank in `gather_json`: its payload at its own size, none
+    from itself or from a rank whose payload is over `limit` (nobody sends that one)."""
+    return [n if peer != dst and 0 < n <= limit else 0 for peer, n in enumerate(lengths)]
+
+
 def gather_json(ctx: RankContext, obj: Any, dst: int = 0, limit: int = MAX_PAYLOAD_BYTES) -> list[Any] | None:
     """Every rank's JSON-able `obj` at rank `dst` only (None elsewhere): the one-way counterpart of
     RankContext.all_gather_json (JSON in uint8 tensors: no numpy, no unpickling what peers send; a
-    payload over `limit` bytes, or not JSON, arrives as `{DROPPED: why}`)."""
+    payload over `limit` bytes, or not JSON, arrives as `{DROPPED: why}`).
+
+    The sizes go to every rank first (8 bytes a rank), then each payload travels alone at its own
+    size (batched point-to-point: dist.gather needs tensors of one size, which padded every payload
+    to the largest and made `dst` receive world size x the largest). `dst` receives the sum of the
+    payloads; one over `limit` is sent by nobody (every rank decides alike from the sizes)."""
     import torch
     import torch.distributed as dist
 
@@ -234,12 +245,26 @@ def gather_json(ctx: RankContext, obj: Any, dst: int = 0, limit: int = MAX_PAYLO
     sizes = [torch.zeros_like(size) for _ in range(ctx.world_size)]
     dist.all_gather(sizes, size)
     lengths = [int(s.item()) for s in sizes]
-    mine, _ = padded(payload, lengths, limit, ctx.device)
-    parts = [torch.empty_like(mine) for _ in range(ctx.world_size)] if ctx.rank == dst else None
-    dist.gather(mine, parts, dst=dst)
-    if parts is None:
+    if ctx.rank != dst:
+        if 0 < len(payload) <= limit:
+            mine = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(ctx.device)
+            # A batch of one: under NCCL a batched send uses the group's communicator (not one per
+            # pair of ranks), as dst's batched receives do (torch's batch_isend_irecv docs).
+            for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, dst)]):
+                work.wait()
         return None
-    return [decoded(t, n, limit) for t, n in zip(parts, lengths, strict=True)]
+    parts: list[Any] = [None] * ctx.world_size
+    ops = []
+    for peer, n in enumerate(receive_sizes(lengths, dst, limit)):
+        if not n:
+            continue
+        parts[peer] = torch.empty(n, dtype=torch.uint8, device=ctx.device)
+        ops.append(dist.P2POp(dist.irecv, parts[peer], peer))
+    for work in dist.batch_isend_irecv(ops) if ops else []:
+        work.wait()
+    parts[dst] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)  # its own, judged like the others'
+    empty = torch.empty(0, dtype=torch.uint8)
+    return [decoded(empty if t is None else t, n, limit) for t, n in zip(parts, lengths, strict=True)]
 
 
 def _counters_now() -> dict[str, dict[str, int]] | None:

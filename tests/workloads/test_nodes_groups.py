@@ -167,3 +167,60 @@ def test_a_node_that_sends_more_than_the_bound_is_dropped_by_every_rank_alike(tm
     by_rank = {int(key.rsplit("#", 1)[1]): value for key, value in facts.items()}
     assert by_rank[0] == {"driver": "550.0"} and by_rank[3] == {"driver": "550.3"}
     assert set(by_rank[2]) == {DROPPED} and "over the 1024 KiB a node may send" in by_rank[2][DROPPED]
+
+
+# Payloads of very different sizes: one large, two tiny, one over the bound (sent by nobody).
+GATHER_LIMIT = 1 << 20
+GATHER_SIZES = {0: 100, 1: 900_000, 2: 4, 3: 2 << 20}
+
+
+def _gathered_payload(rank: int) -> object:
+    n = GATHER_SIZES[rank]
+    return None if n == 4 else "x" * (n - 2)  # json.dumps adds the two quotes; None is `null`
+
+
+def _gather_rank(rank: int, store_path: str, results: multiprocessing.Queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from gpudoctor.launch.faults import Faults
+    from gpudoctor.launch.protocol import EventWriter
+    from gpudoctor.workloads.nodes import gather_json
+    from gpudoctor.workloads.rank import RankContext
+
+    store = dist.FileStore(store_path, WORLD)
+    store.set_timeout(timedelta(seconds=STORE_TIMEOUT_S))
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=WORLD, timeout=timedelta(seconds=STORE_TIMEOUT_S)
+    )
+    try:
+        events = EventWriter(Path(store_path).parent / f"events{rank}.jsonl")
+        ctx = RankContext(rank, WORLD, 0, torch.device("cpu"), "gloo", Faults(rank, ""), events)
+        got = gather_json(ctx, _gathered_payload(rank), dst=0, limit=GATHER_LIMIT)
+        results.put((rank, None if got is None else [g if not isinstance(g, str) else len(g) for g in got]))
+    except Exception as exc:  # noqa: BLE001  (reported to the test)
+        results.put((rank, f"{type(exc).__name__}: {exc}"[:300]))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_gather_sends_each_payload_at_its_own_size(tmp_path: Path) -> None:
+    from gpudoctor.knowledge.node_facts import DROPPED
+
+    got = _run_ranks(_gather_rank, tmp_path)
+    assert set(got) == set(range(WORLD)), got
+    summary = got[0]
+    assert isinstance(summary, list) and summary[:3] == [98, 899_998, None]
+    assert DROPPED in summary[3] and "over the 1024 KiB" in summary[3][DROPPED]
+    assert all(got[r] is None for r in (1, 2, 3))
+
+
+def test_rank_0_receives_the_sum_of_the_payloads_not_the_largest_times_the_world() -> None:
+    from gpudoctor.workloads.nodes import receive_sizes
+    from gpudoctor.workloads.rank import padded
+
+    lengths = [GATHER_SIZES[r] for r in range(WORLD)]
+    got = receive_sizes(lengths, 0, GATHER_LIMIT)
+    assert got == [0, 900_000, 4, 0]  # its own is not received; the one over the bound is sent by nobody
+    _, pad = padded(b"", lengths, GATHER_LIMIT, "cpu")  # what each rank sent to dist.gather before
+    assert sum(got) * 2 < (WORLD - 1) * pad
