@@ -1,6 +1,6 @@
 """One node's facts as rank 0 receives them in a multi-node run, judged and bounded like any input.
 
-Each node's parent builds its facts from its own snapshot (checks/active/nodes.py `node_facts`) and
+Each node's parent builds its facts from its own snapshot (knowledge/node_record.py, sent by checks/active/node_task.py) and
 a rank of that node sends them to rank 0 (workloads/nodes.py). The other node may run another
 gpudoctor version, or be broken or hostile, so what arrives is held to the shape gpudoctor sends:
 a wrong type used to crash the nodes check (GD001), a 200 MB blob was accepted, and a code this

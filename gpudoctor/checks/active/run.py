@@ -12,7 +12,7 @@ import os
 from typing import TYPE_CHECKING
 
 from gpudoctor.checks.active.common import plan, tasks_for, world_size
-from gpudoctor.checks.active.nodes import task as nodes_task
+from gpudoctor.checks.active.node_task import task as nodes_task
 from gpudoctor.engine.context import CheckContext
 from gpudoctor.knowledge.busbw import parse_ops
 

@@ -12,14 +12,10 @@ import pytest
 
 from gpudoctor.checks import context
 from gpudoctor.checks.active.common import Plan
-from gpudoctor.checks.active.nodes import (
-    bandwidth_findings,
-    comparison_findings,
-    forwarded,
-    growth_findings,
-    labels_for,
-    node_facts,
-)
+from gpudoctor.checks.active.node_bandwidth import bandwidth_findings
+from gpudoctor.checks.active.node_comparison import comparison_findings, forwarded, labels_for
+from gpudoctor.checks.active.node_counters import growth_findings
+from gpudoctor.checks.active.node_task import node_facts
 from gpudoctor.engine import CheckContext, CheckOptions
 from gpudoctor.findings import Finding, Status
 from gpudoctor.knowledge.network_expectation import NET_EFFICIENCY, node_capacity

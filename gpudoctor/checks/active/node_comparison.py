@@ -1,0 +1,176 @@
+"""The nodes compared, pure: which node differs from the majority in a fact (driver, NCCL, GPUs,
+NVLinks, NIC firmware, rails, MTU, GPUDirect RDMA: GD460-GD463), which node's own figure is low
+against the median of nodes measured alike (GD683), and the other nodes' findings, grouped. One
+definition for both callers: the torchrun/srun `nodes` check (facts gathered to rank 0) and
+`gpudoctor fleet` (facts read from saved snapshots and reports, gpudoctor/fleet.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from gpudoctor.checks.active.node_codes import FIRMWARE_DIFFERS, GPUS_DIFFER, NETWORK_DIFFERS, STACK_DIFFERS
+from gpudoctor.engine.codes import Code
+from gpudoctor.findings import Finding, Status
+from gpudoctor.knowledge.odd_one_out import odd_one_out
+from gpudoctor.knowledge.units import listed
+
+
+def labels_for(nodes: list[dict[str, Any]]) -> dict[str, str]:
+    """Node key -> the name a report uses: the hostname, or host#node-rank where hosts repeat."""
+    hosts = Counter(n["host"] for n in nodes)
+    return {n["key"]: n["host"] if hosts[n["host"]] == 1 else n["key"] for n in nodes}
+
+
+def value_text(value: Any) -> str:
+    if value == ():
+        return "none"
+    if isinstance(value, tuple):
+        return (
+            ", ".join(f"{n}x {m}" for m, n in value)
+            if value and isinstance(value[0], tuple)
+            else "/".join(map(str, value))
+        )
+    return "unknown" if value is None else str(value)
+
+
+def compare(
+    code: Code, what: str, values: dict[str, Any], status: Status, why: str = "", hint: str = ""
+) -> list[Finding]:
+    """Findings naming the nodes whose `what` differs from the majority's (or every group on a tie)."""
+    split = odd_one_out(values)
+    if not split.differs:
+        return []
+    if split.majority is not None:
+        others = len(split.groups[split.majority])
+        return [
+            Finding(
+                code.code,
+                status,
+                f"node:{node}",
+                f"node {node} has {what} {value_text(value)}, the other {others} node(s) "
+                f"{value_text(split.majority)}{why}",
+                hint or code.fix,
+                {"field": what, "value": value_text(value), "majority": value_text(split.majority)},
+            )
+            for node, value in split.odd.items()
+        ]
+    parts = "; ".join(f"{value_text(v)} on {listed(m)}" for v, m in split.groups.items())
+    first = next(iter(split.groups.values()))[0]
+    return [
+        Finding(
+            code.code,
+            status,
+            f"node:{first}",
+            f"nodes differ in {what}, no majority: {parts}{why}",
+            hint or code.fix,
+            {"field": what, "groups": {value_text(v): m for v, m in split.groups.items()}},
+        )
+    ]
+
+
+def comparison_findings(facts: dict[str, dict[str, Any]]) -> list[Finding]:
+    out: list[Finding] = []
+    nccl = {n: f.get("nccl") for n, f in facts.items()}
+    out += compare(STACK_DIFFERS, "NCCL", nccl, Status.FAIL, ": NCCL refuses to start across NCCL versions")
+    for field, what in (("driver", "driver"), ("cuda", "CUDA (driver)"), ("torch", "torch")):
+        out += compare(STACK_DIFFERS, what, {n: f.get(field) for n, f in facts.items()}, Status.WARN)
+    models = {n: tuple(sorted(set(f.get("gpus") or []))) for n, f in facts.items()}
+    out += compare(GPUS_DIFFER, "GPU models", models, Status.FAIL, ": the slowest node paces every step")
+    if not odd_one_out(models).differs:
+        counts = {n: len(f.get("gpus") or []) for n, f in facts.items()}
+        out += compare(GPUS_DIFFER, "GPU count", counts, Status.WARN)
+    links = {n: tuple(sorted(x for x in f.get("nvlinks") or [] if x is not None)) for n, f in facts.items()}
+    out += compare(GPUS_DIFFER, "active NVLinks per GPU", links, Status.WARN, ": see that node's GD402")
+    kinds = sorted({nic.get("hca_type") or "?" for f in facts.values() for nic in f.get("nics") or []})
+    for kind in kinds:
+        fw = {
+            n: tuple(
+                sorted(
+                    {nic.get("fw_ver") or "?" for nic in f.get("nics") or [] if (nic.get("hca_type") or "?") == kind}
+                )
+            )
+            for n, f in facts.items()
+        }
+        out += compare(FIRMWARE_DIFFERS, f"{kind} NIC firmware", fw, Status.WARN)
+    out += compare(
+        FIRMWARE_DIFFERS, "GPU VBIOS", {n: tuple(f.get("vbios") or []) for n, f in facts.items()}, Status.WARN
+    )
+    per_node_rails = {n: rails(f) for n, f in facts.items()}
+    out += compare(
+        NETWORK_DIFFERS, "RDMA rails", per_node_rails, Status.FAIL, ": the node with less paces every collective"
+    )
+    mtus = {n: tuple(sorted(set((f.get("mtu") or {}).values()))) for n, f in facts.items()}
+    out += compare(NETWORK_DIFFERS, "RDMA interface MTU", mtus, Status.WARN)
+    ether = {n: tuple(sorted(f.get("ethernet") or [])) for n, f in facts.items()}
+    out += compare(NETWORK_DIFFERS, "Ethernet links (Mb/s, MTU)", ether, Status.WARN)
+    out += compare(NETWORK_DIFFERS, "GPUDirect RDMA", {n: f.get("gpudirect") for n, f in facts.items()}, Status.WARN)
+    if not out:
+        any_facts = next(iter(facts.values()), {})
+        out.append(
+            Finding(
+                STACK_DIFFERS.code,
+                Status.PASS,
+                "host",
+                f"{len(facts)} nodes alike: driver {any_facts.get('driver')}, NCCL {any_facts.get('nccl')}, "
+                f"torch {any_facts.get('torch')}, {len(any_facts.get('gpus') or [])} GPU(s), "
+                f"{value_text(per_node_rails[next(iter(per_node_rails))])} rails",
+                "",
+                {"nodes": len(facts)},
+            )
+        )
+    return out
+
+
+def rails(facts: dict[str, Any]) -> tuple[Any, ...]:
+    """A node's active RDMA ports as (link layer, rate) counts: what the node can carry."""
+    ports = Counter(
+        (q.get("link_layer") or "?", q.get("rate_gbps"))
+        for nic in facts.get("nics") or []
+        for q in nic.get("ports") or []
+        if q.get("state") == "ACTIVE"
+    )
+    return tuple(sorted(((f"{layer} {rate:g} Gb/s" if rate else layer), n) for (layer, rate), n in ports.items()))
+
+
+def forwarded(facts: dict[str, dict[str, Any]], labels: dict[str, str], skip: str) -> list[Finding]:
+    """The other nodes' static findings that are not a pass, one finding per code and status."""
+    grouped: dict[tuple[str, str], list[tuple[str, dict[str, str]]]] = {}
+    for key, f in facts.items():
+        if key == skip:
+            continue
+        for item in f.get("findings") or []:
+            grouped.setdefault((item["code"], item["status"]), []).append((labels.get(key, key), item))
+    out = []
+    for (code, status), items in sorted(grouped.items()):
+        nodes = sorted({node for node, _ in items})
+        node, first = items[0]
+        where = f"on node {node}" if len(nodes) == 1 else f"on {len(nodes)} nodes ({listed(nodes)})"
+        extra = len(items) - len(nodes)  # several findings of this code on one node
+        more = f" (+{extra} more {code} finding(s))" if extra > 0 else ""
+        out.append(
+            Finding(
+                code,
+                Status(status),
+                f"node:{node}",
+                f"{where}: {first['message']}{more}",
+                f"run `gpudoctor check` on {node} for the details and hints",
+                {"nodes": nodes, "findings": [dict(i, node=n) for n, i in items[:20]]},
+            )
+        )
+    return out
+
+
+def intra_ratios(intra: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Each node's own figure relative to the median of the nodes measured the same way."""
+    import statistics  # lazy: check --quick does not pay for its import
+
+    out = {}
+    shapes: dict[tuple[str, int], list[str]] = {}
+    for key, v in intra.items():
+        shapes.setdefault((v["kind"], v["ranks"]), []).append(key)
+    for keys in shapes.values():
+        mid = statistics.median(intra[k]["gbps"] for k in keys)
+        for k in keys:
+            out[k] = intra[k]["gbps"] / mid if mid > 0 else 1.0
+    return out
