@@ -1,9 +1,10 @@
 """One node's facts as rank 0 receives them in a multi-node run, judged and bounded like any input.
 
-Each node's parent builds its facts from its own snapshot (knowledge/node_record.py, sent by checks/active/node_task.py) and
-a rank of that node sends them to rank 0 (workloads/nodes.py). The other node may run another
-gpudoctor version, or be broken or hostile, so what arrives is held to the shape gpudoctor sends:
-a wrong type used to crash the nodes check (GD001), a 200 MB blob was accepted, and a code this
+Each node's parent builds its facts from its own snapshot (knowledge/node_record.py, in
+checks/active/node_task.py) and a rank of that node sends them to rank 0 (workloads/nodes.py).
+`gpudoctor fleet` reads the same facts from saved files. The other node may run another gpudoctor
+version, or be broken or hostile, so what arrives is held to the shape gpudoctor sends: a wrong
+type used to crash the nodes check (GD001), a 200 MB blob was accepted, and a code this
 gpudoctor does not know was forwarded as a finding. Now:
 
 - a payload over MAX_PAYLOAD_BYTES is dropped by every rank alike before it is received

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from gpudoctor.checks.active.node_codes import INTERNODE_BUSBW, INTRA_SLOW, SLOW_NODE, SLOW_PAIR
-from gpudoctor.checks.active.node_comparison import intra_ratios, rails, value_text
+from gpudoctor.checks.active.node_codes import INTERNODE_BUSBW, SLOW_NODE, SLOW_PAIR
+from gpudoctor.checks.active.node_comparison import intra_findings, intra_ratios, rails, value_text
 from gpudoctor.engine.context import CheckContext
 from gpudoctor.findings import Finding, Status
 from gpudoctor.knowledge.pair_isolation import SLOW_RATIO, Analysis, analyse, merged, retested
@@ -124,21 +124,7 @@ def bandwidth_findings(ctx: CheckContext, data: dict[str, Any], labels: dict[str
         out.append(Finding(SLOW_NODE.code, Status.SKIP, "host", f"pairwise tests not run: {iso.get('why')}", "", {}))
     elif not iso.get("ran") and len(labels) > 2:
         out.append(Finding(SLOW_NODE.code, Status.PASS, "host", f"pairwise tests not needed: {iso.get('why')}", "", {}))
-    for node, ratio in sorted(ratios.items()):
-        if ratio < SLOW_RATIO:
-            v = data["intra"][node]
-            out.append(
-                Finding(
-                    INTRA_SLOW.code,
-                    Status.WARN,
-                    f"node:{labels.get(node, node)}",
-                    f"node {labels.get(node, node)}'s own "
-                    f"{'all-reduce' if v['kind'] != 'copy' else 'memory copy'} ran at {v['gbps']:.3g} GB/s, "
-                    f"{ratio:.2f} of the other nodes'",
-                    INTRA_SLOW.fix,
-                    {"node": node, **v, "ratio": round(ratio, 3)},
-                )
-            )
+    out += intra_findings(data.get("intra") or {}, labels, ratios)
     return out
 
 
