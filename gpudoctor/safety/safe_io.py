@@ -294,10 +294,11 @@ class InputFileError(OSError):
     """An input file gpudoctor will not read; str() is the one-line reason (no path)."""
 
 
-def _open_regular(path: str | Path) -> int:
-    """A read-only descriptor of the regular file at `path` (FIFO, device, directory refused)."""
+def _open_regular(path: str | Path, follow: bool = True) -> int:
+    """A read-only descriptor of the regular file at `path` (FIFO, device, directory refused);
+    `follow=False`: a symbolic link is refused too (OSError ELOOP), in the same open."""
     # O_NONBLOCK: opening a FIFO for reading would wait for a writer; it is refused below instead.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
@@ -318,19 +319,20 @@ def open_input(path: str | Path) -> IO[bytes]:
     return os.fdopen(_open_regular(path), "rb")
 
 
-def read_text(path: str | Path, limit: int) -> str:
+def read_text(path: str | Path, limit: int, follow: bool = True) -> str:
     """The UTF-8 text of the regular file at `path`, refusing anything else and more than `limit` bytes.
 
     Raises FileNotFoundError, IsADirectoryError, PermissionError (as open does), InputFileError
     for a file that is not regular or too large, UnicodeDecodeError for a file that is not text.
     """
-    return read_bytes(path, limit).decode("utf-8")
+    return read_bytes(path, limit, follow).decode("utf-8")
 
 
-def read_bytes(path: str | Path, limit: int) -> bytes:
+def read_bytes(path: str | Path, limit: int, follow: bool = True) -> bytes:
     """The bytes of the regular file at `path`, with the refusals of `read_text` (a Python script:
-    its encoding is the parser's to read, from its coding line or BOM)."""
-    fd = _open_regular(path)
+    its encoding is the parser's to read, from its coding line or BOM); `follow=False` refuses a
+    symbolic link (a file found in a directory other users write: the link's target is not theirs)."""
+    fd = _open_regular(path, follow)
     try:
         return _read_all(fd, limit)
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -32,18 +33,20 @@ def shown(value: object, limit: int = 40) -> str:
 MAX_BYTES = 32 << 20
 
 
-def read_text(path: str | Path, trust: Callable[[os.stat_result], str | None] | None = None) -> str:
+def read_text(
+    path: str | Path, trust: Callable[[os.stat_result], str | None] | None = None, follow: bool = True
+) -> str:
     """The file's text: a regular file only (a FIFO would block, /dev/zero never end), at most MAX_BYTES.
 
     `trust(stat)` judges the file that is actually read (its owner and mode, fstat of the open file,
     so it cannot be swapped between the test and the read): a reason it returns is raised as an
-    UserFileError with `untrusted` set."""
+    UserFileError with `untrusted` set. `follow=False`: a symbolic link is refused, not followed."""
     from gpudoctor.safety.safe_io import InputFileError
     from gpudoctor.safety.safe_io import read_text as read_regular
 
     try:
         if trust is None:
-            return read_regular(path, MAX_BYTES)
+            return read_regular(path, MAX_BYTES, follow)
         return _read_trusted(path, trust)
     except InputFileError as exc:
         raise UserFileError(exc.strerror) from None
@@ -56,6 +59,8 @@ def read_text(path: str | Path, trust: Callable[[os.stat_result], str | None] | 
     except UnicodeDecodeError:
         raise UserFileError("not UTF-8 text") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise UserFileError("is a symbolic link (not followed here)") from None
         raise UserFileError(exc.strerror or str(exc)) from None
 
 
@@ -154,9 +159,9 @@ def _no_constants(name: str) -> Any:
     raise UserFileError(f"not valid JSON: {name} is not a number JSON allows")
 
 
-def read_json(path: str | Path) -> Any:
+def read_json(path: str | Path, follow: bool = True) -> Any:
     """The file's JSON; NaN and Infinity (Python's extension, not JSON) are refused."""
-    text = read_text(path)
+    text = read_text(path, follow=follow)
     try:
         return json.loads(text, parse_constant=_no_constants)
     except json.JSONDecodeError as exc:
