@@ -183,16 +183,56 @@ def diff_report(
 ) -> Report:
     """`gpudoctor diff A B`: B compared with A (saved reports or snapshots), as a report."""
     from gpudoctor import pipeline
+    from gpudoctor.engine import arguments as arg
+
+    arg.path("before", before, required=True)
+    arg.path("after", after, required=True)
+    args, policy = _comparison_args(tolerance, fail_on, ignore, config, use_config)
+    return pipeline.diff(before, after, args, policy)
+
+
+def _comparison_args(
+    tolerance: float | str | None,
+    fail_on: str | None,
+    ignore: Sequence[str],
+    config: str | Path | None,
+    use_config: bool,
+) -> tuple[dict[str, Any], Any]:
+    """The keywords `diff` and `fleet` share, validated as the option table says, and the policy."""
     from gpudoctor import policy as pol
     from gpudoctor.engine import arguments as arg
     from gpudoctor.engine.options import option
 
-    arg.path("before", before, required=True)
-    arg.path("after", after, required=True)
     args = {
         name: arg.validate(option(name), value)
         for name, value in (("tolerance", tolerance), ("fail_on", fail_on), ("ignore", ignore), ("config", config))
     }
     arg.flag("use_config", use_config, optional=False)
     policy = pol.load(config, use_config=use_config)
-    return pipeline.diff(before, after, args, policy)
+    return args, policy
+
+
+def fleet_report(
+    paths: Sequence[str | Path],
+    *,
+    baseline: str | Path | None = None,
+    tolerance: float | str | None = None,
+    fail_on: str | None = None,
+    ignore: Sequence[str] = (),
+    config: str | Path | None = None,
+    use_config: bool = True,
+) -> Report:
+    """`gpudoctor fleet PATH...`: the nodes of many saved snapshots or reports (files or
+    directories of them) judged at once: the odd node out per fact, low busbw against the median,
+    and with `baseline` every node's regressions against it, as a report."""
+    from gpudoctor import pipeline
+    from gpudoctor.engine import arguments as arg
+
+    if isinstance(paths, str | Path) or not paths:
+        raise arg.ArgumentTypeError(f"paths must be a list of file or directory names, got {paths!r:.60}")
+    for path in paths:
+        arg.path("paths", path, required=True)
+    if baseline is not None:
+        arg.path("baseline", baseline, required=True)
+    args, policy = _comparison_args(tolerance, fail_on, ignore, config, use_config)
+    return pipeline.fleet([str(p) for p in paths], baseline, args, policy)

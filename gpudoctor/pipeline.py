@@ -337,3 +337,43 @@ def diff(before: str | Path, after: str | Path, args: Mapping[str, Any], policy:
     nothing_checked(report.checks, "compared")
     report.checks = apply_severity(report.checks, policy)
     return report
+
+
+def fleet(paths: list[str], baseline: str | Path | None, args: Mapping[str, Any], policy: Policy) -> Report:
+    """`gpudoctor fleet PATH...`: every node of the saved files judged at once (gpudoctor/fleet.py)."""
+    from gpudoctor import fleet as fl
+    from gpudoctor.catalogue import catalogue
+    from gpudoctor.compare.sides import load_side
+    from gpudoctor.engine.selection import Selection, SelectionError
+    from gpudoctor.snapshot import now_iso
+
+    registry = catalogue()
+    selection = Selection((), (*policy.ignore, *(args.get("ignore") or ())), registry=registry)
+    try:
+        selection.validate()
+    except SelectionError as exc:
+        raise UserError(str(exc), EXIT_USAGE, "usage") from None
+    base = load_side(baseline) if baseline is not None else None
+    files, problems = fl.fleet_files(paths)
+    nodes = []
+    for path, follow in files:
+        try:
+            nodes.append(fl.load_node(path, follow))
+        except UserError as exc:  # one line for this file; the others are still judged
+            problems.append((path, str(exc).removeprefix(f"cannot compare with {path}: ")))
+    results = fl.judge(nodes, problems, set(registry.codes), base, tolerance(args.get("tolerance"), policy))
+    for result in results:
+        result.findings = [f for f in result.findings if selection.wants(f.code)]
+    report = Report(
+        command="fleet",
+        source=f"{len(files)} file(s): {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''}",
+        created=now_iso(),
+        gpudoctor_version=__version__,
+        hostname="",
+        checks=[r for r in results if r.findings],
+        fail_on=fail_on_status(args.get("fail_on") or policy.fail_on or "fail"),
+        policy=policy.to_json(),
+    )
+    nothing_checked(report.checks, "compared")
+    report.checks = apply_severity(report.checks, policy)
+    return report

@@ -44,6 +44,7 @@ LAYERS = {
     "gpudoctor.api": "top",
     "gpudoctor.policy": "top",
     "gpudoctor.catalogue": "top",
+    "gpudoctor.fleet": "top",  # `gpudoctor fleet`: reads files (compare/), judges with checks/active's code
     "gpudoctor": "top",  # the package face (gpudoctor/__init__.py)
     "gpudoctor.__main__": "cli",
     "gpudoctor.cli": "cli",

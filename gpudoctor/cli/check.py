@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -111,20 +112,42 @@ def check(
     print_report(report, as_json, verbose, outputs, quiet, color)
 
 
+GITHUB_SUMMARY = click.option(
+    "--github/--no-github", "github", default=None, help="GitHub Actions summary and annotations."
+)
+
+
+def comparison_options(tolerance_help: str, ignore_help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The options `diff` and `fleet` share, in the order their help lists them."""
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(
+            [
+                JSON,
+                table_option("tolerance", tolerance_help),
+                table_option("fail_on"),
+                table_option("ignore", ignore_help),
+                JUNIT,
+                click.option(
+                    "--github/--no-github", "github", default=None, help="GitHub Actions summary and annotations."
+                ),
+                table_option("config", "Policy file for tolerance, fail-on, ignore, severity."),
+                NO_CONFIG,
+                click.option("-v", "--verbose", count=True, help="-v: every comparison; -vv: passing findings too."),
+                QUIET,
+                COLOR,
+            ]
+        ):
+            f = option(f)
+        return f
+
+    return decorate
+
+
 @click.command(cls=OnceCommand, epilog=EXIT_CODES_HELP)
 @click.argument("before", metavar="A")
 @click.argument("after", metavar="B")
-@JSON
-@table_option("tolerance", "Regression allowed from A to B.  [default: 10%]")
-@table_option("fail_on")
-@table_option("ignore", "Leave out these codes (GD011-GD019).")
-@JUNIT
-@click.option("--github/--no-github", "github", default=None, help="GitHub Actions summary and annotations.")
-@table_option("config", "Policy file for tolerance, fail-on, ignore, severity.")
-@NO_CONFIG
-@click.option("-v", "--verbose", count=True, help="-v: every comparison; -vv: passing findings too.")
-@QUIET
-@COLOR
+@comparison_options("Regression allowed from A to B.  [default: 10%]", "Leave out these codes (GD011-GD019).")
 def diff(
     before: str,
     after: str,
@@ -213,3 +236,59 @@ def progress_printer(silent: bool) -> Any:
             click.echo(f"  ... {message}", err=True)
 
     return progress
+
+
+FLEET_EXIT_HELP = (
+    EXIT_CODES_HELP
+    + """
+\b
+A file that cannot be used (unreadable, not JSON, not a snapshot or report, a symbolic link in a
+directory, over 32 MiB) is one GD464 warning naming it: exit 1 under --fail-on warn. Fewer than
+two usable files, or more than 10000: exit 2."""
+)
+
+
+@click.command(cls=OnceCommand, epilog=FLEET_EXIT_HELP)
+@click.argument("paths", metavar="PATH...", nargs=-1, required=True)
+@click.option("--baseline", "baseline", type=FILE_NAME, metavar="FILE", help="Judge every node against this file.")
+@comparison_options("Regression allowed from the baseline.  [default: 10%]", "Leave out these codes.")
+def fleet(
+    paths: tuple[str, ...],
+    baseline: str | None,
+    as_json: bool,
+    tolerance: str | None,
+    fail_on: str | None,
+    ignore: tuple[str, ...],
+    junit_path: str | None,
+    github: bool | None,
+    config_path: str | None,
+    no_config: bool,
+    verbose: int,
+    quiet: bool,
+    color: str,
+) -> None:
+    """Judge many nodes at once from saved snapshots or reports (`check --json`): files, or
+    directories of *.json files (one node each).
+
+    Names the node(s) that differ from the majority in driver, CUDA, NCCL, torch, GPUs, NVLinks,
+    firmware, NICs and GPUDirect RDMA, the node whose all-reduce busbw is low against the median,
+    the nodes' own warnings grouped by code, and with --baseline every node's regressions.
+    """
+    from gpudoctor.api import fleet_report
+    from gpudoctor.render.outputs import Outputs
+
+    if config_path and no_config:
+        raise UserError("--config and --no-config contradict each other", EXIT_USAGE, "usage")
+    quiet_or_verbose(quiet, verbose)
+    outputs = Outputs(junit_path, None, github, inputs={"the baseline": baseline, "the --config file": config_path})
+    outputs.precheck()
+    report = fleet_report(
+        list(paths),
+        baseline=baseline,
+        tolerance=tolerance,
+        fail_on=fail_on,
+        ignore=split(ignore),
+        config=config_path,
+        use_config=not no_config,
+    )
+    print_report(report, as_json, verbose, outputs, quiet, color)

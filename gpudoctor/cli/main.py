@@ -28,6 +28,7 @@ LAZY_COMMANDS = {
     "check": "gpudoctor.cli.check:check",
     "diff": "gpudoctor.cli.check:diff",
     "explain": "gpudoctor.cli.info:explain",
+    "fleet": "gpudoctor.cli.check:fleet",
     "lint": "gpudoctor.cli.lint:lint",
     "list-checks": "gpudoctor.cli.info:list_checks",
     "report": "gpudoctor.cli.watch:report",

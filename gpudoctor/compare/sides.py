@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.errors import EXIT_USAGE, UserError
 from gpudoctor.findings import REPORT_SCHEMA_VERSION
 from gpudoctor.knowledge.facts import facts_from_snapshot, measurements_from_checks
 from gpudoctor.safety.user_files import shown
+
+if TYPE_CHECKING:
+    from gpudoctor.snapshot import Snapshot
 
 # Report schema versions this gpudoctor reads (CHANGELOG.md).
 READABLE_REPORT_VERSIONS = range(1, REPORT_SCHEMA_VERSION + 1)
@@ -50,10 +53,16 @@ def load_side(path: str | Path) -> Side:
 
 
 def side_from_json(data: Any, label: str) -> Side:
+    return read_side(data, label)[0]
+
+
+def read_side(data: Any, label: str) -> tuple[Side, Snapshot | None]:
+    """The side a document is, and the snapshot it was read from when it is one (the fleet command
+    builds a node's facts from it: knowledge/node_record.py)."""
     if not isinstance(data, dict):
         raise _refuse(label, "not a gpudoctor report or snapshot (the top level is not an object)")
     if "command" in data or "checks" in data:
-        return _report_side(data, label)
+        return _report_side(data, label), None
     if "gpus" in data:
         from gpudoctor import snapshot as snap
 
@@ -61,7 +70,7 @@ def side_from_json(data: Any, label: str) -> Side:
             snapshot = snap.from_jsonable(data)
         except snap.SnapshotError as exc:
             raise _refuse(label, f"a snapshot that cannot be read: {exc}") from None
-        return Side(label, "snapshot", facts_from_snapshot(snapshot), {}, snapshot.software.gpudoctor)
+        return Side(label, "snapshot", facts_from_snapshot(snapshot), {}, snapshot.software.gpudoctor), snapshot
     raise _refuse(label, "not a gpudoctor report (`check --json`) or snapshot (`gpudoctor snapshot`)")
 
 

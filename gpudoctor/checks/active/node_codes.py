@@ -25,7 +25,8 @@ STACK_DIFFERS = Code(
     "Every node runs the same driver, CUDA, NCCL and torch",
     what="Compares, across the nodes of a torchrun/srun job, the NVIDIA driver, the CUDA version the driver "
     "supports, the NCCL torch bundles and the torch version, and names the nodes that differ from the "
-    "majority.",
+    "majority. `gpudoctor fleet` judges the same facts (GD460-GD463) from the snapshots or reports each "
+    "node saved.",
     why="NCCL refuses to start across different NCCL versions ('Mismatched NCCL version detected', "
     "src/init.cc: every rank fails at init). Different drivers or torch builds give different kernels "
     "and timings on one node: a slow or failing rank paces or breaks the whole job.",
@@ -72,7 +73,9 @@ FACTS_MISSING = Code(
     "to global rank 0 in the gather of the `nodes` workload, in the shape gpudoctor sends them: facts over "
     "1 MiB, of another shape (a list where a text belongs, an endless text, a number that is not finite) "
     "count as not sent, and forwarded findings with a code this gpudoctor does not know are left out "
-    "(gpudoctor/knowledge/node_facts.py).",
+    "(gpudoctor/knowledge/node_facts.py). Under `gpudoctor fleet`: each file that cannot be used (unreadable, "
+    "not JSON, not a snapshot or report, a newer schema, facts of another shape, a symbolic link inside "
+    "a named directory), one line each.",
     why="A node that sent nothing, or nothing usable, cannot be compared: its differences would go unseen.",
     fix="Run gpudoctor the same way on every node (the same torchrun command, the same gpudoctor version).",
 )
@@ -124,7 +127,8 @@ INTRA_SLOW = Code(
     "Every node's own figure is like the others'",
     what="Compares each node's intra-node figure (all-reduce over its own ranks, or a device memory copy "
     "with one rank per node), measured on all nodes at once, with the median of the nodes of the same "
-    "shape; below 0.7 of it warns (a heuristic).",
+    "shape; below 0.7 of it warns (a heuristic). Under `gpudoctor fleet`: each report's all-reduce busbw "
+    "where it is bandwidth-bound, against the median of the reports measured alike (device, backend, ranks).",
     why="A node that is slow on its own (GPU clocks, a PCIe link trained down, NVLink down, a busy or "
     "throttled CPU) slows every step; its network may be fine.",
     fix="Run `gpudoctor check` on that node alone and read its GD4/GD5/GD8 findings.",

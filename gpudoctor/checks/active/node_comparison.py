@@ -157,7 +157,7 @@ def _network_differs(facts: dict[str, dict[str, Any]], wanted: set[str]) -> list
 def _alike(facts: dict[str, dict[str, Any]], wanted: set[str]) -> Finding:
     """The pass line: what every node has in common (the facts compared)."""
     one = next(iter(facts.values()), {})
-    parts = [f"driver {one.get('driver')}"]
+    parts = [f"driver {value_text(one.get('driver'))}"]
     parts += [f"NCCL {one.get('nccl')}", f"torch {one.get('torch')}"] if {"nccl", "torch"} <= wanted else []
     parts.append(f"{len(one.get('gpus') or [])} GPU(s)")
     parts += [f"{value_text(rails(one))} rails"] if "nics" in wanted else []

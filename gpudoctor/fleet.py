@@ -1,0 +1,264 @@
+"""`gpudoctor fleet PATH...`: many nodes judged at once from saved files (snapshots and `check
+--json` reports), by the judging code of the torchrun/srun `nodes` check.
+
+Each file is one node. Its facts are built as a node builds what it sends to rank 0
+(knowledge/node_record.py), held to the same shape and bounds rank 0 holds another node's facts
+to (knowledge/node_facts.py `clean_facts`), and judged by the same functions
+(checks/active/node_comparison.py): the node(s) whose driver, CUDA, NCCL, torch, GPU models and
+count, active NVLinks, VBIOS, NIC firmware, rails, MTU, Ethernet links or GPUDirect RDMA differ
+from the majority (GD460-GD463), the node whose measured all-reduce busbw is below 0.7 of the
+median of the nodes measured alike (GD683), the reports' own warnings and failures grouped by code
+across nodes; with `--baseline FILE`, every node against that file with `diff`'s rules
+(compare/rules.py, GD011-GD019), each regression grouped across the nodes that have it.
+
+Cost: each file is read and judged once, the comparisons group values in dicts: linear in nodes
+(benchmarks/fleet.py). Input, from a directory other users write (each node saving its own file):
+only regular `*.json` files directly in it, symbolic links there refused in the open itself
+(O_NOFOLLOW: a link planted there would make gpudoctor read, and quote, a file its planter cannot
+read), FIFOs and devices refused without blocking, each file at most 32 MiB (safety/user_files.py),
+at most MAX_FILES files; a file that cannot be used is one GD464 line naming it and why.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpudoctor.checks.active.node_codes import FACTS_MISSING, INTRA_SLOW, NETWORK_DIFFERS
+from gpudoctor.checks.active.node_comparison import comparison_findings, forwarded, intra_findings
+from gpudoctor.compare.codes import GPUS
+from gpudoctor.compare.sides import Side
+from gpudoctor.errors import EXIT_USAGE, UserError
+from gpudoctor.findings import CheckResult, Finding, Status
+from gpudoctor.knowledge.node_facts import FORWARDED_STATUSES, MAX_FORWARDED, MAX_TEXT, Malformed, clean_facts
+from gpudoctor.knowledge.units import listed
+
+MAX_FILES = 10_000  # a heuristic bound: more nodes than the largest clusters' racks of one job
+FILE_SUFFIX = ".json"
+
+
+@dataclass
+class FleetNode:
+    """One file's node: where it came from, the side `diff` would read, and its node facts."""
+
+    path: str
+    side: Side
+    facts: dict[str, Any]
+    measured: dict[str, Any] | None  # its all-reduce busbw, as the nodes check's own figure
+
+
+def fleet_files(paths: Sequence[str]) -> tuple[list[tuple[str, bool]], list[tuple[str, str]]]:
+    """The files to read, each with whether a symbolic link may be followed (a file named on the
+    command line: yes; one found in a directory: no), and the paths that are neither."""
+    files: list[tuple[str, bool]] = []
+    problems: list[tuple[str, str]] = []
+    for path in paths:
+        if not os.path.isdir(path):
+            files.append((path, True))
+        else:
+            try:
+                with os.scandir(path) as entries:
+                    names = sorted(e.name for e in entries if e.name.endswith(FILE_SUFFIX) and e.name[0] != ".")
+            except OSError as exc:
+                problems.append((path, f"cannot list the directory: {exc.strerror or exc}"))
+                continue
+            if not names:
+                problems.append((path, f"a directory with no {FILE_SUFFIX} file"))
+            files += [(os.path.join(path, name), False) for name in names]
+        if len(files) > MAX_FILES:
+            raise UserError(
+                f"fleet: more than {MAX_FILES} files to read; judge the fleet in parts (a directory each)",
+                EXIT_USAGE,
+                "input",
+            )
+    return files, problems
+
+
+def load_node(path: str, follow: bool) -> FleetNode:
+    """One file as a node; UserError (one line: the file and why) when it is not a usable one."""
+    from gpudoctor.compare.sides import read_side
+    from gpudoctor.knowledge.node_record import from_machine_facts, from_snapshot
+    from gpudoctor.safety.user_files import UserFileError, read_json
+
+    try:
+        data = read_json(path, follow=follow)
+    except UserFileError as exc:
+        raise UserError(str(exc), EXIT_USAGE, "input") from None
+    side, snapshot = read_side(data, path)
+    if snapshot is not None:
+        facts = from_snapshot(snapshot)
+    else:
+        facts = {**from_machine_facts(side.facts or {}), "findings": report_findings(data)}
+        if facts["host"] is None and isinstance(data.get("hostname"), str):  # a report from before `facts`
+            facts["host"] = data["hostname"]
+    return FleetNode(path, side, facts, measured_busbw(side.measurements))
+
+
+def report_findings(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """A report's findings that are not a pass, as a node forwards its own (cut to the bounds)."""
+    out = []
+    for check in report.get("checks") or []:
+        for f in (check.get("findings") if isinstance(check, dict) else None) or []:
+            if not isinstance(f, dict) or f.get("status") not in FORWARDED_STATUSES:
+                continue
+            text = {k: f.get(k) for k in ("code", "status", "subject", "message")}
+            out.append({k: v[:MAX_TEXT] if isinstance(v, str) else v for k, v in text.items()})
+            if len(out) == MAX_FORWARDED:
+                return out
+    return out
+
+
+def measured_busbw(measurements: dict[str, Any]) -> dict[str, Any] | None:
+    """The report's all-reduce busbw where it is bandwidth-bound (the best of the plateau, as GD601
+    and `diff` judge it), as the nodes check's own figure: kind, ranks, GB/s."""
+    from gpudoctor.knowledge.busbw import plateau
+
+    sweep = measurements.get("allreduce")
+    if not isinstance(sweep, dict) or not sweep.get("sizes"):
+        return None
+    best, _ = plateau(sweep["sizes"])
+    kind = f"allreduce_busbw {sweep.get('device') or '?'}/{sweep.get('backend') or '?'}"
+    ranks = sweep.get("ranks") if isinstance(sweep.get("ranks"), int) else 0
+    return {"kind": kind, "ranks": ranks, "gbps": float(best["busbw_gbps"])}
+
+
+def node_labels(nodes: list[FleetNode]) -> list[str]:
+    """The name each node goes by: its hostname, or its file where hosts repeat or are unknown."""
+    hosts = Counter(n.facts.get("host") for n in nodes)
+    return [
+        n.facts["host"] if isinstance(n.facts.get("host"), str) and hosts[n.facts["host"]] == 1 else n.path
+        for n in nodes
+    ]
+
+
+HINT_UNUSABLE = (
+    "Save each node's file with this gpudoctor, as a regular file in the directory (`gpudoctor snapshot -o FILE`, "
+    "`gpudoctor check --json > FILE`); its node is not compared until then."
+)
+
+
+def unusable(problems: list[tuple[str, str]]) -> list[Finding]:
+    """GD464, one line per file that could not be used."""
+    return [
+        Finding(FACTS_MISSING.code, Status.WARN, f"node:{path}", f"{path}: {why}", HINT_UNUSABLE, {"file": path})
+        for path, why in problems
+    ]
+
+
+def judge(
+    nodes: list[FleetNode],
+    problems: list[tuple[str, str]],
+    known_codes: Collection[str],
+    baseline: Side | None = None,
+    tolerance: float = 0.10,
+) -> list[CheckResult]:
+    """The fleet's verdicts, as check results: the files, the facts, the measurements, the nodes'
+    own findings and, with a baseline, the regressions."""
+    given = len(nodes) + len(problems)
+    problems = list(problems)
+    facts: dict[str, dict[str, Any]] = {}
+    kept: dict[str, FleetNode] = {}
+    for node, label in zip(nodes, node_labels(nodes), strict=True):
+        try:
+            facts[label], notes = clean_facts(node.facts, known_codes)
+        except Malformed as exc:
+            problems.append((node.path, f"its facts are not what gpudoctor writes: {exc}"))
+            continue
+        problems += [(node.path, note) for note in notes]
+        kept[label] = node
+    if len(facts) < 2:
+        raise UserError(fewer_than_two(given, problems), EXIT_USAGE, "input")
+    reports = sum(n.side.kind == "report" for n in kept.values())
+    files = [
+        Finding(
+            FACTS_MISSING.code,
+            Status.PASS,
+            "host",
+            f"{len(kept)} nodes read: {len(kept) - reports} snapshot(s), {reports} report(s)",
+            "",
+            {"nodes": len(kept), "reports": reports},
+        )
+    ]
+    results = [CheckResult("fleet_files", "Files read", unusable(problems) + files, 0.0)]
+    results.append(CheckResult("fleet_facts", f"Facts across {len(kept)} nodes", fact_findings(facts, reports), 0.0))
+    results.append(CheckResult("fleet_measurements", "Measured all-reduce busbw", measured_findings(kept), 0.0))
+    own = forwarded(facts, {k: k for k in facts}, "", "read {node}'s report for the details and hints")
+    if own:
+        results.append(CheckResult("fleet_findings", "The nodes' own findings", own, 0.0))
+    if baseline is not None:
+        results.append(
+            CheckResult("fleet_baseline", f"Against {baseline.label}", regressions(kept, baseline, tolerance), 0.0)
+        )
+    return results
+
+
+def fewer_than_two(given: int, problems: list[tuple[str, str]]) -> str:
+    """The usage error's one line: how many files, and why the first few could not be used."""
+    if not problems:
+        return f"fleet: {given} node file(s): name two or more snapshots or reports, or their directory"
+    said = "; ".join(f"{path}: {why}" for path, why in problems[:3])
+    more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+    return f"fleet: fewer than two usable node files among {given}: {said}{more}"
+
+
+def fact_findings(facts: dict[str, dict[str, Any]], reports: int) -> list[Finding]:
+    """GD460-GD463 over the fields every node recorded; a report records fewer than a snapshot."""
+    from gpudoctor.knowledge.node_record import REPORTED
+
+    if not reports:
+        return comparison_findings(facts)
+    skipped = Finding(
+        NETWORK_DIFFERS.code,
+        Status.SKIP,
+        "host",
+        f"NCCL, torch and the NICs not compared: {reports} of the {len(facts)} files are reports, which do not "
+        "record them (save snapshots, `gpudoctor snapshot -o FILE`, to compare them)",
+        "",
+        {"reports": reports},
+    )
+    return comparison_findings(facts, REPORTED) + [skipped]
+
+
+def measured_findings(nodes: dict[str, FleetNode]) -> list[Finding]:
+    """GD683: each node's busbw against the median of the nodes measured alike (device, backend, ranks)."""
+    intra = {label: n.measured for label, n in nodes.items() if n.measured is not None}
+    if len(intra) < 2:
+        why = "fewer than two reports with an all-reduce sweep (snapshots measure nothing)"
+        return [Finding(INTRA_SLOW.code, Status.SKIP, "host", f"busbw not compared: {why}", "", {})]
+    out = intra_findings(intra, {k: k for k in intra})
+    if not out:
+        message = f"busbw of {len(intra)} node(s) within 0.7 of the median of the nodes measured alike"
+        out.append(Finding(INTRA_SLOW.code, Status.PASS, "host", message, "", {"measured": len(intra)}))
+    return out
+
+
+def regressions(nodes: dict[str, FleetNode], baseline: Side, tolerance: float) -> list[Finding]:
+    """Each node against the baseline with `diff`'s rules; each change or regression one finding,
+    grouped across the nodes that have it."""
+    from gpudoctor.compare.rules import compare
+
+    found: dict[str, dict[str, Any]] = {}
+    for label, node in nodes.items():
+        items = [
+            {"code": f.code, "status": f.status.value, "subject": f.subject, "message": f.message}
+            for result in compare(baseline, node.side, tolerance)
+            for f in result.findings
+            if f.status.value in FORWARDED_STATUSES
+        ]
+        if items:
+            found[label] = {"findings": items}
+    base = baseline.label.replace("{", "{{").replace("}", "}}")  # the hint is a format string
+    hint = f"compare that node alone: `gpudoctor diff {base} FILE` ({{node}}'s file)"
+    out = forwarded(found, {k: k for k in found}, "", hint)
+    if not out:
+        message = f"{len(nodes)} node(s) as in {baseline.label}, within {tolerance:.0%}"
+        out.append(Finding(GPUS.code, Status.PASS, "host", message, "", {"nodes": len(nodes)}))
+    else:
+        same = [k for k in nodes if k not in found]
+        if same:
+            message = f"{len(same)} node(s) as in {baseline.label}: {listed(same)}"
+            out.append(Finding(GPUS.code, Status.PASS, "host", message, "", {"nodes": len(same)}))
+    return out
