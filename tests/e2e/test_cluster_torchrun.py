@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -13,8 +16,9 @@ import pytest
 
 from gpudoctor.probe.network import ROOT_ENV
 from tests.fakes.sysfs import DOWN, POLLING, Port, cpu_node
+from tests.helpers.processes import clean_env
 from tests.helpers.torchrun_nodes import TORCHRUN, run_nodes
-from tests.paths import shipped_schema
+from tests.paths import REPO, shipped_schema
 
 pytestmark = [
     pytest.mark.slow,
@@ -25,8 +29,13 @@ NODES = 4
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("cluster")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cluster")
+
+
+@pytest.fixture(scope="module")
+def reports(cluster: Path) -> list[dict[str, Any]]:
+    tmp = cluster
 
     def env_of(node: int) -> dict[str, str]:
         root = tmp / f"sysfs{node}"
@@ -83,3 +92,43 @@ def test_each_node_reports_its_own_ports_and_only_rank_0_judges_the_cluster(repo
     details = next(c for c in reports[0]["checks"] if c["name"] == "nodes")["details"]
     assert details["nodes_run"]["isolation"]["ran"] is True
     assert len(details["nodes_run"]["isolation"]["rounds"]) == 3
+
+
+def test_the_fleet_over_the_nodes_snapshots_names_what_rank_0_named(
+    reports: list[dict[str, Any]], cluster: Path
+) -> None:
+    """The same nodes, judged twice: by the real torchrun job's rank 0 (facts gathered) and by
+    `gpudoctor fleet` over a snapshot each node saves of the same machine (its own sysfs tree)."""
+    fleet_dir = cluster / "fleet"
+    fleet_dir.mkdir()
+    for node in range(NODES):
+        env = clean_env(**{ROOT_ENV: str(cluster / f"sysfs{node}")})
+        out = fleet_dir / f"node{node}.json"
+        subprocess.run([sys.executable, "-m", "gpudoctor", "snapshot", "-o", str(out)], env=env, cwd=REPO, check=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "fleet", str(fleet_dir), "--json"],
+        env=clean_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    doc = json.loads(run.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    host = socket.gethostname()
+    # One host for every node here: rank 0 names a node host#node-rank, the fleet by its file.
+    names = {str(fleet_dir / f"node{n}.json"): f"{host}#{n}" for n in range(NODES)}
+
+    def verdicts(found: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+        rows = []
+        for f in found:
+            if f["code"] in ("GD460", "GD461", "GD462", "GD463") and f["status"] != "skip":
+                subject, message = f["subject"], f["message"]
+                for path, name in names.items():
+                    subject, message = subject.replace(path, name), message.replace(path, name)
+                rows.append((f["code"], f["status"], subject, message))
+        return sorted(rows)
+
+    fleet = verdicts([f for c in doc["checks"] for f in c["findings"]])
+    assert fleet == verdicts(findings(reports[0]))
+    assert ("GD462", "warn", f"node:{host}#1") in [row[:3] for row in fleet]
