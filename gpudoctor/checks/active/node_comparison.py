@@ -160,7 +160,7 @@ def _alike(facts: dict[str, dict[str, Any]], wanted: set[str]) -> Finding:
     parts = [f"driver {value_text(one.get('driver'))}"]
     parts += [f"NCCL {one.get('nccl')}", f"torch {one.get('torch')}"] if {"nccl", "torch"} <= wanted else []
     parts.append(f"{len(one.get('gpus') or [])} GPU(s)")
-    parts += [f"{value_text(rails(one))} rails"] if "nics" in wanted else []
+    parts += [f"RDMA rails {value_text(rails(one))}"] if "nics" in wanted else []
     return Finding(
         STACK_DIFFERS.code,
         Status.PASS,
