@@ -515,77 +515,224 @@ def dumps(snapshot: Snapshot) -> str:
     return json.dumps(to_jsonable(snapshot), indent=2) + "\n"
 
 
-def _decode(tp: Any, data: Any, where: str) -> Any:
+class _Bad(Exception):
+    """A value that does not decode. Its path is built only on this path, one segment per level
+    while it unwinds (innermost first), so a good snapshot costs no path strings."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        self.path: list[str] = []
+
+
+Decoder = Callable[[Any], Any]
+_DECODERS: dict[Any, Decoder] = {}
+
+
+def _decoder(tp: Any) -> Decoder:
+    """The decoder of type `tp`, built once (a closure per type; a dataclass's reads its fields'
+    types on first use) and kept: decoding a snapshot then calls closures, never reflection."""
+    dec = _DECODERS.get(tp)
+    if dec is None:
+        dec = _DECODERS[tp] = _build(tp)
+    return dec
+
+
+def _decode_as(tp: Any, data: Any, where: str) -> Any:
+    try:
+        return _decoder(tp)(data)
+    except _Bad as bad:
+        raise SnapshotError(f"{where}{''.join(reversed(bad.path))}: {bad.message}") from None
+
+
+def _build(tp: Any) -> Decoder:
     origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        options = typing.get_args(tp)
-        if isinstance(data, dict) and "missing" in data and Missing in options:
+    if origin in _UNIONS:
+        return _union(typing.get_args(tp))
+    if origin is list:
+        return _list(typing.get_args(tp)[0])
+    if origin is dict:
+        return _dict(_decoder(typing.get_args(tp)[1]))
+    if dataclasses.is_dataclass(tp):
+        return _dataclass(tp)
+    if tp in _SCALARS:
+        return _SCALARS[tp]
+    if tp is Any:
+        return lambda data: data
+
+    def undecodable(data: Any) -> Any:
+        raise _Bad(f"cannot decode type {tp!r}")  # a bug in the types above
+
+    return undecodable
+
+
+def _int(data: Any) -> int:
+    if type(data) is int or (isinstance(data, int) and not isinstance(data, bool)):
+        return data
+    raise _Bad(f"expected an integer, got {data!r}")
+
+
+def _float(data: Any) -> float:
+    if type(data) is float:
+        return data
+    if isinstance(data, int | float) and not isinstance(data, bool):
+        return float(data)
+    raise _Bad(f"expected a number, got {data!r}")
+
+
+def _str(data: Any) -> str:
+    if isinstance(data, str):
+        return data
+    raise _Bad(f"expected str, got {data!r}")
+
+
+def _bool(data: Any) -> bool:
+    if isinstance(data, bool):
+        return data
+    raise _Bad(f"expected bool, got {data!r}")
+
+
+_SCALARS: dict[type, Decoder] = {int: _int, float: _float, str: _str, bool: _bool}
+
+
+def _union(options: tuple[Any, ...]) -> Decoder:
+    """`X | Missing`, `X | None`: a Missing object, None, or the first of the other types that
+    takes the value (the error of the first one tried when none does)."""
+    takes_missing, takes_none = Missing in options, type(None) in options
+    tried = [_decoder(o) for o in options if o not in (Missing, type(None))]
+    exact = _exact(options)
+
+    def decode(data: Any) -> Any:
+        if type(data) is exact:
+            return data
+        if takes_missing and isinstance(data, dict) and "missing" in data:
             reason = data["missing"]
             if reason not in MISSING_REASONS:
-                raise SnapshotError(f"{where}: unknown missing reason {reason!r}")
+                raise _Bad(f"unknown missing reason {reason!r}")
             return Missing(reason, str(data.get("detail", "")))
-        if data is None and type(None) in options:
+        if data is None and takes_none:
             return None
-        errors = []
-        for option in options:
-            if option in (Missing, type(None)):
-                continue
+        failed = None
+        for dec in tried:
             try:
-                return _decode(option, data, where)
-            except SnapshotError as exc:
-                errors.append(str(exc))
-        raise SnapshotError(errors[0] if errors else f"{where}: unexpected {data!r}")
-    if origin is list:
+                return dec(data)
+            except _Bad as bad:
+                failed = failed or bad
+        raise failed or _Bad(f"unexpected {data!r}")
+
+    return decode
+
+
+def _exact(tp: Any) -> type | None:
+    """The type whose values a decoder of `tp` returns as they are, without a call: the scalar
+    type itself, or a union's first option tried when it is one (`int | Missing`: int)."""
+    if tp in _SCALARS:
+        return tp  # type: ignore[no-any-return]
+    options = tp if isinstance(tp, tuple) else typing.get_args(tp) if typing.get_origin(tp) in _UNIONS else ()
+    others = [o for o in options if o not in (Missing, type(None))]
+    return others[0] if others and others[0] in _SCALARS else None
+
+
+_UNIONS = (Union, types.UnionType)
+
+
+def _list(item_type: Any) -> Decoder:
+    item, exact = _decoder(item_type), _exact(item_type)
+
+    def decode(data: Any) -> list[Any]:
         if not isinstance(data, list):
-            raise SnapshotError(f"{where}: expected a list")
-        (item,) = typing.get_args(tp)
-        return [_decode(item, v, f"{where}[{i}]") for i, v in enumerate(data)]
-    if origin is dict:
+            raise _Bad("expected a list")
+        try:
+            return [v if type(v) is exact else item(v) for v in data]
+        except _Bad:
+            _locate(item, enumerate(data), "[{}]")
+            raise
+
+    return decode
+
+
+def _dict(item: Decoder) -> Decoder:
+    def decode(data: Any) -> dict[str, Any]:
         if not isinstance(data, dict):
-            raise SnapshotError(f"{where}: expected an object")
-        _, item = typing.get_args(tp)
-        return {str(k): _decode(item, v, f"{where}.{k}") for k, v in data.items()}
-    if dataclasses.is_dataclass(tp):
-        return _decode_dataclass(tp, data, where)
-    if tp is float:
-        if isinstance(data, int | float) and not isinstance(data, bool):
-            return float(data)
-        raise SnapshotError(f"{where}: expected a number, got {data!r}")
-    if tp is int:
-        if isinstance(data, int) and not isinstance(data, bool):
-            return data
-        raise SnapshotError(f"{where}: expected an integer, got {data!r}")
-    if tp in (str, bool):
-        if isinstance(data, tp):
-            return data
-        raise SnapshotError(f"{where}: expected {tp.__name__}, got {data!r}")
-    if tp is Any:
-        return data
-    raise SnapshotError(f"{where}: cannot decode type {tp!r}")  # a bug in the types above
+            raise _Bad("expected an object")
+        try:
+            return {str(k): item(v) for k, v in data.items()}
+        except _Bad:
+            _locate(item, data.items(), ".{}")
+            raise
+
+    return decode
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
+def _locate(item: Decoder, entries: Any, segment: str) -> None:
+    """On the error path only: decode the entries again to name the first that fails."""
+    for key, value in entries:
+        try:
+            item(value)
+        except _Bad as bad:
+            bad.path.append(segment.format(key))
+            raise bad from None
 
 
-def _decode_dataclass(cls: type, data: Any, where: str) -> Any:
-    if not isinstance(data, dict):
-        raise SnapshotError(f"{where}: expected an object")
-    hints = _HINTS.get(cls)
-    if hints is None:
-        hints = _HINTS[cls] = typing.get_type_hints(cls)
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in data:
-            kwargs[f.name] = _decode(hints[f.name], data[f.name], f"{where}.{f.name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise SnapshotError(f"{where}: required field {f.name!r} is missing")
-    return cls(**kwargs)
+_REQUIRED = object()
+
+
+def _dataclass(cls: type) -> Decoder:
+    """An object's decoder: its fields in order, each decoded, defaulted or missing (an error).
+    The instance is filled as its __init__ would fill it, without the per-field setattr calls
+    that a frozen dataclass's __init__ makes (most of the cost): these classes have no
+    __post_init__, no slots and no init=False field (checked here; otherwise __init__ runs)."""
+    table: list[tuple[str, Decoder, type | None, Any, Any]] | None = None
+    plain = not hasattr(cls, "__post_init__") and not hasattr(cls, "__slots__")
+    plain = plain and all(f.init for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+    new = object.__new__
+
+    def decode(data: Any) -> Any:
+        nonlocal table
+        if not isinstance(data, dict):
+            raise _Bad("expected an object")
+        if table is None:  # first use: the field types resolved once (a type may name itself)
+            hints = typing.get_type_hints(cls)
+            table = [
+                (f.name, _decoder(hints[f.name]), _exact(hints[f.name]), *_absent(f))
+                for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            ]
+        values = {}
+        for name, dec, exact, default, factory in table:
+            if name in data:
+                value = data[name]
+                if type(value) is not exact:
+                    try:
+                        value = dec(value)
+                    except _Bad as bad:
+                        bad.path.append(f".{name}")
+                        raise
+                values[name] = value
+            elif default is not _REQUIRED:
+                values[name] = default
+            elif factory is not None:
+                values[name] = factory()
+            else:
+                raise _Bad(f"required field {name!r} is missing")
+        if not plain:
+            return cls(**values)
+        obj = new(cls)
+        obj.__dict__.update(values)
+        return obj
+
+    return decode
+
+
+def _absent(f: dataclasses.Field[Any]) -> tuple[Any, Any]:
+    """What a field left out of the JSON holds: (its default or _REQUIRED, its default factory or None)."""
+    default = _REQUIRED if f.default is dataclasses.MISSING else f.default
+    factory = None if f.default_factory is dataclasses.MISSING else f.default_factory
+    return default, factory
 
 
 def part_from_jsonable(cls: type[T], data: Any, where: str) -> T:
     """One part of a snapshot (its Software, read from another interpreter: probe/interpreter.py),
     decoded and checked as a whole snapshot's parts are (SnapshotError otherwise)."""
-    return _decode_dataclass(cls, data, where)
+    return _decode_as(cls, data, where)  # type: ignore[no-any-return]
 
 
 def from_jsonable(data: Any) -> Snapshot:
@@ -598,7 +745,7 @@ def from_jsonable(data: Any) -> Snapshot:
         raise SnapshotError(
             f"snapshot schema_version {version!r} is not supported (this gpudoctor reads {SCHEMA_VERSION})"
         )
-    snapshot = _decode_dataclass(Snapshot, data, "snapshot")
+    snapshot = _decode_as(Snapshot, data, "snapshot")
     _check_consistent(snapshot)
     return snapshot
 
