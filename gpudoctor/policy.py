@@ -33,10 +33,15 @@ from gpudoctor.engine.values import SEVERITIES, _choice, _number, parse_busbw, r
 from gpudoctor.errors import EXIT_USAGE, UserError
 from gpudoctor.safety.user_files import owner_name, shown
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover  (3.10: the same parser, from PyPI; declared in pyproject.toml)
-    import tomli as tomllib
+
+def _toml() -> Any:
+    """The TOML parser, imported when a file is read (start-up: most runs find no policy file)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover  (3.10: the same parser, from PyPI; declared in pyproject.toml)
+        import tomli as tomllib
+    return tomllib
+
 
 DEDICATED = "gpudoctor.toml"
 PYPROJECT = "pyproject.toml"
@@ -173,6 +178,7 @@ def _has_table(text: str, path: Path) -> bool:
     its syntax error is reported rather than the policy silently skipped."""
     if "gpudoctor" not in text and "\\" not in text:
         return False
+    tomllib = _toml()
     try:
         data = tomllib.loads(text.removeprefix(BOM))
     except (tomllib.TOMLDecodeError, RecursionError):  # RecursionError: nested deeper than tomllib follows
@@ -246,6 +252,7 @@ BOM = "\ufeff"  # a UTF-8 byte-order mark, as Windows editors write it: TOML has
 
 def parse_text(text: str, path: Path, *, named: bool = False) -> Policy:
     text = text.removeprefix(BOM)
+    tomllib = _toml()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
