@@ -80,8 +80,8 @@ class TableCode(Code):
     def __eq__(self, other: object) -> bool:
         return self.declared() == (other.declared() if isinstance(other, TableCode) else other)
 
-    def __hash__(self) -> int:
-        return hash(self.code)
+    def __hash__(self) -> int:  # as the Code it equals
+        return hash(self.declared())
 
     def __repr__(self) -> str:
         return repr(self.declared())

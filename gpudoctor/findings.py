@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from gpudoctor.records import Record, record
+
 # Bumped by a change that breaks a reader of the report JSON (CHANGELOG.md lists each version);
 # fields added for new readers (facts, measurements, policy in 0.2) keep it.
 REPORT_SCHEMA_VERSION = 1
@@ -29,8 +31,8 @@ _RANK = {Status.PASS: 0, Status.SKIP: 0, Status.WARN: 1, Status.FAIL: 2, Status.
 _SEVERITY = {Status.PASS: 0, Status.SKIP: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 3}
 
 
-@dataclass(frozen=True)
-class Finding:
+@record
+class Finding(Record):
     code: str  # "GD401"
     status: Status
     subject: str  # "host", "gpu:3", "pair:0-4", "rank:2", "node:host-a"

@@ -24,13 +24,14 @@ import re
 import stat
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from gpudoctor.engine.options import BUSBW, BY_POLICY_KEY
 from gpudoctor.engine.values import SEVERITIES, _choice, _number, parse_busbw, reader
 from gpudoctor.errors import EXIT_USAGE, UserError
+from gpudoctor.records import Record, record
 from gpudoctor.safety.user_files import owner_name, shown
 
 
@@ -55,8 +56,8 @@ class PolicyError(UserError):
         super().__init__(message, EXIT_USAGE, "input")
 
 
-@dataclass(frozen=True)
-class Policy:
+@record
+class Policy(Record):
     """What a policy file sets; None (or empty) where it says nothing."""
 
     path: Path | None = None
@@ -117,8 +118,8 @@ NO_POLICY = Policy()
 # way is writable by every user and not sticky): that is refused.
 
 
-@dataclass(frozen=True)
-class Found:
+@record
+class Found(Record):
     """What discovery chose (path and text, or None) and the files it skipped, with why."""
 
     path: Path | None

@@ -16,9 +16,11 @@ import json
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, TypeVar, Union
+
+from gpudoctor.records import Record, record
 
 SCHEMA_VERSION = 1
 
@@ -27,8 +29,8 @@ SCHEMA_VERSION = 1
 MISSING_REASONS = ("unsupported", "no_permission", "gpu_lost", "error", "not_collected")
 
 
-@dataclass(frozen=True)
-class Missing:
+@record
+class Missing(Record):
     """A fact the probe could not read, and why."""
 
     reason: str
@@ -60,8 +62,8 @@ def _later() -> Any:
     return dataclasses.field(default=NOT_COLLECTED, metadata={OMIT_NOT_COLLECTED: True})
 
 
-@dataclass(frozen=True)
-class NvLinkErrors:
+@record
+class NvLinkErrors(Record):
     """nvmlDeviceGetNvLinkErrorCounter for one link: counts since the driver loaded (or the
     counters were last reset), as `nvidia-smi nvlink -e` prints them."""
 
@@ -71,8 +73,8 @@ class NvLinkErrors:
     crc_data: int | Missing = NOT_COLLECTED  # NVML_NVLINK_ERROR_DL_CRC_DATA: data CRC errors
 
 
-@dataclass(frozen=True)
-class NvLink:
+@record
+class NvLink(Record):
     link: int
     active: bool
     version: int | Missing = NOT_COLLECTED
@@ -88,8 +90,8 @@ class NvLink:
     errors_later: NvLinkErrors | Missing = _later()
 
 
-@dataclass(frozen=True)
-class GpuProcess:
+@record
+class GpuProcess(Record):
     pid: int  # as NVML reports it: a host PID, also inside a container
     used_memory_mib: int | None = None  # None: NVML could not say (e.g. under WDDM/MIG)
     local_pid: int | None = None  # the same process's PID in our namespace, if found
@@ -97,23 +99,23 @@ class GpuProcess:
     command: str | None = None
 
 
-@dataclass(frozen=True)
-class MigDevice:
+@record
+class MigDevice(Record):
     index: int
     uuid: str
     memory_total_mib: int | Missing = NOT_COLLECTED
 
 
-@dataclass(frozen=True)
-class RemappedRows:
+@record
+class RemappedRows(Record):
     correctable: int
     uncorrectable: int
     pending: bool
     failed: bool
 
 
-@dataclass(frozen=True)
-class SramEcc:
+@record
+class SramEcc(Record):
     """nvmlDeviceGetSramEccErrorStatus: uncorrectable errors in on-chip SRAM (L2, SM register
     files, microcontrollers), apart from the HBM/DRAM ones."""
 
@@ -134,8 +136,8 @@ class SramEcc:
         return self.volatile_uncorrectable_parity + self.volatile_uncorrectable_secded
 
 
-@dataclass(frozen=True)
-class RemapHistogram:
+@record
+class RemapHistogram(Record):
     """nvmlDeviceGetRowRemapperHistogram: how many DRAM banks have all, most, some, few or none
     of their spare rows left ("Bank Remap Availability Histogram" in nvidia-smi -q)."""
 
@@ -146,8 +148,8 @@ class RemapHistogram:
     none: int
 
 
-@dataclass(frozen=True)
-class FabricInfo:
+@record
+class FabricInfo(Record):
     """NVSwitch fabric registration (Hopper and later): nvmlDeviceGetGpuFabricInfo."""
 
     state: str  # "not_supported", "not_started", "in_progress", "completed"
@@ -157,8 +159,8 @@ class FabricInfo:
     health: str | Missing = NOT_COLLECTED  # "healthy", "unhealthy", "limited_capacity"
 
 
-@dataclass(frozen=True)
-class Gpu:
+@record
+class Gpu(Record):
     index: int  # NVML index, which is PCI bus order (nvidia-smi's GPU number)
     uuid: str
     name: str
@@ -225,8 +227,8 @@ class Gpu:
     numa_affinity: list[int] | Missing = _later()
 
 
-@dataclass(frozen=True)
-class GpuPair:
+@record
+class GpuPair(Record):
     """Facts about an ordered-independent pair of GPUs (a < b, NVML indices)."""
 
     a: int
@@ -240,8 +242,8 @@ class GpuPair:
     p2p_write: str | Missing = NOT_COLLECTED
 
 
-@dataclass(frozen=True)
-class Driver:
+@record
+class Driver(Record):
     # How NVML came up: "ok", "no_library" (libnvidia-ml not found), "no_driver"
     # (kernel module not loaded), "version_mismatch", "no_permission", "error".
     nvml_status: str = "ok"
@@ -257,16 +259,16 @@ class Driver:
     nvml_library_changed: str | Missing = _later()  # ISO 8601 time that file was last changed (installed)
 
 
-@dataclass(frozen=True)
-class XidEvent:
+@record
+class XidEvent(Record):
     pci_bus_id: str
     xid: int
     text: str
     timestamp: str = ""  # as the log printed it
 
 
-@dataclass(frozen=True)
-class PortStatus:
+@record
+class PortStatus(Record):
     host: str
     port: int
     free: bool
@@ -287,8 +289,8 @@ RDMA_ERROR_COUNTERS = {
 }
 
 
-@dataclass(frozen=True)
-class RdmaPort:
+@record
+class RdmaPort(Record):
     """One port of an InfiniBand/RoCE device: /sys/class/infiniband/<dev>/ports/<n>/."""
 
     port: int
@@ -302,8 +304,8 @@ class RdmaPort:
     counters: dict[str, int] | Missing = NOT_COLLECTED
 
 
-@dataclass(frozen=True)
-class RdmaDevice:
+@record
+class RdmaDevice(Record):
     """An InfiniBand/RoCE device (HCA): /sys/class/infiniband/<name>/."""
 
     name: str  # "mlx5_0"
@@ -316,8 +318,8 @@ class RdmaDevice:
     ports: list[RdmaPort] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class NetInterface:
+@record
+class NetInterface(Record):
     """A network interface: /sys/class/net/<name>/."""
 
     name: str
@@ -329,16 +331,16 @@ class NetInterface:
     pci_bus_id: str | None | Missing = NOT_COLLECTED  # None: virtual
 
 
-@dataclass(frozen=True)
-class PciPlace:
+@record
+class PciPlace(Record):
     """Where a PCI device hangs: its path under /sys/devices and its NUMA node."""
 
     path: str  # "pci0000:17/0000:17:01.0/0000:18:00.0/0000:19:00.0/0000:1a:00.0"
     numa_node: int | None = None  # None: the kernel does not say (-1)
 
 
-@dataclass(frozen=True)
-class GpuDirect:
+@record
+class GpuDirect(Record):
     """What GPUDirect RDMA (NIC reads/writes GPU memory) can rest on, as NCCL looks for it."""
 
     # The peer-memory module NCCL finds (src/transport/net_ib/gdr.cc): "nvidia_peermem"
@@ -348,8 +350,8 @@ class GpuDirect:
     open_kernel_module: bool | Missing = NOT_COLLECTED
 
 
-@dataclass(frozen=True)
-class Network:
+@record
+class Network(Record):
     """Inter-node network facts from sysfs/procfs (probe/network.py)."""
 
     rdma: list[RdmaDevice] | Missing = NOT_COLLECTED
@@ -359,8 +361,8 @@ class Network:
     pci: dict[str, PciPlace] | Missing = NOT_COLLECTED
 
 
-@dataclass(frozen=True)
-class PciNode:
+@record
+class PciNode(Record):
     """A PCI function on the path from a GPU up to its root port (the GPU itself, PCIe switch ports, the
     root port): what sysfs and, for root, PCI configuration space say about it (probe/pci_tree.py)."""
 
@@ -380,8 +382,8 @@ class PciNode:
     acs_ctrl: int | None | Missing = NOT_COLLECTED
 
 
-@dataclass(frozen=True)
-class Virtualization:
+@record
+class Virtualization(Record):
     """Whether the machine is a virtual machine, as the kernel sees it."""
 
     hypervisor: bool | Missing = NOT_COLLECTED  # x86 CPUID's hypervisor bit (/proc/cpuinfo flag "hypervisor")
@@ -390,8 +392,8 @@ class Virtualization:
     product_name: str | Missing = NOT_COLLECTED
 
 
-@dataclass(frozen=True)
-class Host:
+@record
+class Host(Record):
     hostname: str = ""
     kernel: str = ""
     cpu_count: int | Missing = NOT_COLLECTED  # logical CPUs on the machine
@@ -424,8 +426,8 @@ class Host:
     virtualization: Virtualization | Missing = _later()
 
 
-@dataclass(frozen=True)
-class Software:
+@record
+class Software(Record):
     python: str = ""
     gpudoctor: str = ""
     nvidia_ml_py: str | Missing = NOT_COLLECTED
@@ -434,8 +436,8 @@ class Software:
     torch_nccl: str | Missing = NOT_COLLECTED  # "2.21.5"
 
 
-@dataclass(frozen=True)
-class Snapshot:
+@record
+class Snapshot(Record):
     schema_version: int
     created: str  # ISO 8601
     gpus: list[Gpu]
