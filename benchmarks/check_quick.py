@@ -9,7 +9,11 @@ command line at all: the interpreter plus click. Two gpudoctor outputs are timed
 (what CI gates read) and the default text report (rich). One extra run records whether torch
 or textual got imported.
 
-Target (issue 10): both at most 3x the floor, and no torch. Exits 1 when missed.
+Target (issue 22, was issue 10's 3x): both at most 2x the floor, and no torch. Exits 1 when missed.
+What keeps it there: the catalogue is read from a table (gpudoctor/catalogue_table.py), so only the
+static checks' modules are imported; compare/, watch's and lint's codes, tomllib and socket are
+imported only when used; the value types are `@record`s (gpudoctor/records.py), not dataclasses that
+compile six methods each at import.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TARGET_RATIO = 3.0
+TARGET_RATIO = 2.0
 
 PROBE = (
     "import atexit, sys\n"
