@@ -10,7 +10,8 @@ TypeErrors, defaults and default factories, __post_init__ called, frozen instanc
 (FrozenInstanceError), equality and hash over the fields' tuple (fields with compare=False left
 out), and the same repr (fields with repr=False left out).
 
-tests/test_records.py holds each type here to a `@dataclass(frozen=True)` twin.
+`@mutable_record` (on a MutableRecord) is the same for a plain `@dataclass`: fields may be set,
+instances are unhashable. tests/test_records.py holds each type to a twin made by dataclasses.
 """
 
 from __future__ import annotations
@@ -114,11 +115,32 @@ class Record:
         return f"{type(self).__qualname__}({shown})"
 
 
+class MutableRecord(Record):
+    """The methods of a plain (mutable) `@dataclass`: as Record's, but its fields may be set, and
+    it is unhashable (a dataclass with eq and without frozen sets __hash__ to None)."""
+
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
 def record(cls: C) -> C:
     """Make `cls` (a subclass of Record, annotated as for @dataclass) a frozen dataclass."""
-    if not issubclass(cls, Record):
+    if not issubclass(cls, Record) or issubclass(cls, MutableRecord):
         raise TypeError(f"@record: {cls.__name__} must subclass gpudoctor.records.Record")
+    return _made(cls)
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field,))
+def mutable_record(cls: C) -> C:
+    """Make `cls` (a subclass of MutableRecord) a plain, mutable dataclass."""
+    if not issubclass(cls, MutableRecord):
+        raise TypeError(f"@mutable_record: {cls.__name__} must subclass gpudoctor.records.MutableRecord")
+    return _made(cls)
+
+
+def _made(cls: C) -> C:
     if not cls.__doc__:  # dataclasses would build one from inspect.signature
         cls.__doc__ = cls.__name__
     dataclasses.dataclass(cls, init=False, repr=False, eq=False, match_args=False)

@@ -11,7 +11,7 @@ import pytest
 
 from gpudoctor import findings, policy, records, snapshot
 from gpudoctor.checks import identity, nccl_env, unread
-from gpudoctor.engine import codes, options, registry, selection
+from gpudoctor.engine import codes, context, options, registry, selection
 from gpudoctor.knowledge import (
     clock_reasons,
     expectations,
@@ -25,7 +25,7 @@ from gpudoctor.knowledge import (
 
 
 def _twin(cls: type) -> type:
-    """The same fields, made by @dataclass(frozen=True)."""
+    """The same fields, made by @dataclass(frozen=True), or @dataclass for a MutableRecord."""
     spec = [
         (
             f.name,
@@ -39,25 +39,39 @@ def _twin(cls: type) -> type:
     namespace = {"__qualname__": cls.__qualname__}
     if hasattr(cls, "__post_init__"):
         namespace["__post_init__"] = cls.__post_init__  # type: ignore[assignment]
-    return dataclasses.make_dataclass(cls.__name__, spec, frozen=True, namespace=namespace)
+    frozen = not issubclass(cls, records.MutableRecord)
+    return dataclasses.make_dataclass(cls.__name__, spec, frozen=frozen, namespace=namespace)
 
 
 def _records(module: Any) -> list[type]:
     return [
         v
         for v in vars(module).values()
-        if isinstance(v, type) and issubclass(v, records.Record) and v is not records.Record
+        if isinstance(v, type) and issubclass(v, records.Record) and v not in (records.Record, records.MutableRecord)
     ]
 
 
 # The value types `check --quick` imports (issue 22: their generated methods were its start-up).
-MODULES = [snapshot, codes, registry, selection, options, findings, policy, visible_gpus, expectations, clock_reasons]
+MODULES = [
+    snapshot,
+    codes,
+    context,
+    registry,
+    selection,
+    options,
+    findings,
+    policy,
+    visible_gpus,
+    expectations,
+    clock_reasons,
+]
 MODULES += [nccl_rules, pcie_model, nic_ports, nccl_list, pci_paths, nccl_env, identity, unread]
 TYPES = sorted({cls for module in MODULES for cls in _records(module)}, key=lambda c: (c.__module__, c.__name__))
 
 
 def test_the_start_up_types_are_records() -> None:
-    assert len(TYPES) >= 45 and snapshot.Gpu in TYPES and findings.Finding in TYPES and codes.Code in TYPES
+    assert len(TYPES) >= 49 and snapshot.Gpu in TYPES and findings.Finding in TYPES and codes.Code in TYPES
+    assert findings.Report in TYPES and context.CheckContext in TYPES  # mutable ones too
 
 
 def _example(cls: type) -> dict[str, Any]:
@@ -100,10 +114,15 @@ def test_a_record_is_built_compared_and_shown_as_a_frozen_dataclass_would_be(cls
     except TypeError:  # a list field: unhashable in both
         with pytest.raises(TypeError):
             hash(b)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        a.__setattr__(names[0], 1)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        a.__delattr__(names[0])
+    if isinstance(a, records.MutableRecord):
+        a.__setattr__(names[0], "set")
+        b.__setattr__(names[0], "set")
+        assert repr(a) == repr(b) and getattr(a, names[0]) == "set"
+    else:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            a.__setattr__(names[0], 1)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            a.__delattr__(names[0])
     changed = dataclasses.replace(a, **{names[0]: "changed"})
     assert repr(changed) == repr(dataclasses.replace(b, **{names[0]: "changed"}))
     assert dataclasses.asdict(a) == dataclasses.asdict(b)
