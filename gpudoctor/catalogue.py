@@ -7,34 +7,129 @@ comparison (GD011-GD019, which `check --baseline` runs, so --select takes them),
 (GD750-GD799), which `check --select` does not take.
 Retired codes (engine/codes.py RETIRED) are still explained, as removed.
 
+It is built from a table (gpudoctor/catalogue_table.py: every check and code with its module,
+generated from the modules by scripts/gen_catalogue.py; a test keeps the two in step), so that
+`check --quick`, `list-checks` and `explain` import no check module they do not run or explain:
+a check's module is imported when the check first runs (or its `wanted` is asked), a code's texts
+(what/why/fix) when first read. `assembled()` builds the same registry by importing every module.
+
 docs/checks/GDxxx.md is generated from the same text (`python scripts/gen_check_docs.py`);
 a test keeps the two in step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
+from importlib import import_module
 from typing import Any
 
-from gpudoctor.engine.registry import LEVELS, RUNNER, Registry
+from gpudoctor.catalogue_table import CHECKS, CODES, RUNS, SELECTABLE
+from gpudoctor.engine.codes import CHECK_CRASHED, Code
+from gpudoctor.engine.registry import LEVELS, RUNNER, Check, Registry, checks_in
+
+# Owners of codes raised outside a check run, and the module whose CODES lists them.
+OWNERS = {
+    "baseline": "gpudoctor.compare.codes",
+    "watch": "gpudoctor.watch.codes",
+    "bench scaling": "gpudoctor.checks.active.scaling",
+    "lint": "gpudoctor.lint.codes",
+}
 
 
 @cache
 def catalogue() -> Registry:
-    """The checks of `gpudoctor check` and every code any command gives, by owner."""
+    """The checks of `gpudoctor check` and every code any command gives, by owner (from the table)."""
+    codes = {row[0]: TableCode(*row[:3], module=row[4]) for row in CODES if row[0] != CHECK_CRASHED.code}
+    checks = [
+        _deferred(name, title, module, level, needs, shares, wanted, tuple(codes[c] for c in ids))
+        for name, title, module, level, needs, shares, wanted, ids in CHECKS
+    ]
+    by_owner: dict[str, list[Code]] = {owner: [] for owner in OWNERS}
+    for code, _, _, owner, _ in CODES:
+        if owner in by_owner:
+            by_owner[owner].append(codes[code])
+    runs = {name: _starter(target) for name, target in RUNS.items()}
+    return Registry(checks, by_owner, runs=runs, selectable=SELECTABLE)
+
+
+def assembled() -> Registry:
+    """The same registry built by importing every module that declares checks or codes: what the
+    table is generated from (scripts/gen_catalogue.py) and checked against."""
     from gpudoctor import checks
-    from gpudoctor.checks.active import scaling
-    from gpudoctor.compare import codes as baseline
-    from gpudoctor.lint import codes as lint
-    from gpudoctor.watch import codes as watch
 
     base = checks.registry()
-    return Registry(
-        base.checks.values(),
-        {"baseline": baseline.CODES, "watch": watch.CODES, "bench scaling": scaling.CODES, "lint": lint.CODES},
-        runs=base.runs,
-        selectable={"baseline"},
-    )
+    owned = {owner: import_module(module).CODES for owner, module in OWNERS.items()}
+    return Registry(base.checks.values(), owned, runs=base.runs, selectable={"baseline"})
+
+
+class TableCode(Code):
+    """A code as the table names it (code, name, title), standing for the Code its module declares:
+    its texts are read from that module, imported on first use. Equal to that Code."""
+
+    def __init__(self, code: str, name: str, title: str, *, module: str) -> None:
+        self.__dict__.update(code=code, name=name, title=title, module=module)
+
+    def declared(self) -> Code:
+        return _declared(self.module)[self.code]
+
+    what = property(lambda self: self.declared().what)  # type: ignore[assignment]
+    why = property(lambda self: self.declared().why)  # type: ignore[assignment]
+    fix = property(lambda self: self.declared().fix)  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        return self.declared() == (other.declared() if isinstance(other, TableCode) else other)
+
+    def __hash__(self) -> int:  # as the Code it equals
+        return hash(self.declared())
+
+    def __repr__(self) -> str:
+        return repr(self.declared())
+
+
+@cache
+def _declared(module: str) -> dict[str, Code]:
+    """The codes a module declares: those of its checks and those it lists in CODES."""
+    mod = import_module(module)
+    out = {c.code: c for chk in checks_in(mod) for c in chk.codes}
+    out.update((c.code, c) for c in getattr(mod, "CODES", ()))
+    return out
+
+
+@cache
+def _real(module: str, name: str) -> Check:
+    return next(c for c in checks_in(import_module(module)) if c.name == name)
+
+
+def _deferred(
+    name: str,
+    title: str,
+    module: str,
+    level: int,
+    needs: str,
+    shares: str,
+    wanted: bool,
+    codes: tuple[Code, ...],
+) -> Check:
+    """The check as the table declares it; its function (and `wanted`) import its module when called."""
+
+    def run(ctx: Any) -> Any:
+        return _real(module, name).func(ctx)
+
+    def wants(options: Any) -> bool:
+        real = _real(module, name).wanted
+        return real is None or real(options)
+
+    return Check(name, title, codes, run, level >= 2, needs, wants if wanted else None, level, shares)
+
+
+def _starter(target: str) -> Callable[[Any], Any]:
+    module, function = target.split(":")
+
+    def start(ctx: Any) -> Any:
+        return getattr(import_module(module), function)(ctx)
+
+    return start
 
 
 def _raised_by(code: str) -> dict[str, Any]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import Any
+
+from gpudoctor.records import MutableRecord, Record, mutable_record, record
 
 # Bumped by a change that breaks a reader of the report JSON (CHANGELOG.md lists each version);
 # fields added for new readers (facts, measurements, policy in 0.2) keep it.
@@ -29,8 +31,8 @@ _RANK = {Status.PASS: 0, Status.SKIP: 0, Status.WARN: 1, Status.FAIL: 2, Status.
 _SEVERITY = {Status.PASS: 0, Status.SKIP: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 3}
 
 
-@dataclass(frozen=True)
-class Finding:
+@record
+class Finding(Record):
     code: str  # "GD401"
     status: Status
     subject: str  # "host", "gpu:3", "pair:0-4", "rank:2", "node:host-a"
@@ -57,8 +59,8 @@ def pair_subject(a: int, b: int) -> str:
     return f"pair:{min(a, b)}-{max(a, b)}"
 
 
-@dataclass
-class CheckResult:
+@mutable_record
+class CheckResult(MutableRecord):
     name: str  # the check's name, e.g. "topology"
     title: str
     findings: list[Finding]
@@ -84,8 +86,8 @@ class CheckResult:
         }
 
 
-@dataclass
-class Report:
+@mutable_record
+class Report(MutableRecord):
     command: str  # "check"
     source: str  # "live" or the snapshot path
     created: str

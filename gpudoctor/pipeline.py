@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,11 +46,14 @@ def fail_on_status(value: str) -> Status:
 
 def tolerance(value: float | str | None, policy: Policy) -> float:
     """The baseline comparison's tolerance: the argument, then the policy's, then 10%."""
-    from gpudoctor.compare.rules import DEFAULT_TOLERANCE
     from gpudoctor.engine.values import parse_share
 
     if value is None:
-        return policy.tolerance if policy.tolerance is not None else DEFAULT_TOLERANCE
+        if policy.tolerance is not None:
+            return policy.tolerance
+        from gpudoctor.compare.rules import DEFAULT_TOLERANCE  # only then: compare/ is not start-up's
+
+        return DEFAULT_TOLERANCE
     try:
         return parse_share(value, "--tolerance")
     except ValueError as exc:
@@ -180,7 +182,12 @@ def check(args: Mapping[str, Any], policy: Policy, progress: Callable[[str], Non
     if args.get("ranks") is not None and device != "cpu":
         raise UserError("--ranks needs --device cpu (on GPUs there is one rank per visible GPU)", EXIT_USAGE, "usage")
     status_on = fail_on_status(args.get("fail_on") or policy.fail_on or "fail")
-    tol = tolerance(args.get("tolerance"), policy)
+    # --tolerance checked now (a bad value is refused before any work); its default only with a baseline
+    tol = (
+        tolerance(args.get("tolerance"), policy)
+        if args.get("baseline") is not None or args.get("tolerance") is not None
+        else 0.0
+    )
     base = None
     if args.get("baseline") is not None:  # read before any work: a bad baseline must not cost an active run
         from gpudoctor.compare.sides import load_side
@@ -274,7 +281,7 @@ def build_report(
         created=now_iso(),
         gpudoctor_version=__version__,
         # A replayed snapshot names the machine it recorded, never this one.
-        hostname=snapshot.host.hostname or ("" if source != "live" else socket.gethostname()),
+        hostname=snapshot.host.hostname or ("" if source != "live" else _hostname()),
         checks=results,
         fail_on=fail_on,
         nodes=run.report_nodes() if run is not None else [],
@@ -282,6 +289,12 @@ def build_report(
         measurements=measurements_from_checks([r.to_json() for r in results], run),
         policy=policy.to_json(),
     )
+
+
+def _hostname() -> str:
+    import socket  # a live probe only: start-up of `check --snapshot` does without it
+
+    return socket.gethostname()
 
 
 def apply_severity(results: list[CheckResult], policy: Policy) -> list[CheckResult]:

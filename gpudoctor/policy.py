@@ -24,19 +24,25 @@ import re
 import stat
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from gpudoctor.engine.options import BUSBW, BY_POLICY_KEY
 from gpudoctor.engine.values import SEVERITIES, _choice, _number, parse_busbw, reader
 from gpudoctor.errors import EXIT_USAGE, UserError
+from gpudoctor.records import Record, record
 from gpudoctor.safety.user_files import owner_name, shown
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover  (3.10: the same parser, from PyPI; declared in pyproject.toml)
-    import tomli as tomllib
+
+def _toml() -> Any:
+    """The TOML parser, imported when a file is read (start-up: most runs find no policy file)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover  (3.10: the same parser, from PyPI; declared in pyproject.toml)
+        import tomli as tomllib
+    return tomllib
+
 
 DEDICATED = "gpudoctor.toml"
 PYPROJECT = "pyproject.toml"
@@ -50,8 +56,8 @@ class PolicyError(UserError):
         super().__init__(message, EXIT_USAGE, "input")
 
 
-@dataclass(frozen=True)
-class Policy:
+@record
+class Policy(Record):
     """What a policy file sets; None (or empty) where it says nothing."""
 
     path: Path | None = None
@@ -112,8 +118,8 @@ NO_POLICY = Policy()
 # way is writable by every user and not sticky): that is refused.
 
 
-@dataclass(frozen=True)
-class Found:
+@record
+class Found(Record):
     """What discovery chose (path and text, or None) and the files it skipped, with why."""
 
     path: Path | None
@@ -173,6 +179,7 @@ def _has_table(text: str, path: Path) -> bool:
     its syntax error is reported rather than the policy silently skipped."""
     if "gpudoctor" not in text and "\\" not in text:
         return False
+    tomllib = _toml()
     try:
         data = tomllib.loads(text.removeprefix(BOM))
     except (tomllib.TOMLDecodeError, RecursionError):  # RecursionError: nested deeper than tomllib follows
@@ -246,6 +253,7 @@ BOM = "\ufeff"  # a UTF-8 byte-order mark, as Windows editors write it: TOML has
 
 def parse_text(text: str, path: Path, *, named: bool = False) -> Policy:
     text = text.removeprefix(BOM)
+    tomllib = _toml()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -21,6 +21,7 @@ LAYERS = {
     "gpudoctor.errors": "base",
     "gpudoctor.findings": "base",
     "gpudoctor.snapshot": "base",
+    "gpudoctor.records": "base",
     "gpudoctor.version": "base",
     "gpudoctor.training_step": "base",
     "gpudoctor.training_data": "base",

@@ -13,7 +13,6 @@ cannot talk to at all (lost, no handle) are not among the visible GPUs: GD827 na
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.checks.unread import unread, unreadable_finding
@@ -22,6 +21,7 @@ from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.knowledge.gpu_products import ecc_expected_on
 from gpudoctor.knowledge.pcie_model import PCIE_GBPS_PER_LANE
 from gpudoctor.knowledge.units import size_mib
+from gpudoctor.records import Record, record
 from gpudoctor.snapshot import Gpu, Missing
 
 MODEL = Code(
@@ -143,8 +143,8 @@ def _pcie(gpu: Gpu) -> Any:
     return (gen, width)
 
 
-@dataclass(frozen=True)
-class Trait:
+@record
+class Trait(Record):
     code: Code
     label: str  # evidence key and wording
     get: Callable[[Gpu], Any]

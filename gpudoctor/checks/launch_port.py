@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status
-from gpudoctor.safety.redact import redacted
 from gpudoctor.snapshot import Missing
 
 PORT_BUSY = Code(
@@ -79,7 +78,7 @@ def launch_port(ctx: CheckContext) -> list[Finding]:
         "holder_pid": status.holder_pid,
         "holder_command": status.holder_command,
         # The command line is another process's: its secrets were replaced by `[redacted]`.
-        "holder_command_redacted": redacted(status.holder_command),
+        "holder_command_redacted": _redacted(status.holder_command),
         "from_env": "MASTER_PORT" in env,
     }
     if not status.resolves:
@@ -108,3 +107,13 @@ def launch_port(ctx: CheckContext) -> list[Finding]:
     status_ = Status.FAIL if "MASTER_PORT" in env else Status.WARN
     name = "MASTER_PORT" if "MASTER_PORT" in env else "torchrun's default port"
     return [Finding(PORT_BUSY.code, status_, "host", f"{name} {where} is in use by {holder}", PORT_BUSY.fix, evidence)]
+
+
+def _redacted(command: str | None) -> bool:
+    """Whether the holder's command line had secrets replaced; the redaction rules (many regular
+    expressions, compiled on import) are loaded only when there is a command line to ask about."""
+    if not command:
+        return False
+    from gpudoctor.safety.redact import redacted
+
+    return redacted(command)

@@ -7,7 +7,6 @@ that switch off a path this machine's hardware has, or name a network interface 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
@@ -23,6 +22,7 @@ from gpudoctor.knowledge.nccl_list import parse_nccl_list, socket_ifname_read
 from gpudoctor.knowledge.nccl_rules import nccl_int
 from gpudoctor.knowledge.units import listed
 from gpudoctor.knowledge.versions import version_tuple
+from gpudoctor.records import Record, record
 from gpudoctor.snapshot import Gpu, Host, Snapshot, known
 
 LAUNCH_BLOCKING = Code(
@@ -164,8 +164,8 @@ def nvls_disabled(env: dict[str, str]) -> bool:
     return nccl_int(env.get("NCCL_NVLS_ENABLE")) == 0  # nvls.cc: if (!ncclParamNvlsEnable() ...)
 
 
-@dataclass(frozen=True)
-class PairPath:
+@record
+class PairPath(Record):
     a: int
     b: int
     nvlinks: int  # direct links, or the switch links of the pair on NVSwitch boxes

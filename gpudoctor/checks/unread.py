@@ -27,11 +27,11 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.findings import Finding, Status, gpu_subject
 from gpudoctor.knowledge.units import gpu_list
+from gpudoctor.records import Record, record
 from gpudoctor.snapshot import Gpu, Missing, known
 
 # How each reason reads in a message.
@@ -98,8 +98,8 @@ def unreadable_finding(code: str, what: str, where: dict[int, Missing], judged: 
     return Finding(code, Status.WARN, subject, message, hint, evidence)
 
 
-@dataclass(frozen=True)
-class Reading:
+@record
+class Reading(Record):
     """One thing a check reads on every GPU: the code that judges it, its name in a message, and
     how to get it from a Gpu (a value, or the Missing that says why there is none)."""
 
@@ -125,8 +125,8 @@ def unreadable_findings(gpus: Sequence[Gpu], readings: Sequence[Reading], judged
     return [unreadable_finding(code, ", ".join(labels), where, judged) for code, labels, where in groups.values()]
 
 
-@dataclass(frozen=True)
-class Coverage:
+@record
+class Coverage(Record):
     """Which GPUs a check could judge, by what their readings gave (NVML indices)."""
 
     read: list[int]  # every reading a value, or a fact (NOT_SUPPORTED for an optional feature)

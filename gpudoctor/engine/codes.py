@@ -10,13 +10,14 @@ something else.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from gpudoctor.records import Record, record
 
 CODE_RE = re.compile(r"^GD\d{3}$")
 
 
-@dataclass(frozen=True)
-class Code:
+@record
+class Code(Record):
     code: str  # GD + three digits; the hundreds digit is the area (DESIGN.md)
     name: str  # kebab-case slug, e.g. "nvlink-fewer-links"
     title: str  # one line: what the finding is about
@@ -29,8 +30,8 @@ class Code:
             raise ValueError(f"bad finding code {self.code!r}")
 
 
-@dataclass(frozen=True)
-class Retired:
+@record
+class Retired(Record):
     """A code gpudoctor no longer gives."""
 
     code: str

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.engine.options import DEFAULT_LEVEL
+from gpudoctor.records import MutableRecord, mutable_record
 from gpudoctor.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -15,8 +16,8 @@ if TYPE_CHECKING:
     from gpudoctor.knowledge.visible_gpus import Visibility
 
 
-@dataclass
-class CheckOptions:
+@mutable_record
+class CheckOptions(MutableRecord):
     """The options of one check run, resolved (arguments, then the policy, then the defaults:
     gpudoctor/pipeline.py `check_options`). Their names, bounds and help live in the option table
     (engine/options.py); these are the values checks read."""
@@ -41,8 +42,8 @@ class CheckOptions:
     mem_share: float = 0.8  # share of free GPU memory level 3's memory test writes and verifies
 
 
-@dataclass
-class CheckContext:
+@mutable_record
+class CheckContext(MutableRecord):
     snapshot: Snapshot
     options: CheckOptions = field(default_factory=CheckOptions)
     progress: Callable[[str], None] = lambda message: None  # active checks report here

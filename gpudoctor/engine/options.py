@@ -11,8 +11,9 @@ Torch-free and click-free: the table is plain data (`check --quick` start-up).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from gpudoctor.records import Record, record
 
 # The longest --timeout (and policy timeout) accepted: a day. Ranks turn the deadline into OS
 # timers and torch's C++ timeouts, which overflow (OverflowError: "C int", "time_t") long before
@@ -35,8 +36,8 @@ INT, REAL, CHOICE, TEXT, FLAG, NAMES, PATH, SHARE, BUSBW, COLLECTIVES = (
 )
 
 
-@dataclass(frozen=True)
-class Option:
+@record
+class Option(Record):
     name: str  # the Python keyword (run_checks(expect_gpus=8)) and CheckOptions' field
     flag: str  # the long option, "--expect-gpus" ("" for a policy-only key)
     kind: str

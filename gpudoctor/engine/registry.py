@@ -24,11 +24,11 @@ level is at most the one asked for.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.engine.codes import CHECK_CRASHED, RETIRED, Code, Retired
+from gpudoctor.records import Record, record
 
 if TYPE_CHECKING:
     from gpudoctor.engine.context import CheckContext, CheckOptions
@@ -43,8 +43,8 @@ _MARK = "__gpudoctor_check__"
 Starter = Callable[["CheckContext"], Any]
 
 
-@dataclass(frozen=True)
-class Check:
+@record
+class Check(Record):
     name: str
     title: str
     codes: tuple[Code, ...]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING
 
 from gpudoctor.engine.codes import CHECK_CRASHED
+from gpudoctor.records import Record, record
 
 if TYPE_CHECKING:
     from gpudoctor.engine.registry import Check, Registry
@@ -15,8 +16,8 @@ class SelectionError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class Selection:
+@record
+class Selection(Record):
     """Which codes reach the report. Check names are known through the registry it is bound to
     (`using`); unbound, every token is read as a code or a prefix."""
 

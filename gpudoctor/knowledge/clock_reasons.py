@@ -21,7 +21,7 @@ power brake): GD815 fails on them and warns on the software ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from gpudoctor.records import Record, record
 
 GPU_IDLE = 0x1
 APPLICATIONS_CLOCKS_SETTING = 0x2
@@ -39,8 +39,8 @@ HARDWARE = "hardware"
 BENIGN = "benign"
 
 
-@dataclass(frozen=True)
-class ClockReason:
+@record
+class ClockReason(Record):
     bit: int
     nvml_name: str  # the nvml.h suffix, e.g. "HwSlowdown"
     label: str  # what gpudoctor prints

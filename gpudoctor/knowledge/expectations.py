@@ -42,7 +42,6 @@ different styles; the basis says when the NVML answer fits the architecture in n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import combinations
 
 from gpudoctor.knowledge import interconnect as topology
@@ -56,6 +55,7 @@ from gpudoctor.knowledge.pcie_model import (  # noqa: F401  (re-exported: checks
     pcie_figure,
     uses_p2p,
 )
+from gpudoctor.records import Record, record
 from gpudoctor.snapshot import Gpu, Missing, NvLink, Snapshot
 
 # --- per-link rates --------------------------------------------------------------------------
@@ -118,8 +118,8 @@ BRIDGE_PAIR_SOURCE = "bridged H100 PCIe pair 116.26 GB/s measured (NVIDIA/nccl#1
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "sendrecv")
 
 
-@dataclass(frozen=True)
-class Expectation:
+@record
+class Expectation(Record):
     busbw_gbps: float
     basis: str  # how it was derived, in words
     source: str  # where the rates and efficiencies come from

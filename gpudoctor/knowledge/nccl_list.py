@@ -13,7 +13,7 @@ alone excludes everything). tests/reference/nccl-ib-hca.md has the lines.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from gpudoctor.records import Record, record
 
 
 def _atoi(text: str) -> int:
@@ -30,8 +30,8 @@ def _atoi(text: str) -> int:
         return 0
 
 
-@dataclass(frozen=True)
-class NcclList:
+@record
+class NcclList(Record):
     exclude: bool
     exact: bool
     entries: tuple[tuple[str, int | None], ...]  # (name or prefix, port; None: any port)

@@ -29,7 +29,7 @@ Every rule cites the NCCL source it follows (NVIDIA/nccl, read at v2.22.3, v2.23
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from gpudoctor.records import Record, record
 
 PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
 RANK = {name: i for i, name in enumerate(PATH_TYPES)}
@@ -99,8 +99,8 @@ def cpu_kind(arch: str | None, vendor: str | None) -> tuple[str, str]:
     return arch_kind, vendor_kind
 
 
-@dataclass(frozen=True)
-class DefaultLevel:
+@record
+class DefaultLevel(Record):
     level: str  # a path type
     basis: str  # why, in words
 

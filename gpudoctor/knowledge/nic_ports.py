@@ -5,11 +5,11 @@ port the GPUs' traffic leaves by, and whether GPUDirect RDMA's dma-buf path can 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.knowledge import nic_locality
 from gpudoctor.knowledge.versions import version_tuple
+from gpudoctor.records import Record, record
 from gpudoctor.snapshot import Gpu, Network, RdmaDevice, RdmaPort, Snapshot
 
 DMABUF_KERNEL = (5, 12)  # ib_umem_dmabuf (RDMA dma-buf import) arrived in Linux 5.12
@@ -18,8 +18,8 @@ DMABUF_KERNEL = (5, 12)  # ib_umem_dmabuf (RDMA dma-buf import) arrived in Linux
 DMABUF_CUDA = (11, 7)  # NCCL asks CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED only from CUDA 11.7 (src/init.cc)
 
 
-@dataclass(frozen=True)
-class PortView:
+@record
+class PortView(Record):
     device: RdmaDevice
     port: RdmaPort
 

@@ -21,9 +21,8 @@ NCCL does not run P2P on work; fixed with VT-d off).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gpudoctor.knowledge.nic_locality import sysfs_bus_id
+from gpudoctor.records import Record, record
 from gpudoctor.snapshot import Gpu, Missing, PciNode, Snapshot
 
 ACS_SRC_VALID = 1 << 0
@@ -101,8 +100,8 @@ def slot_max(snap: Snapshot, gpu: Gpu) -> tuple[int | None, int | None]:
     return _int(parent.max_link_gen), _int(parent.max_link_width)
 
 
-@dataclass(frozen=True)
-class Redirect:
+@record
+class Redirect(Record):
     """Why P2P between two GPUs is sent to the root complex (or likely is)."""
 
     bridges: dict[str, int]  # bridge bus id -> its ACS control, for bridges that redirect

@@ -19,13 +19,14 @@ GD601 then warns below the low end and never fails (what would make it certain i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import combinations
 
 from gpudoctor.knowledge import interconnect as topology
 from gpudoctor.knowledge import nccl_rules
 from gpudoctor.knowledge.pci_paths import TRANSLATED, gpu_node
 from gpudoctor.knowledge.versions import version_tuple
+from gpudoctor.records import Record, record
 from gpudoctor.snapshot import Gpu, Snapshot, Virtualization
 
 # NCCL's PCIe rate: width x per-lane speed / 80 (src/graph/topo.cc, kvDictPciGen, in 100 Mb/s per
@@ -84,8 +85,8 @@ VM_HOST_LOW = 0.35
 # peer-to-peer communication via PCIe"): between the host-memory and the P2P figure.
 
 
-@dataclass(frozen=True)
-class PcieFigure:
+@record
+class PcieFigure(Record):
     busbw_gbps: float  # the figure to hold a run to (the low end of a range)
     basis: str
     high_gbps: float | None = None  # the top of the range, when the figure is one

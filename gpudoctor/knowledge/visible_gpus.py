@@ -47,8 +47,9 @@ their first instance. (NVIDIA MIG user guide; pytorch#130181.)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from gpudoctor.records import Record, record
 from gpudoctor.snapshot import Gpu, MigDevice, Snapshot, known
 
 PCI_BUS_ID = "PCI_BUS_ID"
@@ -62,8 +63,8 @@ def unreadable(gpu: Gpu) -> bool:
     return gpu.lost or known(gpu.unreachable)
 
 
-@dataclass(frozen=True)
-class VisibleDevice:
+@record
+class VisibleDevice(Record):
     """One `cuda:<cuda_index>` device: a physical GPU, or one MIG instance of it."""
 
     cuda_index: int
@@ -80,8 +81,8 @@ class VisibleDevice:
         return self.mig.uuid if self.mig is not None else self.gpu.uuid
 
 
-@dataclass(frozen=True)
-class Problem:
+@record
+class Problem(Record):
     """Why an entry of CUDA_VISIBLE_DEVICES (or the order) does not do what it seems to."""
 
     kind: str  # "empty", "invalid", "out_of_range", "duplicate", "unknown_uuid", "ambiguous_uuid",
@@ -91,8 +92,8 @@ class Problem:
     dropped: tuple[str, ...] = ()  # the entries CUDA ignores because of it
 
 
-@dataclass(frozen=True)
-class Visibility:
+@record
+class Visibility(Record):
     raw: str | None  # CUDA_VISIBLE_DEVICES as set; None when unset
     order: str  # the order CUDA uses: PCI_BUS_ID or FASTEST_FIRST
     order_raw: str | None  # CUDA_DEVICE_ORDER as set
@@ -142,8 +143,8 @@ def strtoul(text: str) -> int:
     return int(digits)
 
 
-@dataclass(frozen=True)
-class Parsed:
+@record
+class Parsed(Record):
     kind: str  # "all", "int", "GPU-", "MIG-"
     entries: tuple[str, ...]  # the entries as written, in order, that CUDA reads
     values: tuple[int, ...] | tuple[str, ...]  # ints, or UUID (prefix) strings
