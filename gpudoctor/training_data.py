@@ -30,7 +30,7 @@ Cost: the DataLoader's sampler is wrapped (its BatchSampler's `sampler` attribut
 each index costs one call, one multiply and a comparison (benchmarks/step_overhead.py). `step(samples=)`
 only counts a step's indices and copies the list (C-level, a few ns an index): hashing an index costs
 ~100-300 ns in Python, so 64 of them would be most of a step's budget. The copies are digested when the
-step records are flushed (every FLUSH_S at most), at most DIGEST_RATE indices a second (under ~1% of a
+step records are flushed (every FLUSH_S at most), at most DIGEST_RATE indices a second (0.5-1.5% of a
 core); a loop that gives more is counted exactly but digested in part (the earliest of each flush).
 Losses: gpudoctor/training_loss.py.
 
@@ -53,7 +53,7 @@ DATA_MAGIC = b"GDD1"
 PREFIX = 32  # indices kept in order at the start of each epoch
 KEEP = 1024  # indices kept at most per epoch (and per split), see the module docstring
 CHUNK = 64  # indices a wrapped sampler draws at a time
-# step(samples=): indices digested a second at most (~100-300 ns each: under ~1.5% of a core), and held
+# step(samples=): indices digested a second at most (~100-300 ns each: 0.5-1.5% of a core), and held
 # between flushes at most (a bounded copy, 512 KiB of pointers); beyond either they are counted, not digested.
 # Heuristics: a training loop reads thousands of samples a second per rank, rarely more than DIGEST_RATE.
 DIGEST_RATE = 50_000
