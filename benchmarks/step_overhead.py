@@ -10,6 +10,9 @@ the same arguments (so building the arguments is not counted as gpudoctor's). Ca
 process's CPU time (time.process_time: all its threads, under watch the beat thread that `import
 gpudoctor` starts included; wall time on a shared machine measures the neighbours' turns). Watched, a real watcher's
 channel receives the records (a datagram per 50 ms of steps at most: the figure averages over all calls).
+The indices given to step(samples=) are digested at those flushes, at most DIGEST_RATE a second
+(gpudoctor/training_data.py): this loop gives far more, so its figure is the step's own path plus that
+capped digest, which is the cost a training loop pays at any rate.
 
 With torch installed it also measures `watch_loader`: iterating a DataLoader (64 indices a batch, a data
 set whose items cost nothing, so that gpudoctor's part shows) through the wrapper against the bare loader,

@@ -28,7 +28,11 @@ What is kept per rank, per loader role ("train", "eval") and per epoch, and why 
 
 Cost: the DataLoader's sampler is wrapped (its BatchSampler's `sampler` attribute, a public one), so
 each index costs one call, one multiply and a comparison (benchmarks/step_overhead.py). `step(samples=)`
-digests at most PER_STEP indices of a step (counts stay exact). Losses: gpudoctor/training_loss.py.
+only counts a step's indices and copies the list (C-level, a few ns an index): hashing an index costs
+~100-300 ns in Python, so 64 of them would be most of a step's budget. The copies are digested when the
+step records are flushed (every FLUSH_S at most), at most DIGEST_RATE indices a second (0.5-1.5% of a
+core); a loop that gives more is counted exactly but digested in part (the earliest of each flush).
+Losses: gpudoctor/training_loss.py.
 
 Standard library only: torch's objects are used through their own methods, torch is never imported.
 """
@@ -49,7 +53,11 @@ DATA_MAGIC = b"GDD1"
 PREFIX = 32  # indices kept in order at the start of each epoch
 KEEP = 1024  # indices kept at most per epoch (and per split), see the module docstring
 CHUNK = 64  # indices a wrapped sampler draws at a time
-PER_STEP = 16  # indices of one step(samples=) digested (the cost budget of a step); the rest are counted
+# step(samples=): indices digested a second at most (~100-300 ns each: 0.5-1.5% of a core), and held
+# between flushes at most (a bounded copy, 512 KiB of pointers); beyond either they are counted, not digested.
+# Heuristics: a training loop reads thousands of samples a second per rank, rarely more than DIGEST_RATE.
+DIGEST_RATE = 50_000
+PENDING_MAX = 65_536
 MULT = 0x9E3779B97F4A7C15  # 2**64 / golden ratio, odd: Fibonacci hashing (Knuth, TAOCP 6.4)
 M64 = (1 << 64) - 1
 PARTIAL_S = 5.0  # an open epoch's digest is sent again at most this often (and when its prefix fills)
@@ -120,6 +128,29 @@ class Epoch:
         self.unreadable = False  # an index that is not an integer: nothing more is recorded
         self.sent_prefix = False
         self.dirty = True
+        self.pending: list[Any] = []  # step(samples=) indices counted, not yet digested (Data.digest)
+
+    def take(self, samples: list[Any]) -> None:
+        """One step's indices (a list): counted now; the epoch's first PREFIX recorded at once, in order (the
+        prefix must be exact), the rest copied and digested at the next flush (Data.digest)."""
+        self.batches += 1
+        self.dirty = True
+        if len(self.prefix) < PREFIX and not self.unreadable:
+            self.record(samples[:PREFIX])
+            samples = samples[PREFIX:]
+        self.n += len(samples)
+        if len(self.pending) < PENDING_MAX:
+            self.pending += samples
+
+    def digest(self, budget: int) -> int:
+        """Digest up to `budget` of the held indices (already counted), drop the rest; the number digested."""
+        held, self.pending = self.pending, []
+        if len(held) > budget:
+            held = held[:budget]
+        n = self.n
+        self.record(held)
+        self.n = n  # counted when taken
+        return len(held)
 
     def record(self, seq: Any) -> None:
         """Indices the sampler gave, a batch at a time (a list, tuple or range), in bulk: C-level loops, no
@@ -285,6 +316,8 @@ class WatchedLoader:
         self._base: tuple[int, list[int] | None] | None = None  # (id of the data set, its base list)
         stream = data.stream(role)
         stream.loader_fed = True
+        if role == "train":
+            data.fast = None  # step(samples=) no longer feeds this stream: its short path is closed
         batch_sampler = getattr(loader, "batch_sampler", None)
         inner = getattr(batch_sampler, "sampler", None)
         self.indexed = isinstance(inner, RecordingSampler)
@@ -383,7 +416,9 @@ class Data:
         self.loader_batches = 0
         self.noted: set[str] = set()
         self.partial_at = 0.0
-        self._fast: Epoch | None = None  # the epoch step(samples=) last recorded into
+        self.fast: Epoch | None = None  # the epoch step(samples=) last recorded into
+        self.allowance = float(DIGEST_RATE)  # indices that may be digested now (refilled at DIGEST_RATE a second)
+        self.allowed_at = time.monotonic()
 
     def note(self, text: str) -> None:
         if text not in self.noted:
@@ -405,27 +440,19 @@ class Data:
         if loss is not None:
             self.losses.add(loss, self.note)
         if samples is not None:
-            self.samples(samples, epoch)
+            fast = self.fast  # the usual step: a list in the epoch already open (one call less per step)
+            if (
+                fast is not None
+                and type(samples) is list
+                and (type(epoch) is int and epoch == fast.number or epoch is None and fast.number == 0)
+            ):
+                fast.take(samples)
+            else:
+                self.samples(samples, epoch)
 
     def samples(self, samples: Any, epoch: Any) -> None:
-        """step(samples=, epoch=): the indices of this step's batch, into the "train" stream."""
-        fast = self._fast  # the usual step: a list of ints in the epoch already open (half the cost)
-        if (
-            fast is not None
-            and type(samples) is list
-            and (type(epoch) is int and epoch == fast.number or epoch is None and fast.number == 0)
-        ):
-            stream = self.streams["train"]
-            if stream.epoch is fast and not stream.loader_fed:
-                fast.batches += 1
-                fast.dirty = True
-                count = len(samples)
-                if count > PER_STEP:
-                    fast.record(samples[:PER_STEP])
-                    fast.n += count - PER_STEP
-                else:
-                    fast.record(samples)
-                return
+        """step(samples=, epoch=) off the short path of on_step: the indices of this step's batch, into the
+        "train" stream (a new epoch, a tensor, a tuple, ...)."""
         stream = self.stream("train")
         if stream.loader_fed:
             self.note("step(samples=) is ignored: watch_loader() already reads this rank's training indices")
@@ -446,9 +473,7 @@ class Data:
                 current.final = True  # a new epoch number: the last one is over
             current = stream.begin(number, {}, None)
             self.epochs["train"] = number + 1
-        self._fast = current
-        current.batches += 1
-        current.dirty = True
+        self.fast = current
         if hasattr(samples, "tolist"):
             if getattr(getattr(samples, "device", None), "type", "cpu") != "cpu":
                 self.note(
@@ -458,18 +483,28 @@ class Data:
                 return
             samples = samples.tolist()
         try:
-            count = len(samples)
-            head = samples[:PER_STEP] if count > PER_STEP else samples
+            samples[:1]  # a sequence (a list, tuple, range): not a set, a mapping or a generator
+            samples = list(samples)
         except TypeError:
             self.note(f"step(samples=) takes a sequence of sample indices, not {type(samples).__name__}: ignored")
             return
-        current.record(head)
-        current.n += count - len(head)
+        current.take(samples)
 
     # -- sending ---------------------------------------------------------------------------------------
+    def digest(self, now: float, final: bool = False) -> None:
+        """Digest the indices step(samples=) held, within DIGEST_RATE (all of them at exit: PENDING_MAX at most)."""
+        self.allowance = min(float(DIGEST_RATE), self.allowance + (now - self.allowed_at) * DIGEST_RATE)
+        self.allowed_at = now
+        for stream in self.streams.values():
+            for epoch in (*stream.done, stream.epoch):
+                if epoch is not None and epoch.pending:
+                    budget = len(epoch.pending) if final else max(0, int(self.allowance))
+                    self.allowance -= epoch.digest(budget)
+
     def flush(self, now: float, final: bool = False) -> None:
         """Send what changed: one datagram for the rank's facts, loss and loader time, one per epoch or split
         digest. What could not be sent (the watcher's queue was full) is sent at the next flush."""
+        self.digest(now, final)
         self.losses.launch()
         self.losses.collect(wait=final)
         doc: dict[str, Any] = {"rank": self.rank}

@@ -46,7 +46,10 @@ class Losses:
     def add(self, value: Any, note: Any) -> None:
         self.k += 1
         kind = type(value)
-        if kind is float or kind is int:
+        if kind is float:
+            self.number(self.k, value)
+            return
+        if kind is int:
             self.number(self.k, float(value))
             return
         device = getattr(value, "device", None)
@@ -68,17 +71,22 @@ class Losses:
             self.launch()
 
     def number(self, k: int, x: float) -> None:
-        self.last, self.last_value = k, x if math.isfinite(x) else None
-        if not math.isfinite(x):
-            self.bad += 1
-            if self.first_bad is None:
-                self.first_bad = (k, "nan" if x != x else ("inf" if x > 0 else "-inf"))
+        # Per step: comparisons, not math.isfinite()/min()/max() (each builtin call ~0.05-0.15 us).
+        self.last = k
+        if x - x == 0.0:  # finite: inf - inf and nan - nan are nan
+            self.last_value = x
+            self.n += 1
+            self.sum += x
+            self.sq += x * x
+            if x < self.min:
+                self.min = x
+            if x > self.max:
+                self.max = x
             return
-        self.n += 1
-        self.sum += x
-        self.sq += x * x
-        self.min = min(self.min, x)
-        self.max = max(self.max, x)
+        self.last_value = None
+        self.bad += 1
+        if self.first_bad is None:
+            self.first_bad = (k, "nan" if x != x else ("inf" if x > 0 else "-inf"))
 
     def launch(self) -> None:
         """Copy the held accelerator losses to the host without waiting: one stack and one non-blocking

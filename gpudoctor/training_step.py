@@ -117,7 +117,7 @@ class _Publisher:
         self.started = False  # a plain call's first step starts the clock; a `with` block is a step
         self.last_mono = time.monotonic()  # where the next step starts
         self.sent_mono = 0.0
-        self.last_end = 0.0  # epoch time the last step ended
+        self.ended = 0.0  # when the last step ended (monotonic; made an epoch time only when sent: last_end)
         self.dropped = 0
         self.inside: float | None = None  # when the step being run was entered (monotonic); 0.0: outside; None: unknown
         self._reset()
@@ -165,21 +165,31 @@ class _Publisher:
         self.end_step(ended, input_wait)
 
     def end_step(self, ended: float, input_wait: float | None) -> None:
+        # Comparisons, not max()/min(): a builtin call with two arguments costs ~0.15 us here, per step.
         self.started = True
-        duration = max(0.0, ended - self.last_mono)
-        self.last_mono = ended
+        duration = ended - self.last_mono
+        if duration < 0.0:
+            duration = 0.0
+        self.last_mono = self.ended = ended
         self.step += 1
         self.count += 1
         self.sum_step += duration
-        self.max_step = max(self.max_step, duration)
+        if duration > self.max_step:
+            self.max_step = duration
         if input_wait is not None and input_wait >= 0:
             self.waited += 1
-            self.sum_wait += min(input_wait, duration)
-        self.last_end = time.time() - (time.monotonic() - ended)
+            self.sum_wait += input_wait if input_wait < duration else duration
         if ended - self.sent_mono >= FLUSH_S:
             self.flush(ended)
 
+    def last_end(self) -> float:
+        """The epoch time the last step ended (0.0 before the first): made from its monotonic time when sent."""
+        return time.time() - (time.monotonic() - self.ended) if self.step else 0.0
+
     def flush(self, now: float) -> None:
+        if self.pid != os.getpid():  # forked by something that skips os.register_at_fork: stay silent here
+            _forget()
+            return
         if self.rank < 0:  # set up at import, before init_process_group: its rank may be known now
             self.rank = _rank()
         record = RECORD.pack(
@@ -190,7 +200,7 @@ class _Publisher:
             self.waited,
             self.dropped,
             self.step,
-            self.last_end,
+            self.last_end(),
             self.sum_step,
             self.max_step,
             self.sum_wait,
@@ -221,6 +231,17 @@ def _disable() -> None:
         except OSError:
             pass
     _publisher = None
+
+
+def _forget() -> None:
+    """In a forked child (a DataLoader worker, multiprocessing's fork): the parent's publisher is not this
+    process's; the next step() sets up its own. Called by os.register_at_fork, so step() needs no getpid()."""
+    global _checked
+    _disable()
+    _checked = False
+
+
+os.register_at_fork(after_in_child=_forget)
 
 
 def _setup() -> _Publisher | None:
@@ -310,8 +331,8 @@ def _say(
     step, inside = state
     if inside:
         since = time.time() - (time.monotonic() - inside)  # when the step being run was entered
-    elif step and pub.last_end:
-        since = pub.last_end  # when the last step ended
+    elif step:
+        since = pub.last_end()  # when the last step ended
     else:
         since = seen
     flags |= (JOINED if joined else 0) | (CHILD if child else 0)
@@ -371,7 +392,9 @@ class _Mark:
         entered = self._made if self._entered is None else self._entered
         if not pub.started:
             pub.last_mono = entered  # set up at import: the first step starts when it is entered
-        wait = max(0.0, entered - pub.last_mono) if self._wait is None else self._wait
+        wait = entered - pub.last_mono if self._wait is None else self._wait
+        if wait < 0.0:
+            wait = 0.0
         pub.inside = 0.0
         pub.end_step(time.monotonic(), wait)
 
@@ -413,14 +436,10 @@ def step(  # no keyword-only parameters: CPython fills those from a dict, twice 
     """
     if input_wait is not None:
         _check_wait(input_wait)
-    pub = _publisher
+    pub = _publisher  # a forked child's is reset at the fork (_forget): no getpid() a step
     if pub is None:
         if _checked:
             return _NOOP
-        pub = _setup()
-        if pub is None:
-            return _NOOP
-    elif pub.pid != os.getpid():  # a forked child: its own socket and counters
         pub = _setup()
         if pub is None:
             return _NOOP

@@ -20,7 +20,7 @@ from gpudoctor.training_data import (
     KEEP,
     M64,
     MULT,
-    PER_STEP,
+    PARTIAL_S,
     PREFIX,
     CoordinatedSample,
     Data,
@@ -152,16 +152,51 @@ def test_a_loader_without_a_batch_sampler_is_said_once_and_still_timed(capsys: p
     assert e["batches"] == 6 and e["n"] == 0 and e["kept"] == []
 
 
-def test_step_samples_with_epochs_and_the_per_step_cap() -> None:
+def test_step_samples_are_digested_whole_when_the_loop_is_within_the_rate() -> None:
+    """Issue 20: a step's indices were digested 16 at most; a loop under DIGEST_RATE now has all of them."""
     data, sent = collect()
+    order = [random.Random(epoch).sample(range(1000), 600) for epoch in range(2)]
     for epoch in range(2):
         for start in range(0, 600, 300):
-            data.on_step(None, torch.arange(start, start + 300), epoch)
+            data.on_step(None, torch.tensor(order[epoch][start : start + 300]), epoch)
     data.flush(time.monotonic(), final=True)
     digests = epochs_sent(sent)
-    assert digests[("train", 0)]["n"] == 600 and digests[("train", 0)]["batches"] == 2
-    assert len(digests[("train", 0)]["kept"]) == 2 * PER_STEP  # digested per step (its cost budget), the rest counted
+    for epoch in range(2):
+        e = digests[("train", epoch)]
+        assert e["n"] == 600 and e["batches"] == 2 and e["shift"] == 0
+        assert e["kept"] == sorted(order[epoch]) and e["prefix"] == order[epoch][:PREFIX]
     assert digests[("train", 0)]["final"] and not digests[("train", 1)]["final"]
+
+
+def test_a_loop_faster_than_the_digest_rate_is_counted_exactly_and_digested_at_that_rate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cost bound: at most DIGEST_RATE indices a second are hashed (the earliest held at each flush),
+    at most PENDING_MAX held between flushes; the counts stay exact; at exit what is held is digested."""
+    import gpudoctor.training_data as td
+
+    monkeypatch.setattr(td, "DIGEST_RATE", 100)
+    monkeypatch.setattr(td, "PENDING_MAX", 256)
+    data, sent = collect()
+    start = data.allowed_at
+    steps = [list(range(64 * k, 64 * k + 64)) for k in range(40)]  # 2,560 distinct indices, in order
+    for batch in steps[:10]:
+        data.on_step(None, batch, 0)
+    (epoch,) = (s.epoch for s in data.streams.values())
+    assert epoch is not None and len(epoch.pending) <= 256 + 64  # held, bounded
+    data.flush(start + 0.5)  # a full allowance (1 s of DIGEST_RATE): 100 of the held digested
+    first = epochs_sent(sent)[("train", 0)]
+    assert first["n"] == 640 and first["kept"] == list(range(PREFIX + 100))  # the prefix at once, then 100
+    for batch in steps[10:20]:
+        data.on_step(None, batch, 0)
+    data.flush(start + 0.5 + PARTIAL_S)  # 5 s later: the allowance is full again, not 5 s of it
+    second = epochs_sent(sent)[("train", 0)]
+    assert second["n"] == 1280 and second["kept"] == first["kept"] + list(range(640, 740))
+    for batch in steps[20:]:
+        data.on_step(None, batch, 0)
+    data.flush(start + 0.5 + PARTIAL_S, final=True)  # at exit: everything held (PENDING_MAX at most)
+    last = epochs_sent(sent)[("train", 0)]
+    assert last["n"] == 2560 and last["kept"] == second["kept"] + list(range(1280, 1280 + 256))
 
 
 def test_step_samples_as_lists_digest_as_tensors_do_and_a_loader_takes_over() -> None:

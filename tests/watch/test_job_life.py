@@ -196,6 +196,18 @@ def test_a_node_that_never_joins_leaves_torchrun_alone_and_is_named() -> None:
     assert [p["role"] for p in w.samples[-1]["job"]] == ["launcher"]
 
 
+def test_a_script_that_sets_master_port_under_torchrun_is_named_before_step_one() -> None:
+    """Runtime mistake #5: the script overwrites torchrun's MASTER_PORT with a port nobody serves, so every
+    rank waits to reach a store that is not there; torch says nothing until its timeout. Lint's twin: GD750."""
+    told = has("GD920", lambda v: len(v["ranks"]) == 2)
+    w = watch(life("port", str(free_port())), told)
+    v = w.verdicts("GD920")[-1]
+    assert w.ranks(v) == [0, 1]
+    seen = next(s for s in w.samples if told(s))  # the sample of the verdict (the last one follows Ctrl-C)
+    assert [p.get("joined") for p in seen["job"] if p["role"] == "rank"] == [False, False]
+    assert not w.verdicts("GD927")  # stopped before torch's own timeout: no crash to report yet
+
+
 def test_an_mp_spawn_script_launched_by_torchrun_is_named() -> None:
     w = watch([*TORCHRUN, *TWO, str(JOBS / "spawn_script.py")], has("GD924"))
     v = w.verdicts("GD924")[-1]
@@ -237,7 +249,7 @@ def test_uneven_inputs_are_named_and_the_rank_left_waiting_is_told_as_a_victim()
 
 @pytest.mark.parametrize(
     ("mode", "kind", "exit_code"),
-    [("unused", "unused_parameters", 1), ("killed", "killed", -9)],
+    [("unused", "unused_parameters", 1), ("killed", "killed", -9), ("shuffle", "sampler_shuffle", 1)],
 )
 def test_a_crashed_rank_is_named_first_with_its_error_and_fix(mode: str, kind: str, exit_code: int) -> None:
     w = watch(life(mode, *(["1"] if mode == "killed" else [])))

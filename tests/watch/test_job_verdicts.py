@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from typing import Any
 
 import pytest
 
-from gpudoctor.training_data import Epoch, split_of
+from gpudoctor.training_data import DATA_MAGIC, Data, Epoch, split_of
 from gpudoctor.watch.analysis import RankRef, Thresholds, Verdict
 from gpudoctor.watch.data import DataBook
 from gpudoctor.watch.data_model import DataReading, EpochDigest, Hello, LoaderTime, LossStats, SplitDigest
@@ -73,6 +74,28 @@ def test_every_rank_reading_everything_is_called_from_a_partial_epoch_too() -> N
     assert codes(partial) == {"GD940": [0, 1]}
     early = book_of({r: [digest(o[: n // 50], final=False)] for r, o in orders.items()})  # 2% read: 2% shared
     assert codes(early) == {}  # below the 5% floor: not called yet (and never wrongly)
+
+
+def test_ranks_giving_large_batches_to_step_samples_in_their_own_orders_are_called() -> None:
+    """Issue 20: step(samples=) digested 16 indices of a step, so two ranks reading everything in their own
+    orders in batches of 512 shared ~3% of their digests, under GD940's 5% floor. A loop within the digest
+    rate (here 512 samples a 50 ms step) now has every index digested, as watch_loader does."""
+    n, batch = 20_480, 512
+    per_rank = {}
+    for rank in range(2):
+        order = list(RandomSampler(range(n), generator=torch.Generator().manual_seed(rank)))
+        sent: list[dict[str, Any]] = []
+        data = Data(rank, lambda payload, out=sent: out.append(json.loads(payload[len(DATA_MAGIC) :])) or True)
+        now = time.monotonic()
+        for start in range(0, n, batch):
+            data.on_step(None, order[start : start + batch], 0)
+            now += 0.05
+            data.flush(now)
+        data.flush(now, final=True)
+        last = [d["epoch"] for d in sent if "epoch" in d][-1]
+        assert last["n"] == n and last["shift"] > 0  # the sampled regime
+        per_rank[rank] = [EpochDigest.parse(last)]
+    assert codes(book_of(per_rank)) == {"GD940": [0, 1]}
 
 
 def test_ranks_reading_the_same_order_are_called_from_their_first_indices() -> None:

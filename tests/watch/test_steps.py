@@ -144,6 +144,37 @@ def test_steps_of_a_job_process_arrive_per_rank_with_step_time_and_input_wait() 
         channel.close()
 
 
+def test_a_forked_child_publishes_its_own_steps_from_its_own_count() -> None:
+    """step() no longer calls getpid() (os.register_at_fork resets the publisher in the child): a child
+    forked mid-loop counts its steps from 0 on its own socket, and the parent's count goes on."""
+    code = (
+        "import os, sys, time, gpudoctor\n"
+        "def steps(n):\n"
+        "    for _ in range(n):\n"
+        "        with gpudoctor.step():\n"
+        "            time.sleep(0.06)\n"
+        "steps(3)\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    steps(4)\n"
+        "    sys.exit(0)\n"
+        "os.waitpid(child, 0)\n"
+        "steps(2)\n"
+        "print(child)\n"
+    )
+    channel = StepChannel(accept=lambda pid: True)
+    try:
+        r = python(code, env=channel.env)
+        assert r.returncode == 0, r.stderr
+        child, parent = int(r.stdout), None
+        wait_for(lambda: sorted(a.last_step or 0 for a in channel._ranks.values()) in ([4, 5], [5, 7]))
+        last = {reading.pid: reading.last_step for reading in channel.take()}
+        parent = next(pid for pid in last if pid != child)
+        assert last == {child: 4, parent: 5}
+    finally:
+        channel.close()
+
+
 def test_records_from_outside_the_job_or_forged_are_ignored_and_counted() -> None:
     channel = StepChannel()
     try:
