@@ -17,7 +17,7 @@ from gpudoctor.findings import Status
 from gpudoctor.launch.results import LaunchResult, RankOutcome
 from gpudoctor.launch.supervise import KILL_SEQUENCE_S
 from gpudoctor.snapshot import Snapshot
-from tests.helpers.processes import HANG_TIMEOUT_S, GpudoctorCli
+from tests.helpers.processes import HANG_TIMEOUT_S, GpudoctorCli, cut_hangs
 from tests.paths import shipped_schema
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_orphans")]
@@ -58,9 +58,11 @@ def test_a_hanging_rank_is_reported_as_timeout_within_deadline(monkeypatch: pyte
     import time
 
     monkeypatch.setenv("GPUDOCTOR_FAULT", "1:hang")
+    launches = cut_hangs(monkeypatch)  # the hang is cut HANG_RUN_S after the join, not at the whole deadline
     start = time.monotonic()
     findings = run_check(timeout_s=HANG_TIMEOUT_S)
     assert time.monotonic() - start < HANG_TIMEOUT_S + KILL_SEQUENCE_S + 1
+    assert [r.timed_out for r in launches] == ["run"]
     timeouts = [f for f in findings if f.code == "GD711"]
     assert [f.subject for f in timeouts] == ["rank:1"]
     assert f"did not answer within the {HANG_TIMEOUT_S:g} s deadline" in timeouts[0].message
