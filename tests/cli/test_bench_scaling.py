@@ -13,7 +13,7 @@ from gpudoctor.findings import Status
 from gpudoctor.knowledge.expectations import expected_busbw
 from gpudoctor.launch.results import LaunchResult, RankOutcome
 from tests.conftest import leftover_ranks
-from tests.helpers.bench_docs import bench_doc
+from tests.helpers.bench_docs import bench_doc, split_unflagged
 from tests.helpers.cli import run_cli
 from tests.helpers.snapshots import load
 
@@ -281,16 +281,10 @@ def test_bench_scaling_on_two_cpu_ranks_reports_both_models_and_the_split_adds_u
         ("transformer", 2),
     ]
     findings = [f for c in doc["checks"] for f in c["findings"]]
-    split_warned = {
-        (f["message"].split(" on ", 1)[0], f["evidence"]["accounted"]) for f in findings if f["code"] == "GD726"
-    }
+    # Input, compute (bare module) and communication (comm hook) are measured apart; on the rank that
+    # sets the pace they add up to the step, or the report says for that model that they do not (GD726).
+    assert split_unflagged(doc) == []
     for s in summary:
-        # Input, compute (bare module) and communication (comm hook) are measured apart; on the rank
-        # that sets the pace they add up to the measured step within 10 % on an idle machine
-        # (benchmarks/scaling_overhead.py prints the figure). On a loaded one the other jobs' slices
-        # fall in the step but in none of its parts: then the report must say the split is not
-        # reliable for that count (GD726), never present it as if it were.
-        assert 0.9 <= s["accounted"] <= 1.1 or (s["model"], s["accounted"]) in split_warned, (s, split_warned)
         assert s["accounted"] > 0 and min(s["input_ms"], s["compute_ms"], s["comm_ms"]) >= 0.0
         assert s["samples_per_s"] == pytest.approx(s["gpus"] * 8 * 1000 / s["step_ms"], rel=1e-3)
         assert s["comm_ms"] == 0.0 if s["gpus"] == 1 else s["comm_ms"] > 0.0
