@@ -113,17 +113,12 @@ def test_a_rank_sending_wrong_values_is_counted(monkeypatch: pytest.MonkeyPatch)
     assert ddp["params_differ_ranks"] == []  # every rank applied the same (wrong) average
 
 
-@pytest.mark.parametrize("value", ["busy", "abc"])
-def test_a_local_run_needs_no_master_port(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    """The single-node store is a file in the private directory (review3 S3): a busy or invalid
-    MASTER_PORT, meant for the user's training (GD221/GD223 judge it), does not stop the ranks."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]) if value == "busy" else value)
-        result = launch([Task("ddp", {})], device="cpu", ranks=2, timeout_s=300)
+def test_a_local_run_needs_no_master_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The single-node store is a file in the private directory (review3 S3): an invalid MASTER_PORT,
+    meant for the user's training (GD221/GD223 judge it), does not stop the ranks. A busy one is
+    tested on the ddp check's run (tests/checks/active/test_ddp.py), which asserts the same."""
+    monkeypatch.setenv("MASTER_PORT", "abc")
+    result = launch([Task("ddp", {})], device="cpu", ranks=2, timeout_s=300)
     assert result.setup_error is None and result.ok and result.rendezvous == "file"
 
 

@@ -106,15 +106,18 @@ def test_a_failed_gpu_rank_is_sent_to_run_its_gpu_alone_by_uuid() -> None:
 
 def test_a_busy_master_port_does_not_stop_the_local_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """gpudoctor's own ranks meet in a file, not on MASTER_PORT; a port that joining finds in use
-    (the launcher's, under torchrun) is still GD712."""
+    (the launcher's, under torchrun) is still GD712. (The launch-level test of a busy MASTER_PORT,
+    tests/workloads/test_workloads.py, had a run of its own for the same; this run answers both.)"""
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]))
-        findings = run_check()
+        findings, details = ddp_sanity(context(EMPTY, CheckOptions(device="cpu", ranks=2, timeout_s=300)))
     assert findings and {f.status for f in findings} == {Status.PASS}
+    launched = details["launch"]
+    assert launched["setup_error"] is None and launched["rendezvous"] == "file"
     bind_failed = RankOutcome(0, 0, None, state="error", phase="join", error_kind="port_in_use")
     bind_failed.error = "DistNetworkError: failed to bind to [::]:29500 (errno: 98 - Address already in use)"
     (f,) = failure_findings(LaunchResult("cpu", "gloo", 1, [bind_failed], 1.0, "env"), Plan("cpu", 1, []))
