@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
@@ -16,7 +15,6 @@ from gpudoctor.launch.faults import FaultSpecError, parse
 from gpudoctor.launch.results import Task
 from gpudoctor.launch.supervise import KILL_SEQUENCE_S, launch
 from tests.conftest import RANK_MARK, leftover_ranks
-from tests.helpers.processes import HANG_RUN_S, HANG_TIMEOUT_S
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_orphans")]
 
@@ -61,17 +59,6 @@ def test_three_ranks_run_both_workloads_in_one_group() -> None:
     assert ddp["grad_ok"] and ddp["bad_gradient_ranks"] == [] and ddp["params_differ_ranks"] == []
     assert ddp["loss_last"] < ddp["loss_first"]
     assert all(r.join_s is not None for r in result.ranks)
-
-
-def test_a_hanging_rank_is_named_within_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUDOCTOR_FAULT", "1:hang")
-    start = time.monotonic()
-    # The run ends HANG_RUN_S after the join (the import keeps the long deadline it needs on a loaded machine).
-    result = launch(SMALL, device="cpu", ranks=2, timeout_s=HANG_TIMEOUT_S, run_s=HANG_RUN_S)
-    assert time.monotonic() - start < HANG_TIMEOUT_S + AFTER_DEADLINE_S
-    assert result.timed_out == "run"
-    assert [r.rank for r in result.suspects()] == [1]
-    assert {r.state for r in result.ranks} == {"hung"}
 
 
 def test_a_rank_hanging_before_it_imports_is_named_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
