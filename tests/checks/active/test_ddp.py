@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from gpudoctor.checks import context
+from gpudoctor.checks.active.allreduce import allreduce
 from gpudoctor.checks.active.common import Plan
 from gpudoctor.checks.active.ddp import ddp_sanity, failure_findings
 from gpudoctor.engine import CheckOptions
@@ -17,7 +18,9 @@ from gpudoctor.findings import Status
 from gpudoctor.launch.results import LaunchResult, RankOutcome
 from gpudoctor.launch.supervise import KILL_SEQUENCE_S
 from gpudoctor.snapshot import Snapshot
+from tests.helpers.findings import by_code
 from tests.helpers.processes import HANG_TIMEOUT_S, GpudoctorCli, cut_hangs
+from tests.helpers.snapshots import SnapshotOf
 from tests.paths import shipped_schema
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_orphans")]
@@ -44,14 +47,33 @@ def test_cli_two_cpu_ranks_pass_and_the_json_validates(gpudoctor_cli: GpudoctorC
     assert len(pids) == 2 and not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids)
 
 
-def test_corrupted_gradients_fail_and_name_the_rank(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUDOCTOR_FAULT", "2:corrupt")
+def test_corrupted_gradients_and_a_wrong_sum_fail_and_name_their_ranks(
+    monkeypatch: pytest.MonkeyPatch, snapshot_of: SnapshotOf
+) -> None:
+    """Real ranks (gloo on CPU): rank 1 adds a wrong value to what it all-reduces, rank 2 sends wrong DDP
+    gradients; the all-reduce and DDP checks read the one run they share, as in `gpudoctor check`.
+    (Three runs before, one per fault and layer: test_allreduce's wrongsum end to end and
+    test_workloads' wrong values counted by the launch asserted the same on runs of their own.)"""
+    monkeypatch.setenv("GPUDOCTOR_FAULT", "1:wrongsum,2:corrupt")
     progress: list[str] = []
-    findings = run_check(ranks=3, progress=progress)
+    ctx = context(snapshot_of("no_driver"), CheckOptions(device="cpu", ranks=3, timeout_s=300), progress.append)
+    findings, _ = ddp_sanity(ctx)
     assert any(m.startswith("running ddp (") and m.endswith(" s)") for m in progress)  # what runs, how long
     bad = [f for f in findings if f.code == "GD704"]
     assert [(f.status, f.subject) for f in bad] == [(Status.FAIL, "rank:2")]
     assert [f.status for f in findings if f.code == "GD703"] == [Status.PASS]
+    sums, _ = allreduce(ctx)  # the same run
+    (f,) = by_code(sums, "GD602")
+    assert (f.status, f.subject) == (Status.FAIL, "rank:1")
+    assert "rank 1 sent values that differ from its pattern" in f.message
+    assert f.evidence["ranks"] == [1]
+    # What the launch itself counted: every size summed wrong, rank 2's gradients named, and every rank
+    # applied the same (wrong) average.
+    result = ctx.run("active")
+    assert result.ok and len(result.ranks) == 3
+    assert all(row["wrong"] > 0 for row in result.results("allreduce")["rows"])
+    ddp = result.results("ddp")
+    assert not ddp["grad_ok"] and ddp["bad_gradient_ranks"] == [2] and ddp["params_differ_ranks"] == []
 
 
 def test_a_hanging_rank_is_reported_as_timeout_within_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
