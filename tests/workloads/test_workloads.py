@@ -80,15 +80,6 @@ def test_an_import_that_never_ends_is_reported_as_an_import_not_a_join(monkeypat
     assert result.elapsed_s < 8 + AFTER_DEADLINE_S
 
 
-def test_an_exiting_rank_is_named_and_its_peer_is_a_victim(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUDOCTOR_FAULT", "1:exit")
-    result = launch(SMALL, device="cpu", ranks=2, timeout_s=300)
-    assert not result.ok
-    (suspect,) = result.suspects()
-    assert suspect.rank == 1 and suspect.state == "exited" and suspect.exit_code == 17
-    assert result.elapsed_s < 150  # stopped after the failure, not at the 300 s deadline (imports vary with load)
-
-
 def test_a_local_run_needs_no_master_port(monkeypatch: pytest.MonkeyPatch) -> None:
     """The single-node store is a file in the private directory (review3 S3): an invalid MASTER_PORT,
     meant for the user's training (GD221/GD223 judge it), does not stop the ranks. A busy one is
