@@ -26,8 +26,8 @@ GpudoctorCli = Callable[..., subprocess.CompletedProcess[str]]  # the type of th
 NOT_PASSED_ON = ("MASTER_PORT", "RANK", "WORLD_SIZE", "NCCL_IB_HCA", "GPUDOCTOR_FAULT", "GPUDOCTOR_WATCH_FAKE")
 
 # The deadline (--timeout) the tests give a run in which a rank hangs: it covers two ranks importing
-# torch on a loaded 2-core machine (up to ~16 s measured at load 4; 30 s was missed at load 12, and 45 s
-# at load 10 on 2026-11-27) plus the work. It costs nothing when imports are quick: the hang is cut
+# torch on a loaded 2-core machine (up to ~16 s measured at load 4; 30 s was missed at load 12; with
+# 45 s a hang test failed at load 9-10, most likely on its imports) plus the work. It costs nothing when imports are quick: the hang is cut
 # HANG_RUN_S after the join (below), so it can be as long as the worst load needs.
 HANG_TIMEOUT_S = 120.0
 # How long a hang test's ranks may hang once every rank has joined: launch()'s `run_s` (the tasks'
