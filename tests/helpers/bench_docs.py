@@ -8,7 +8,7 @@ from typing import Any
 
 import jsonschema
 
-from gpudoctor.schemas import report_schema
+from tests.helpers.cli import report_validator
 from tests.paths import shipped_schema
 
 BENCH_SCHEMA = shipped_schema("bench")
@@ -16,7 +16,7 @@ BENCH_SCHEMA = shipped_schema("bench")
 
 def bench_doc(out: str) -> dict[str, Any]:
     doc = json.loads(out)
-    jsonschema.validate(doc, report_schema())
+    report_validator().validate(doc)
     jsonschema.validate(doc["results"], BENCH_SCHEMA)
     return doc
 

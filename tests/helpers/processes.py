@@ -27,8 +27,9 @@ NOT_PASSED_ON = ("MASTER_PORT", "RANK", "WORLD_SIZE", "NCCL_IB_HCA", "GPUDOCTOR_
 
 # The deadline (--timeout) the tests give a run in which a rank hangs: it covers two ranks importing
 # torch on a loaded 2-core machine (up to ~16 s measured at load 4; 30 s was missed at load 12; with
-# 45 s a hang test failed at load 9-10, most likely on its imports) plus the work. It costs nothing when imports are quick: the hang is cut
-# HANG_RUN_S after the join (below), so it can be as long as the worst load needs.
+# 45 s a hang test failed at load 9-10, most likely on its imports) plus the work. It costs nothing
+# when imports are quick: the hang is cut HANG_RUN_S after the join (below), so it can be as long as
+# the worst load needs.
 HANG_TIMEOUT_S = 120.0
 # How long a hang test's ranks may hang once every rank has joined: launch()'s `run_s` (the tasks'
 # budget counted from the join, which link probes use in production) ends the run there. So a hang
