@@ -7,6 +7,7 @@ lazy import is still a dependency); only `if TYPE_CHECKING:` blocks are left out
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,8 +110,15 @@ def _type_checking(node: ast.If) -> bool:
     )
 
 
-def imports(path: Path) -> Iterator[tuple[str, int]]:
-    """(imported module, line) for every import outside `if TYPE_CHECKING:` blocks."""
+@functools.cache
+def imports(path: Path) -> tuple[tuple[str, int], ...]:
+    """(imported module, line) for every import outside `if TYPE_CHECKING:` blocks. Each file is
+    parsed once a session: every test here reads every module (the heavy libraries' test alone read
+    each file once per library, about 40 s of the suite on a loaded machine)."""
+    return tuple(_scan_imports(path))
+
+
+def _scan_imports(path: Path) -> Iterator[tuple[str, int]]:
     module = module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     skip: set[int] = set()

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.conftest import leftover_ranks, usable_gpus
+from tests.helpers.bench_docs import split_unflagged
 from tests.helpers.cli import run_cli
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -20,7 +21,7 @@ def test_bench_scaling_one_gpu_path(capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(r.out)
     for row in doc["results"]["summary"]:
         assert row["gpus"] == 1 and row["samples_per_s"] > 0 and row["comm_ms"] == 0.0
-        assert 0.9 <= row["accounted"] <= 1.1, row
+    assert split_unflagged(doc) == []  # within 10 %, or GD726 says it is not (a loaded host: issue 24)
     for model in doc["results"]["scaling"]["models"]:
         assert model["runs"][0]["ranks"][0]["peak_mem_bytes"] > 0
     assert leftover_ranks(within=5.0) == []
@@ -35,8 +36,7 @@ def test_bench_scaling_and_dataparallel_on_every_gpu(capsys: pytest.CaptureFixtu
     (model,) = doc["results"]["scaling"]["models"]
     dp = model["dataparallel"]
     assert dp["gpus"] == usable_gpus() and len(dp["peak_mem_bytes"]) == dp["gpus"]
-    for row in doc["results"]["summary"]:
-        assert 0.9 <= row["accounted"] <= 1.1, row
+    assert split_unflagged(doc) == []  # within 10 %, or GD726 says it is not (a loaded host: issue 24)
     assert leftover_ranks(within=5.0) == []
 
 

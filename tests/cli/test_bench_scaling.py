@@ -13,8 +13,9 @@ from gpudoctor.findings import Status
 from gpudoctor.knowledge.expectations import expected_busbw
 from gpudoctor.launch.results import LaunchResult, RankOutcome
 from tests.conftest import leftover_ranks
-from tests.helpers.bench_docs import bench_doc
+from tests.helpers.bench_docs import bench_doc, split_unflagged
 from tests.helpers.cli import run_cli
+from tests.helpers.processes import GpudoctorCli, hiding
 from tests.helpers.snapshots import load
 
 CONFIG = {"steps": 20, "warmup": 5, "accum": 1, "amp": "off", "bucket_cap_mb": 25.0}
@@ -266,13 +267,18 @@ def test_bad_options_are_one_line_usage_errors(
 
 @pytest.mark.slow
 def test_bench_scaling_on_two_cpu_ranks_reports_both_models_and_the_split_adds_up(
-    capsys: pytest.CaptureFixture[str],
+    gpudoctor_cli: GpudoctorCli,
 ) -> None:
+    """Run where numpy cannot be imported: torch's all_gather_object needs it, the ranks gather JSON
+    instead (workloads/rank.py). (A test of its own ran `bench scaling` without numpy; this run answers it.)"""
     # 30 steps: the medians hold on a shared CI host whose other jobs take the cores in slices.
-    r = run_cli(capsys, "bench", "scaling", "--device", "cpu", "--ranks", "2", "--steps", "30", "--json")
-    assert r.exit_code == 0, r.err
-    doc = bench_doc(r.out)
+    args = ("bench", "scaling", "--device", "cpu", "--ranks", "2", "--steps", "30", "--json")
+    r = gpudoctor_cli(*args, env=hiding("numpy"), timeout=400)
+    assert "Numpy is not available" not in r.stdout + r.stderr
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = bench_doc(r.stdout)
     assert doc["command"] == "bench scaling"
+    assert doc["results"]["launch"]["ranks"][1]["state"] == "done"
     summary = doc["results"]["summary"]
     assert [(s["model"], s["gpus"]) for s in summary] == [
         ("cnn", 1),
@@ -281,16 +287,10 @@ def test_bench_scaling_on_two_cpu_ranks_reports_both_models_and_the_split_adds_u
         ("transformer", 2),
     ]
     findings = [f for c in doc["checks"] for f in c["findings"]]
-    split_warned = {
-        (f["message"].split(" on ", 1)[0], f["evidence"]["accounted"]) for f in findings if f["code"] == "GD726"
-    }
+    # Input, compute (bare module) and communication (comm hook) are measured apart; on the rank that
+    # sets the pace they add up to the step, or the report says for that model that they do not (GD726).
+    assert split_unflagged(doc) == []
     for s in summary:
-        # Input, compute (bare module) and communication (comm hook) are measured apart; on the rank
-        # that sets the pace they add up to the measured step within 10 % on an idle machine
-        # (benchmarks/scaling_overhead.py prints the figure). On a loaded one the other jobs' slices
-        # fall in the step but in none of its parts: then the report must say the split is not
-        # reliable for that count (GD726), never present it as if it were.
-        assert 0.9 <= s["accounted"] <= 1.1 or (s["model"], s["accounted"]) in split_warned, (s, split_warned)
         assert s["accounted"] > 0 and min(s["input_ms"], s["compute_ms"], s["comm_ms"]) >= 0.0
         assert s["samples_per_s"] == pytest.approx(s["gpus"] * 8 * 1000 / s["step_ms"], rel=1e-3)
         assert s["comm_ms"] == 0.0 if s["gpus"] == 1 else s["comm_ms"] > 0.0

@@ -8,6 +8,8 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+import jsonschema
+import psutil
 import pytest
 
 from gpudoctor.checks.active import common as active_common
@@ -17,6 +19,7 @@ from gpudoctor.engine import CheckContext, CheckOptions
 from gpudoctor.findings import Status
 from gpudoctor.launch.environment import NO_GPU_AUTO, choose_device, rank_env
 from gpudoctor.launch.supervise import launch
+from gpudoctor.schemas import report_schema
 from gpudoctor.snapshot import Missing
 from tests.helpers.cli import run_cli
 from tests.helpers.processes import GpudoctorCli, hiding
@@ -28,15 +31,24 @@ from tests.helpers.snapshots import fixture, load
 @pytest.mark.slow
 def test_the_active_and_deep_checks_pass_without_numpy(gpudoctor_cli: GpudoctorCli) -> None:
     """torch's all_gather_object and tensor.numpy() need numpy ("Numpy is not available"); the ranks
-    gather JSON and hash tensor bytes without it, at every level (3 includes 2)."""
+    gather JSON and hash tensor bytes without it, at every level (3 includes 2). The run is also the
+    CLI's healthy two-rank run (tests/checks/active/test_ddp.py had one of its own for the same): every
+    all-reduce and DDP verdict passes, the JSON validates, and no rank outlives gpudoctor."""
     args = ["check", "--level", "3", "--duration", "2", "--device", "cpu", "--ranks", "2", "--json"]
     out = gpudoctor_cli(*args, env=hiding("numpy"), timeout=200)
     assert "Numpy is not available" not in out.stdout + out.stderr
     doc = json.loads(out.stdout)
+    jsonschema.validate(doc, report_schema())
     ran = ("allreduce", "ddp", "deep_load", "deep_sdc", "deep_memory")
     statuses = {c["name"]: c["status"] for c in doc["checks"] if c["name"] in ran}
     assert statuses == dict.fromkeys(ran, "pass"), statuses
     assert out.returncode == 0, out.stderr
+    codes = {f["code"]: f["status"] for c in doc["checks"] for f in c["findings"]}
+    for code in ("GD601", "GD602", "GD701", "GD702", "GD703", "GD704", "GD705", "GD706"):
+        assert codes[code] == "pass", code
+    ddp = next(c for c in doc["checks"] if c["name"] == "ddp")
+    pids = [r["pid"] for r in ddp["details"]["launch"]["ranks"]]
+    assert len(pids) == 2 and not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids)
 
 
 # -- torch ---------------------------------------------------------------------------------

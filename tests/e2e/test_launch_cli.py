@@ -45,6 +45,8 @@ def gone(pids: list[int], within: float = 8.0) -> bool:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_no_rank_outlives_an_interrupted_or_killed_gpudoctor(sig: signal.Signals) -> None:
+    """Also: an interrupted `--json` run still prints its one document, which says so (this case was a
+    test of its own in test_cli_output.py with a run of its own: one run answers both)."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -59,19 +61,25 @@ def test_no_rank_outlives_an_interrupted_or_killed_gpudoctor(sig: signal.Signals
             "ddp",
             "--timeout",
             "120",
+            "--json",
         ],
         env=clean_env(GPUDOCTOR_FAULT="1:hang"),
         cwd=REPO,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         pids = rank_pids(psutil.Process(proc.pid), 2)
         proc.send_signal(sig)
-        proc.wait(timeout=15)
+        out, err = proc.communicate(timeout=15)
         assert gone(pids), f"ranks left after {sig.name}"
         if sig is not signal.SIGKILL:
             assert proc.returncode == 130
+            doc = json.loads(out)
+            jsonschema.validate(doc, SCHEMA)
+            assert doc["error"]["kind"] == "interrupted"
+            assert "Traceback" not in err
     finally:
         proc.kill()
         proc.wait()

@@ -80,14 +80,45 @@ def stop(proc: subprocess.Popen[str], sig: signal.Signals) -> tuple[str, str]:
     return proc.communicate(timeout=60)
 
 
-# The two tests below read the ranks' sockets from outside, as another user would: in a private
-# network namespace (launch/netns.py, tests/launch/test_netns.py) there is nothing to see, so they
-# judge the run without one, what every machine that refuses user namespaces gets.
+# The test below reads the ranks' sockets from outside, as another user would: in a private
+# network namespace (launch/netns.py, tests/launch/test_netns.py) there is nothing to see, so it
+# judges the run without one, what every machine that refuses user namespaces gets.
 NO_NAMESPACE = {"GPUDOCTOR_NO_NETNS": "1"}
 
 
-def test_a_local_run_listens_on_loopback_only() -> None:
-    with running(**NO_NAMESPACE) as (proc, ranks, _):
+# What another local user did in review3 S3 to the old TCPStore on 127.0.0.1 ("num_keys 3 / set ok").
+# A store answers in milliseconds once torch is imported; a gloo listener never does (the
+# client then waits for ever): the client gives up ANSWER_S after its import. One client process
+# tries every port at once (one torch import, not one per port) and prints each port's answer.
+ANSWER_S = 10.0
+STORE_CLIENT = f"""
+import datetime, json, os, sys, threading, time
+import torch.distributed as d
+answers = {{}}
+def ask(port):
+    try:
+        s = d.TCPStore("127.0.0.1", port, 2, False, datetime.timedelta(seconds=3))
+        s.num_keys()
+        s.set("evil", "1")
+        answers[port] = "the store answered"
+    except Exception as exc:
+        answers[port] = "refused: " + type(exc).__name__
+askers = [threading.Thread(target=ask, args=(int(p),), daemon=True) for p in sys.argv[1:]]
+for t in askers:
+    t.start()
+end = time.monotonic() + {ANSWER_S}
+for t in askers:
+    t.join(timeout=max(0.0, end - time.monotonic()))
+print(json.dumps({{p: answers.get(int(p), "no answer") for p in sys.argv[1:]}}), flush=True)
+os._exit(0)
+"""
+
+
+def test_a_local_run_listens_on_loopback_only_and_its_rendezvous_store_is_a_private_file() -> None:
+    """One run read from outside, as another user would: gloo listens on loopback only, none of its
+    listeners hands out keys as a TCP store would, and the store is a file only we can reach.
+    (Two tests before, each with its own run; the same run answers both.)"""
+    with running(**NO_NAMESPACE) as (proc, ranks, outdir):
         listening = {
             (rank, c.laddr.ip, c.laddr.port)
             for rank, p in enumerate(ranks)
@@ -96,32 +127,6 @@ def test_a_local_run_listens_on_loopback_only() -> None:
         }
         assert any(rank == 0 for rank, _, _ in listening), "rank 0's gloo listener is not listening"
         assert [s for s in listening if s[1] not in LOOPBACK] == [], f"reachable from other hosts: {listening}"
-        stop(proc, signal.SIGTERM)
-        assert proc.returncode == 130 and gone(ranks)
-
-
-# What another local user did in review3 S3 to the old TCPStore on 127.0.0.1 ("num_keys 3 / set ok").
-# A store answers in milliseconds once torch is imported; a gloo listener never does (the
-# client then waits for ever): the client gives up ANSWER_S after its import.
-ANSWER_S = 10.0
-STORE_CLIENT = f"""
-import datetime, os, sys, threading
-import torch.distributed as d
-threading.Timer({ANSWER_S}, lambda: (print("no answer", flush=True), os._exit(2))).start()
-try:
-    s = d.TCPStore("127.0.0.1", int(sys.argv[1]), 2, False, datetime.timedelta(seconds=3))
-    s.num_keys()
-    s.set("evil", "1")
-except Exception as exc:
-    print("refused:", type(exc).__name__, flush=True)
-    os._exit(1)
-print("the store answered", flush=True)
-os._exit(0)
-"""
-
-
-def test_no_other_user_can_reach_the_rendezvous_store() -> None:
-    with running(**NO_NAMESPACE) as (proc, ranks, outdir):
         rdzv = json.loads((outdir / "spec.json").read_text())["rendezvous"]
         store = Path(rdzv["path"])
         assert rdzv["mode"] == "file" and store.parent == outdir
@@ -129,19 +134,18 @@ def test_no_other_user_can_reach_the_rendezvous_store() -> None:
         assert stat.S_IMODE(home.st_mode) == 0o700 and home.st_uid == os.geteuid()
         assert stat.S_ISREG(file.st_mode) and stat.S_IMODE(file.st_mode) == 0o600 and file.st_uid == os.geteuid()
         assert file.st_size > 0, "the ranks did not rendezvous through the file"
-        ports = {c.laddr.port for p in ranks for c in p.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+        ports = sorted({port for _, _, port in listening})
         # gloo's pair listeners: none of them is a store that hands out keys.
-        clients = {
-            port: subprocess.Popen(
-                [sys.executable, "-c", STORE_CLIENT, str(port)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-            )
-            for port in ports
-        }
-        answers = {port: client.communicate(timeout=120)[0] for port, client in clients.items()}
-        assert ports and not [a for a in answers.values() if "the store answered" in a], answers
+        client = subprocess.run(
+            [sys.executable, "-c", STORE_CLIENT, *map(str, ports)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            timeout=120,
+        )
+        answers = json.loads(client.stdout)
+        assert ports and sorted(map(int, answers)) == ports, answers
+        assert not [a for a in answers.values() if a == "the store answered"], answers
         stop(proc, signal.SIGTERM)
         assert proc.returncode == 130 and gone(ranks) and not outdir.exists()
 

@@ -162,10 +162,11 @@ def test_a_rank_preparing_data_before_joining_is_named_with_where_it_is() -> Non
 
 
 def test_a_rank_late_for_step_one_is_named_and_the_rank_it_kept_waiting_is_not_blamed_after() -> None:
-    """Rank 0 prepares alone for 20 s after DDP is set up; rank 1 waits inside its step 1 (the gradient
-    all-reduce). GD922 names rank 0 as the one the other waits for; when the job resumes, rank 1's long
-    first step must not make it the slow rank (GD909 judges cycles, not step times alone)."""
-    w = watch(life("before-step", "0", "20", "--steps", "60"), options=("--warmup", "0"))
+    """Rank 0 prepares alone for 10 s (2.5x the 4 s --join-after) after DDP is set up; rank 1 waits inside
+    its step 1 (the gradient all-reduce). GD922 names rank 0 as the one the other waits for; when the job
+    resumes, rank 1's long first step must not make it the slow rank (GD909 judges cycles, not step times
+    alone)."""
+    w = watch(life("before-step", "0", "10", "--steps", "60"), options=("--warmup", "0"))
     assert w.code == 0, w.stderr[-3000:]
     late = w.verdicts("GD922")
     assert late, w.stderr[-3000:]

@@ -326,11 +326,14 @@ def test_replay_skips_a_hole_in_the_recording_and_says_so(tmp_path: Path, gpudoc
     for s in samples + late:
         writer.write(s)
     writer.close()
+    hole_wait_s = 3600 / 10  # the hour-long hole waited out at --speed 10
     start = time.monotonic()
-    r = gpudoctor_cli("watch", "--replay", str(path), "--speed", "10", "--no-tui")
+    r = gpudoctor_cli("watch", "--replay", str(path), "--speed", "10", "--no-tui", timeout=hole_wait_s / 2)
     took = time.monotonic() - start
     assert r.returncode == 0, r.stderr
-    assert took < 15  # an hour-long hole at 10x would have been a 6-minute wait
+    # Seconds of replay (10 samples at 10x, the gap capped at 2 s) plus start-up, however loaded the
+    # host: far below the wait a hole not skipped would cost, which is the point, not the seconds.
+    assert took < hole_wait_s / 4
     assert r.stdout.count("util% [") == 10
     assert "replay skipped a 1:00:01 gap in the recording at t+00:05 (no samples; waits are capped at 2 s)" in r.stderr
 

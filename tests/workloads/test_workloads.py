@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
@@ -16,7 +15,6 @@ from gpudoctor.launch.faults import FaultSpecError, parse
 from gpudoctor.launch.results import Task
 from gpudoctor.launch.supervise import KILL_SEQUENCE_S, launch
 from tests.conftest import RANK_MARK, leftover_ranks
-from tests.helpers.processes import HANG_TIMEOUT_S
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_orphans")]
 
@@ -63,16 +61,6 @@ def test_three_ranks_run_both_workloads_in_one_group() -> None:
     assert all(r.join_s is not None for r in result.ranks)
 
 
-def test_a_hanging_rank_is_named_within_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUDOCTOR_FAULT", "1:hang")
-    start = time.monotonic()
-    result = launch(SMALL, device="cpu", ranks=2, timeout_s=HANG_TIMEOUT_S)
-    assert time.monotonic() - start < HANG_TIMEOUT_S + AFTER_DEADLINE_S
-    assert result.timed_out == "run"
-    assert [r.rank for r in result.suspects()] == [1]
-    assert {r.state for r in result.ranks} == {"hung"}
-
-
 def test_a_rank_hanging_before_it_imports_is_named_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUDOCTOR_FAULT", "0:hang@start")
     result = launch(SMALL, device="cpu", ranks=2, timeout_s=8)
@@ -92,37 +80,12 @@ def test_an_import_that_never_ends_is_reported_as_an_import_not_a_join(monkeypat
     assert result.elapsed_s < 8 + AFTER_DEADLINE_S
 
 
-def test_an_exiting_rank_is_named_and_its_peer_is_a_victim(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUDOCTOR_FAULT", "1:exit")
-    result = launch(SMALL, device="cpu", ranks=2, timeout_s=300)
-    assert not result.ok
-    (suspect,) = result.suspects()
-    assert suspect.rank == 1 and suspect.state == "exited" and suspect.exit_code == 17
-    assert result.elapsed_s < 150  # stopped after the failure, not at the 300 s deadline (imports vary with load)
-
-
-def test_a_rank_sending_wrong_values_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUDOCTOR_FAULT", "0:wrongsum,1:corrupt")
-    result = launch(SMALL, device="cpu", ranks=2, timeout_s=300)
-    assert result.ok
-    assert all(row["wrong"] > 0 for row in result.results("allreduce")["rows"])
-    ddp = result.results("ddp")
-    assert not ddp["grad_ok"]
-    assert ddp["bad_gradient_ranks"] == [1]
-    assert ddp["params_differ_ranks"] == []  # every rank applied the same (wrong) average
-
-
-@pytest.mark.parametrize("value", ["busy", "abc"])
-def test_a_local_run_needs_no_master_port(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    """The single-node store is a file in the private directory (review3 S3): a busy or invalid
-    MASTER_PORT, meant for the user's training (GD221/GD223 judge it), does not stop the ranks."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]) if value == "busy" else value)
-        result = launch([Task("ddp", {})], device="cpu", ranks=2, timeout_s=300)
+def test_a_local_run_needs_no_master_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The single-node store is a file in the private directory (review3 S3): an invalid MASTER_PORT,
+    meant for the user's training (GD221/GD223 judge it), does not stop the ranks. A busy one is
+    tested on the ddp check's run (tests/checks/active/test_ddp.py), which asserts the same."""
+    monkeypatch.setenv("MASTER_PORT", "abc")
+    result = launch([Task("ddp", {})], device="cpu", ranks=2, timeout_s=300)
     assert result.setup_error is None and result.ok and result.rendezvous == "file"
 
 

@@ -21,7 +21,7 @@ from gpudoctor.engine import CheckOptions
 from gpudoctor.findings import Status
 from gpudoctor.launch.supervise import KILL_SEQUENCE_S
 from gpudoctor.snapshot import Snapshot
-from tests.helpers.processes import HANG_TIMEOUT_S, GpudoctorCli, clean_env
+from tests.helpers.processes import HANG_TIMEOUT_S, GpudoctorCli, clean_env, cut_hangs
 from tests.paths import shipped_schema
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_orphans")]
@@ -69,6 +69,7 @@ def test_a_hanging_rank_is_named_within_the_deadline_and_the_tests_after_it_say_
 ) -> None:
     monkeypatch.setenv("GPUDOCTOR_FAULT", "1:hang")
     monkeypatch.delenv("MASTER_PORT", raising=False)
+    launches = cut_hangs(monkeypatch)  # the hang is cut HANG_RUN_S after the join, not at the whole deadline
     progress: list[str] = []
     opts = CheckOptions(device="cpu", ranks=2, level=3, duration_s=1.0, timeout_s=HANG_TIMEOUT_S)
     ctx = context(EMPTY, opts, progress=progress.append)
@@ -78,6 +79,7 @@ def test_a_hanging_rank_is_named_within_the_deadline_and_the_tests_after_it_say_
     elapsed = time.monotonic() - start
     deadline = HANG_TIMEOUT_S + 3.0 * 1.25  # --timeout plus the planned load (1 s each) x 1.25
     assert elapsed < deadline + KILL_SEQUENCE_S + 1.0
+    assert [r.timed_out for r in launches] == ["run"]  # one run, for the three checks
     assert [(f.code, f.status, f.subject) for f in load_findings] == [("GD855", Status.FAIL, "rank:1")]
     assert f"did not answer within the {deadline:g} s deadline" in load_findings[0].message
     assert load_findings[0].evidence["others_stopped"] == [0]
