@@ -4,6 +4,7 @@ subtracted, and the result is the analysis of the same samples judged afresh."""
 from __future__ import annotations
 
 import statistics
+from dataclasses import fields
 from fractions import Fraction
 
 from hypothesis import given, settings
@@ -149,3 +150,11 @@ def test_exact_sums_come_back_to_where_they_were(values: list[float]) -> None:
     total = sum(exact(v) for v in values)
     assert exact_mean(total, len(values)) == float(sum(map(Fraction, values)) / len(values))  # correctly rounded
     assert total - sum(exact(v) for v in values[1:]) == exact(values[0])
+
+
+def test_rank_stats_made_without_init_carry_every_field() -> None:
+    """rank_stats makes its RankStats without the frozen __init__ (per rank per sample): every field is set."""
+    w = Window.of(synthetic_run("straggler", 30, ranks=True), TH)
+    made = analysis.rank_stats(w, TH)
+    assert made and all(set(s.__dict__) == {f.name for f in fields(analysis.RankStats)} for s in made.values())
+    assert all(s == analysis.RankStats(**s.__dict__) for s in made.values())
