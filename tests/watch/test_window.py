@@ -116,13 +116,13 @@ def test_every_scenario_judges_the_same_kept_or_afresh() -> None:
         assert judged(builder.balance) == judged(fresh), scenario
 
 
-class CountedGpus(tuple):  # type: ignore[type-arg]
-    """A sample's GPU readings that count how often they are read."""
+class Counted(tuple):  # type: ignore[type-arg]
+    """A sample's readings (GPUs, ranks, data) that count how often they are read."""
 
     reads = 0
 
     def __iter__(self):  # type: ignore[no-untyped-def]
-        CountedGpus.reads += 1
+        Counted.reads += 1
         return super().__iter__()
 
 
@@ -133,10 +133,10 @@ def test_a_sample_is_read_once_whatever_the_window_length() -> None:
         th = Thresholds(warmup_s=0, window_s=window_s)
         samples = synthetic_run("straggler", 200, seed=1)
         w = Window(th, window_s)
-        CountedGpus.reads = 0
+        Counted.reads = 0
         for s in samples:
-            w.add(Sample(s.t, CountedGpus(s.gpus), s.cpu))
-        assert CountedGpus.reads == len(samples), window_s
+            w.add(Sample(s.t, Counted(s.gpus), s.cpu))
+        assert Counted.reads == len(samples), window_s
 
 
 @given(st.lists(st.integers(-5, 5), min_size=2, max_size=12), st.data())
@@ -161,16 +161,6 @@ def test_rank_stats_made_without_init_carry_every_field() -> None:
     made = analysis.rank_stats(w, TH)
     assert made and all(set(s.__dict__) == {f.name for f in fields(analysis.RankStats)} for s in made.values())
     assert all(s == analysis.RankStats(**s.__dict__) for s in made.values())
-
-
-class Counted(tuple):  # type: ignore[type-arg]
-    """A sample's rank or data readings that count how often they are read."""
-
-    reads = 0
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        Counted.reads += 1
-        return super().__iter__()
 
 
 def test_the_judging_of_a_sample_reads_it_as_often_whatever_the_window_length() -> None:
