@@ -4,7 +4,8 @@ time to the first frame.
     .venv/bin/python benchmarks/watch_cpu.py [--seconds 30] [--warmup 5]
 
 Targets (issue 9): first frame under 1 s; the dashboard at most 3% of one core with 8 GPUs and 5%
-with 32 GPUs in a 200x60 terminal; headless (--no-tui) at most 0.2%. The dashboard runs under a
+with 32 GPUs in a 200x60 terminal; headless (--no-tui) at most 0.2%. Issue 22: the dashboard at 128
+GPUs at most 2% (`--gpus 8,32,128`; a width without a target is measured and printed only). The dashboard runs under a
 pseudo-terminal, so it is the real Textual driver writing real escape codes (read and thrown
 away by this script, as a terminal would). CPU time is the process's user+system time between the
 end of the warm-up and the end of the measurement (psutil). The first frame is timed from the
@@ -33,7 +34,7 @@ import psutil
 from gpudoctor.watch.recording import RecordWriter
 from gpudoctor.watch.synthetic import synthetic_run
 
-TARGETS = {"first_frame_s": 1.0, "dashboard_8": 3.0, "dashboard_32": 5.0, "headless_8": 0.2}
+TARGETS = {"first_frame_s": 1.0, "dashboard_8": 3.0, "dashboard_32": 5.0, "dashboard_128": 2.0, "headless_8": 0.2}
 
 
 def make_recording(path: Path, seconds: int, n_gpus: int) -> None:
@@ -115,11 +116,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--warmup", type=float, default=5.0)
+    ap.add_argument("--gpus", default="8,32", help="GPU counts of the dashboard runs (8 is always run)")
     args = ap.parse_args()
+    widths = sorted({8, *(int(n) for n in args.gpus.split(","))})
     load = os.getloadavg()
     results: dict[str, float | None] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for n in (8, 32):
+        for n in widths:
             rec = Path(tmp) / f"straggler-{n}gpu.jsonl"
             make_recording(rec, int(args.warmup + args.seconds + 60), n)
             if n == 8:
@@ -135,15 +138,18 @@ def main() -> None:
         f"on {os.cpu_count()} CPUs"
     )
     print(f"headless (--no-tui), 8 GPUs:   {results['headless_8']:.2f}% of one core (target <= 0.2%)")
-    print(f"dashboard 200x60, 8 GPUs:      {results['dashboard_8']:.2f}% of one core (target <= 3%)")
-    print(f"dashboard 200x60, 32 GPUs:     {results['dashboard_32']:.2f}% of one core (target <= 5%)")
+    for n in widths:
+        target = TARGETS.get(f"dashboard_{n}")
+        said = f" (target <= {target:g}%)" if target is not None else ""
+        print(f"dashboard 200x60, {n} GPUs:{' ' * (6 - len(str(n)))}{results[f'dashboard_{n}']:.2f}% of one core{said}")
     first = results["first_frame_s"]
     print(
         f"first frame: {first:.2f} s after start (target <= 1 s); floor, python + import textual.app: {floor:.2f} s"
         if first is not None
         else "first frame: not seen"
     )
-    ok = all(results[k] is not None and results[k] <= v for k, v in TARGETS.items())  # type: ignore[operator]
+    measured = {k: v for k, v in TARGETS.items() if k in results}
+    ok = all(results[k] is not None and results[k] <= v for k, v in measured.items())  # type: ignore[operator]
     sys.exit(0 if ok else 1)
 
 

@@ -46,8 +46,8 @@ t/i SIGTERM/SIGINT the selected process (asks first), ? help.
 \b
 Exit codes:
   0  watched to the end (or the followed command's own exit code)
-  2  usage error: bad option, unreadable recording (also one that stops reading midway, after
-     playing what came before), --record FILE exists
+  2  usage error: bad option, unreadable recording (also one that stops reading midway, or with
+     lines beyond one machine, after playing what it could), --record FILE exists
   3  gpudoctor could not run at all (no NVIDIA driver, and no command, --replay or --demo)
   129  hung up (SIGHUP, or the terminal went away): a command started by gpudoctor gets SIGHUP
   130  interrupted (Ctrl-C, SIGTERM): a command started by gpudoctor is stopped"""
@@ -502,7 +502,7 @@ def report(recording: str, as_json: bool, warmup: float | None, config_path: str
     else:
         click.echo(render_text(summary), nl=False)  # a damaged recording is noted in the summary
     if summary.unreadable:  # the samples before the damage are summarized (and the damage noted); still bad input
-        kept = f"the summary covers the {summary.samples} sample(s) before the damage"
+        kept = f"the summary covers the {summary.samples} sample(s) it could read (see the note)"
         click.echo(f"gpudoctor: recording {recording} is damaged: {kept}", err=True)
         sys.exit(EXIT_USAGE)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from gpudoctor.knowledge import clock_reasons
 from gpudoctor.knowledge.units import gpu_list
@@ -434,9 +435,10 @@ def lost_gpus(win: Sequence[Sample]) -> list[Verdict]:
 def rank_stats(win: Sequence[Sample], th: Thresholds = DEFAULT) -> dict[tuple[int | None, int], RankStats]:
     """Per rank over the window: mean step time, input-wait share, and how late it ends its steps
     (Window._lateness)."""
-    loader = loader_shares(win)
+    w = totals(win, th)
+    loader = loader_shares(w)
     out = {}
-    for key, a in totals(win, th).ranks.items():
+    for key, a in w.ranks.items():
         step_s = exact_mean(a.step_sum, a.timed) if a.timed else None
         wait_s = exact_mean(a.wait_sum, a.waited) if a.waited else None
         share = None if wait_s is None or not step_s else min(1.0, wait_s / step_s)
@@ -446,20 +448,29 @@ def rank_stats(win: Sequence[Sample], th: Thresholds = DEFAULT) -> dict[tuple[in
         cycle = None
         if len(ends) >= 2 and ends[-1][0] > ends[0][0]:
             cycle = (ends[-1][1] - ends[0][1]) / (ends[-1][0] - ends[0][0])
-        out[key] = RankStats(
-            RankRef(key[0], key[1]),
-            a.steps,
-            step_s,
-            share,
-            exact_mean(late_sum, late_n) if late_n else None,
-            late_pos / late_n if late_n else 0.0,
-            late_n,
-            None if last is None else last.last_step,
-            None if last is None else last.last_end,
-            cycle,
-            loader.get(key),
+        stats = out[key] = _new(RankStats)  # made per rank per sample: without the frozen __init__'s calls
+        stats.__dict__.update(
+            ref=_ref(key),
+            steps=a.steps,
+            step_s=step_s,
+            wait_share=share,
+            late_s=exact_mean(late_sum, late_n) if late_n else None,
+            late_share=late_pos / late_n if late_n else 0.0,
+            late_n=late_n,
+            last_step=None if last is None else last.last_step,
+            last_end=None if last is None else last.last_end,
+            cycle_s=cycle,
+            loader_share=loader.get(key),
         )
     return out
+
+
+_new = object.__new__
+
+
+@lru_cache(maxsize=1 << 14)
+def _ref(key: tuple[int | None, int]) -> RankRef:
+    return RankRef(key[0], key[1])
 
 
 def _rank_order(r: RankRef) -> tuple[bool, int, int]:

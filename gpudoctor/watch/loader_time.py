@@ -8,21 +8,15 @@ them together), so over a window their sums compare: what is left is other work 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from gpudoctor.watch.model import Sample
+from gpudoctor.watch.window import Window
 
 
-def loader_shares(win: Sequence[Sample]) -> dict[tuple[int | None, int], float]:
-    """Per rank (rank, pid) that wraps its loader: time inside next(loader) / step time, over the window."""
-    step_time: dict[tuple[int | None, int], float] = {}
-    loader: dict[tuple[int | None, int], float] = {}
-    for s in win:
-        for r in s.ranks or ():
-            if r.steps and r.step_s is not None:
-                key = (r.rank, r.pid)
-                step_time[key] = step_time.get(key, 0.0) + r.steps * r.step_s
-        for d in s.data or ():
-            if d.loader is not None and d.loader.batches:
-                loader[d.key] = loader.get(d.key, 0.0) + d.loader.s
-    return {key: min(1.0, t / step_time[key]) for key, t in loader.items() if step_time.get(key)}
+def loader_shares(w: Window) -> dict[tuple[int | None, int], float]:
+    """Per rank (rank, pid) that wraps its loader: time inside next(loader) / step time, over the window
+    (both kept as the window's exact running totals: O(ranks), whatever the window's length)."""
+    out = {}
+    for key, (_, inside) in w.loader.items():
+        rank = w.ranks.get(key)
+        if rank is not None and rank.step_sum:
+            out[key] = min(1.0, inside / rank.step_sum)  # two exact sums: the ratio correctly rounded
+    return out

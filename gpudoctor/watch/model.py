@@ -11,14 +11,43 @@ is not a reading: it is dropped (n/a) and said, so it can never skew a mean or a
 
 from __future__ import annotations
 
-import math
-import sys
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from gpudoctor.safety.safe_text import needs_cleaning, printable
 from gpudoctor.watch.arrival import JobProc
+from gpudoctor.watch.bounds import (
+    CPU_RANGE,
+    HOST_INTEGERS,
+    HOST_RANGES,
+    LAST_TIME,
+    LOST,
+    MAX_ID,
+    OK,
+    PROC_INTEGERS,
+    PROC_RANGES,
+    RANGES,
+    RANK_INTEGERS,
+    RANK_RANGES,
+    STATES,
+    in_range,
+    in_ranges,
+    parse_numbers,
+    physical,
+    plain_gpu,
+    plain_host,
+    plain_proc,
+    plain_rank,
+)
+from gpudoctor.watch.bounds import (
+    STALE as STALE,
+)
+from gpudoctor.watch.bounds import check_index as _index
+from gpudoctor.watch.bounds import check_number as _number
+from gpudoctor.watch.bounds import check_text as _text
+from gpudoctor.watch.bounds import short as _short
+from gpudoctor.watch.bounds import whole as _whole
 from gpudoctor.watch.data_model import DataReading
 
 
@@ -35,137 +64,7 @@ def clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
 
-OK = "ok"
-STALE = "stale"  # no fresh reading arrived in time (NVML stalled)
-LOST = "lost"  # NVML says GPU_IS_LOST; not asked again
-STATES = (OK, STALE, LOST)
-
-# What a reading can physically be (inclusive bounds; None: unbounded). Outside: dropped as n/a.
-RANGES: dict[str, tuple[float | None, float | None]] = {
-    "util": (0, 100),
-    "mem_util": (0, 100),
-    "mem_used": (0, None),
-    "mem_total": (0, None),
-    "power": (0, None),
-    "power_limit": (0, None),
-    "temp": (-50, 200),
-    "sm_clock": (0, None),
-    "pcie_rx": (0, None),
-    "pcie_tx": (0, None),
-    "throttle": (0, None),
-}
-PROC_RANGES: dict[str, tuple[float | None, float | None]] = {
-    "gpu_mem": (0, None),
-    "cpu": (0, None),
-    "rss": (0, None),
-    "sm": (0, 100),
-    "started": (0, None),
-}
-PROC_INTEGERS = {"gpu_mem", "rss", "sm"}
-HOST_RANGES: dict[str, tuple[float | None, float | None]] = {
-    "load1": (0, None),
-    "ram_used": (0, None),
-    "ram_total": (0, None),
-    "swap_used": (0, None),
-    "swap_total": (0, None),
-}
-HOST_INTEGERS = {"ram_used", "ram_total", "swap_used", "swap_total"}
-RANK_RANGES: dict[str, tuple[float | None, float | None]] = {
-    "steps": (0, None),
-    "step_s": (0, None),
-    "step_max": (0, None),
-    "wait_s": (0, None),
-    "last_step": (0, None),
-    "last_end": (0, None),
-}
-RANK_INTEGERS = {"steps", "last_step"}
-CPU_RANGE = (0, 100)  # host CPU busy, % of all cores
-# Whole-number readings: a recorded 4.0 reads as 4; a fraction (util 96.5, a bitmask 4.5) is not a reading.
-INTEGERS = {"util", "mem_util", "mem_used", "mem_total", "temp", "sm_clock", "pcie_rx", "pcie_tx", "throttle"}
-
-
-# The last second Python's time and datetime can show (9999-12-31 23:59:59 UTC): a sample stamped
-# later is damaged (a replay would crash formatting it).
-LAST_TIME = 253402300799
-
-
-def _number(value: Any, what: str) -> float | int | None:
-    """None, or a finite int/float (never a bool); anything else is a damaged value (ValueError)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{what} is not a number: {value!r}")
-    if isinstance(value, int) and abs(value) > sys.float_info.max:
-        raise ValueError(f"{what} is too large for a number: {str(value)[:12]}... ({len(str(value))} digits)")
-    if not math.isfinite(value):
-        raise ValueError(f"{what} is not finite: {value!r}")
-    return value
-
-
-def _whole(value: Any) -> Any:
-    """4.0 -> 4 (a JSON writer may write a whole number as a float); anything else unchanged."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-MAX_ID = 2**32  # GPU indices and PIDs are 32-bit numbers
-
-
-def _index(value: Any, what: str) -> int:
-    value = _whole(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_ID:
-        raise ValueError(f"{what} is not an index: {_short(value)}")
-    return value
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _text(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{what} is not text: {value!r}")
-    return value
-
-
-def in_range(value: float | int | None, bounds: tuple[float | None, float | None]) -> bool:
-    low, high = bounds
-    return value is None or ((low is None or value >= low) and (high is None or value <= high))
-
-
-def in_ranges(
-    kwargs: dict[str, Any],
-    ranges: dict[str, tuple[float | None, float | None]],
-    integers: set[str],
-    dropped: list[str],
-    where: str = "",
-) -> dict[str, Any]:
-    """`kwargs` with each reading named in `ranges` checked: a whole float in an integer field becomes
-    an int; a fraction there, or a value outside its bounds, is set to None and said in `dropped`."""
-    for name, bounds in ranges.items():
-        if kwargs.get(name) is None:
-            continue
-        value = kwargs[name] = _whole(kwargs[name]) if name in integers else kwargs[name]
-        if not in_range(value, bounds) or (name in integers and not isinstance(value, int)):
-            dropped.append(f"{where}{name} {value!r}")
-            kwargs[name] = None
-    return kwargs
-
-
-def parse_numbers(kwargs: dict[str, Any], names: Any, where: str) -> None:
-    """Raise ValueError (a damaged line) if a field in `names` is there but not a finite number."""
-    for name in names:
-        _number(kwargs.get(name), f"{where}{name}")
-
-
-def physical(kwargs: dict[str, Any], dropped: list[str], where: str = "") -> dict[str, Any]:
-    """`kwargs` (GpuReading fields) with out-of-range readings set to None, each said in `dropped`."""
-    in_ranges(kwargs, RANGES, INTEGERS, dropped, where)
-    used, total = kwargs.get("mem_used"), kwargs.get("mem_total")
-    if used is not None and total and used > total:
-        dropped.append(f"{where}mem_used {used!r} > mem_total {total!r}")
-        kwargs["mem_used"] = None
-    return kwargs
+_R = TypeVar("_R")
 
 
 @cache
@@ -180,6 +79,35 @@ def recorded_names(cls: type) -> tuple[str, ...]:
     """Its field names that recordings and reports carry: not those for the terminal only (the user's
     own command line, shown whole on their screen and never written)."""
     return tuple(f.name for f in fields(cls) if not f.metadata.get("terminal_only"))
+
+
+@cache
+def _known(cls: type) -> frozenset[str]:
+    """The names a recorded reading of `cls` may set (bounds' plain checks keep only these)."""
+    return frozenset(recorded_names(cls))
+
+
+@cache
+def _defaults(cls: type) -> dict[str, Any]:
+    out = {}
+    for f in fields(cls):
+        assert f.default_factory is MISSING, f"{cls.__name__}.{f.name}: _build cannot share a factory's value"
+        if f.default is not MISSING:
+            out[f.name] = f.default
+    return out
+
+
+def _build(cls: type[_R], kwargs: dict[str, Any]) -> _R:
+    """`cls(**kwargs)` for a reading its plain check took (every required field there): the same
+    object, its defaults then `kwargs` set at once, and its __post_init__, without the frozen
+    __init__'s call per field (two thirds of a reading's cost when a day's recording is read)."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(_defaults(cls))
+    obj.__dict__.update(kwargs)
+    post = getattr(obj, "__post_init__", None)
+    if post is not None:
+        post()
+    return obj
 
 
 @dataclass(frozen=True)
@@ -223,6 +151,13 @@ class GpuReading:
 
     @classmethod
     def parse(cls, data: Any, dropped: list[str]) -> GpuReading:
+        """A recorded reading: taken as it is when plainly sound (gpudoctor.watch.bounds), else the
+        strict way, which says what is wrong (ValueError) or drops what is out of range."""
+        plain = plain_gpu(data, _known(cls))
+        return cls.parse_strict(data, dropped) if plain is None else _build(cls, plain)
+
+    @classmethod
+    def parse_strict(cls, data: Any, dropped: list[str]) -> GpuReading:
         """A recorded reading: wrong shapes raise ValueError, out-of-range values go to `dropped`."""
         if not isinstance(data, dict):
             raise ValueError(f"a GPU reading is not an object: {data!r}")
@@ -281,6 +216,13 @@ class ProcReading:
 
     @classmethod
     def parse(cls, data: Any, dropped: list[str]) -> ProcReading:
+        """A recorded reading: taken as it is when plainly sound (gpudoctor.watch.bounds), else the
+        strict way, which says what is wrong (ValueError) or drops what is out of range."""
+        plain = plain_proc(data, _known(cls))
+        return cls.parse_strict(data, dropped) if plain is None else _build(cls, plain)
+
+    @classmethod
+    def parse_strict(cls, data: Any, dropped: list[str]) -> ProcReading:
         if not isinstance(data, dict):
             raise ValueError(f"a process reading is not an object: {data!r}")
         kwargs = {k: data[k] for k in recorded_names(cls) if k in data}
@@ -333,6 +275,13 @@ class HostReading:
 
     @classmethod
     def parse(cls, data: Any, dropped: list[str]) -> HostReading:
+        """A recorded reading: taken as it is when plainly sound (gpudoctor.watch.bounds), else the
+        strict way, which says what is wrong (ValueError) or drops what is out of range."""
+        plain = plain_host(data, _known(cls))
+        return cls.parse_strict(data, dropped) if plain is None else _build(cls, plain)
+
+    @classmethod
+    def parse_strict(cls, data: Any, dropped: list[str]) -> HostReading:
         kwargs = _object(data, "host", cls)
         parse_numbers(kwargs, HOST_RANGES, "host ")
         return cls(**in_ranges(kwargs, HOST_RANGES, HOST_INTEGERS, dropped, "host "))
@@ -364,6 +313,13 @@ class RankReading:
 
     @classmethod
     def parse(cls, data: Any, dropped: list[str]) -> RankReading:
+        """A recorded reading: taken as it is when plainly sound (gpudoctor.watch.bounds), else the
+        strict way, which says what is wrong (ValueError) or drops what is out of range."""
+        plain = plain_rank(data, _known(cls))
+        return cls.parse_strict(data, dropped) if plain is None else _build(cls, plain)
+
+    @classmethod
+    def parse_strict(cls, data: Any, dropped: list[str]) -> RankReading:
         kwargs = _object(data, "a rank reading", cls)
         pid = kwargs["pid"] = _whole(kwargs.get("pid"))
         if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < MAX_ID:

@@ -16,6 +16,7 @@ from gpudoctor.watch import data_codes as codes
 from gpudoctor.watch.analysis import Figure, RankRef, Thresholds, Verdict
 from gpudoctor.watch.data_model import DataReading
 from gpudoctor.watch.model import Sample
+from gpudoctor.watch.window import Window
 
 
 def _order(ref: RankRef) -> tuple[bool, int, int]:
@@ -101,6 +102,8 @@ def divergence(win: Sequence[Sample], th: Thresholds) -> list[Verdict]:
     train cancels out: a rank is named when its interval mean lies on the same side of the others' median
     in `loss_side_share` of the intervals (a sign test: by chance, 9 of 10 or more on one side is 2%) and
     its mean over the window is `loss_gap_share` of the larger away from the others' median."""
+    if isinstance(win, Window) and not win.losses:
+        return []  # no rank gave a loss in the window (the window keeps the count): nothing to read
     series: dict[RankRef, dict[float, float]] = {}  # rank -> sample time -> its interval mean
     counts: dict[RankRef, int] = {}
     for s in win:

@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from gpudoctor.errors import EXIT_UNAVAILABLE, EXIT_USAGE, UserError
 from gpudoctor.safety.safe_io import MIB, check_target, open_input, open_stream
+from gpudoctor.watch.bounds import MAX_GPUS, MAX_RANKS
 from gpudoctor.watch.model import Sample, plural
 
 FORMAT = "gpudoctor-watch"
@@ -189,9 +190,14 @@ def recording_path(arg: str) -> str:
     return str(resources.files("gpudoctor.watch") / "samples" / f"{name}.jsonl.gz")
 
 
-# A sample line of 64 GPUs with their processes is tens of KiB; a longer line is damage (or a
-# decompression bomb), skipped without holding it in memory.
-MAX_LINE = 8 * MIB
+# A sample line of 8 GPUs with their processes and ranks is 4 KiB; one of MAX_GPUS GPUs and MAX_RANKS
+# ranks with their job processes and data readings about 3 MiB. A longer line is damage (or a
+# decompression bomb), skipped without holding it in memory. Within it, json.loads makes up to ~24
+# bytes of objects per byte of text ("{}" is a 64-byte dict): more objects and lists than a sample of
+# that size holds (about 6 per rank) refuse the line before it is parsed, so a line costs at most
+# ~100 MiB of memory (issue 24: 417 MB for a 1.5 MB gzip).
+MAX_LINE = 4 * MIB
+MAX_CONTAINERS = 1 << 17
 TOO_LONG = f"\x00longer than {MAX_LINE // MIB} MiB"  # no JSON line can contain a NUL: never parsed
 
 
@@ -209,6 +215,18 @@ def _lines(f: IO[str]) -> Iterator[tuple[int, str, bool]]:
             yield number, TOO_LONG, True
             continue
         yield number, line.rstrip("\n"), line.endswith("\n")
+
+
+def _beyond_bounds(doc: Any) -> str | None:
+    """Why a sample line is more than one machine's (too many GPUs or ranks), or None: counted from the
+    parsed lists alone, before any reading is made."""
+    if not isinstance(doc, dict):
+        return None
+    for name, label, most in (("gpus", "GPUs", MAX_GPUS), ("ranks", "ranks", MAX_RANKS)):
+        found = doc.get(name)
+        if isinstance(found, list) and len(found) > most:
+            return f"{len(found)} {label}, at most {most}"
+    return None
 
 
 class RecordingStream:
@@ -231,6 +249,10 @@ class RecordingStream:
         # the samples before are kept, but the file is damaged input (report exits 2). A file cut
         # off (a kill mid-write, EOFError for a compressed one) is not: it ends where it ends.
         self.unreadable: str | None = None
+        # Lines beyond the bounds of one machine (gpudoctor.watch.bounds): refused before their readings
+        # are made, counted, said; input no machine wrote, so bad input too (report exits 2).
+        self.refused: list[int] = []
+        self._first_refusal = ""
         try:
             self._file: IO[str] = _open_text(path)  # closed in close()
             self._lines = _lines(self._file)
@@ -287,7 +309,18 @@ class RecordingStream:
                     self._skipped.append(number)
                     continue
                 try:
-                    sample = Sample.parse(loads(text), dropped)
+                    containers = text.count("{") + text.count("[")  # a string's brackets count too: only more
+                    if containers > MAX_CONTAINERS:
+                        doc, beyond = None, f"{containers} objects and lists, at most {MAX_CONTAINERS}"
+                    else:
+                        doc = loads(text)
+                        beyond = _beyond_bounds(doc)
+                    if beyond is not None:
+                        if not self.refused:
+                            self._first_refusal = f"line {number}: {beyond}"
+                        self.refused.append(number)
+                        continue
+                    sample = Sample.parse(doc, dropped)
                 except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
                     if not complete:  # the last line, cut off mid-write (a kill): the replay ends here
                         self._stopped = (
@@ -328,9 +361,21 @@ class RecordingStream:
                 f"ignored {plural(self._dropped, 'reading')} outside the physical range "
                 f"({'; '.join(self._dropped_examples)}{'; ...' if self._dropped > len(self._dropped_examples) else ''})"
             )
+        if self.refused:
+            lines = "line" if len(self.refused) == 1 else "lines"
+            parts.append(
+                f"refused {len(self.refused)} {lines} beyond one machine's bounds "
+                f"({self._first_refusal}{'; ...' if len(self.refused) > 1 else ''})"
+            )
         if self._stopped:
             parts.append(self._stopped)
         return "; ".join(parts) or None
+
+    @property
+    def bad_input(self) -> bool:
+        """The file is damaged input (`report` and `watch --replay` exit 2 after using what they could):
+        its bytes stopped reading, or lines were refused as beyond the bounds of one machine."""
+        return self.unreadable is not None or bool(self.refused)
 
     def close(self) -> None:
         self._file.close()

@@ -349,8 +349,9 @@ class ReplaySource:
 
     @property
     def unreadable(self) -> bool:
-        """The file's bytes stopped reading (a corrupt gzip): what came before was played, still bad input."""
-        return self._stream is not None and self._stream.unreadable is not None
+        """The file is bad input (its bytes stopped reading, lines refused as beyond one machine's bounds):
+        what could be read was played, still exit 2."""
+        return self._stream is not None and self._stream.bad_input
 
     def open(self) -> None:
         pass

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from gpudoctor.training_step import ENV, EVENT, EVENT_MAGIC, MAGIC, RECORD, SOCKET_NAME
 from gpudoctor.watch.arrival import Heard, heard
+from gpudoctor.watch.bounds import MAX_RANKS
 from gpudoctor.watch.data_model import MAX_PAYLOAD, DataInbox, DataReading, is_data
 from gpudoctor.watch.model import RankReading, plural
 from gpudoctor.watch.sentinel import CHANNEL_PREFIX
@@ -45,10 +46,10 @@ MAX_STEP_NUMBER = 2**53
 MAX_RANK = 1 << 20  # torch's world sizes stay far below a million ranks
 # The publisher sends at most one record per FLUSH_S (~20 a second) plus a last one at exit; a process
 # sending more is flooding the watcher's thread: records beyond RATE a second (after a BURST) are
-# dropped and counted. Ranks followed at once: the job's processes, each one key.
+# dropped and counted. Ranks followed at once: the job's processes, each one key, at most MAX_RANKS
+# (gpudoctor.watch.bounds: a recorded sample with more is refused too).
 RATE = 100.0
 BURST = 200.0
-MAX_RANKS = 4096
 
 
 @dataclass

@@ -25,7 +25,7 @@ from gpudoctor.watch.codes import STEPS_STALLED
 from gpudoctor.watch.data_model import DataReading
 from gpudoctor.watch.job import job_verdicts
 from gpudoctor.watch.jobbook import JobBook, seen
-from gpudoctor.watch.model import RankReading, Sample, clock, plural
+from gpudoctor.watch.model import LOST, RankReading, Sample, clock, plural
 from gpudoctor.watch.recording import RecordingStream
 from gpudoctor.watch.window import Window
 
@@ -174,7 +174,7 @@ class Summary:
     ranks: dict[tuple[int | None, int], _RankStats] = field(default_factory=dict)
     warmup_s: float = 0.0
     idle_util: float = DEFAULT.idle_util
-    unreadable: bool = False  # the recording's bytes stopped reading (corrupt): `report` exits 2
+    unreadable: bool = False  # bad input: the bytes stopped reading (corrupt), or lines refused: `report` exits 2
     failure: dict[str, Any] | None = None  # how the followed command failed: the first rank, why (crash.Failure)
     job: dict[str, Any] | None = None  # the job's data, losses, GPU placement (watch/jobbook.py)
 
@@ -294,16 +294,24 @@ class SummaryBuilder:
         self.samples += 1
         self.start = s.t if self.start is None else self.start
         self.end = s.t
+        gpus = self._gpus
         for g in s.gpus:
-            st = self._gpus.setdefault(g.index, _GpuStats(name=g.name))
-            st.name = g.name or st.name
-            st.lost = st.lost or not g.alive
-            st.xids.update(g.xids)
-            if g.alive and g.util is not None:
+            st = gpus.get(g.index)
+            if st is None:
+                st = gpus[g.index] = _GpuStats(name=g.name)
+            elif g.name:
+                st.name = g.name
+            alive = g.state != LOST
+            if not alive:
+                st.lost = True
+            if g.xids:
+                st.xids.update(g.xids)
+            u = g.util
+            if alive and u is not None:
                 st.n += 1
-                st.util_sum += g.util
-                st.hist[max(0, min(100, int(g.util)))] += 1
-            if g.alive and g.mem_used is not None:
+                st.util_sum += u
+                st.hist[max(0, min(100, int(u)))] += 1
+            if alive and g.mem_used is not None:
                 st.mem_n += 1
                 st.mem_sum += g.mem_used
                 st.mem_peak = max(st.mem_peak, g.mem_used)
@@ -454,7 +462,7 @@ def summarize_recording(path: str, th: Thresholds = DEFAULT) -> Summary:
         synthetic = isinstance(made, str) and made.startswith("synthetic")  # a test recording
         summary = summarize(stream, f"{path}, {printable(made)[:40]}: made-up readings" if synthetic else path, th)
     summary.damage = stream.damage
-    summary.unreadable = stream.unreadable is not None
+    summary.unreadable = stream.bad_input
     return summary
 
 

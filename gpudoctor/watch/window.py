@@ -137,7 +137,7 @@ _LatePart = tuple[RankTotals, int, bool]
 
 
 class _Entry:
-    __slots__ = ("seq", "gpus", "spread", "dip", "dip_cpu", "gaps", "ranks", "lates")
+    __slots__ = ("seq", "gpus", "spread", "dip", "dip_cpu", "gaps", "ranks", "lates", "loaders", "losses")
 
     def __init__(self, seq: int) -> None:
         self.seq = seq
@@ -148,6 +148,8 @@ class _Entry:
         self.gaps: list[tuple[GpuTotals, int]] = []  # straggler gaps x 2 (3+ GPUs reading utilization)
         self.ranks: list[_RankPart] = []
         self.lates: list[_LatePart] = []
+        self.loaders: list[tuple[tuple[int | None, int], int]] = []  # (rank key, exact time in next(loader))
+        self.losses = 0  # data readings with losses (GD946 reads the window's samples only when there are)
 
 
 class Window(Sequence[Sample]):
@@ -164,6 +166,9 @@ class Window(Sequence[Sample]):
         self._seq = 0  # the number of the next sample
         self.gpus: dict[int, GpuTotals] = {}  # in the order they came
         self.ranks: dict[tuple[int | None, int], RankTotals] = {}
+        # Per rank that wraps its loader (gpudoctor.watch_loader): [readings, exact time inside next(loader)].
+        self.loader: dict[tuple[int | None, int], list[int]] = {}
+        self.losses = 0  # data readings in the window that gave losses
         self.counted = 0  # samples with 3+ GPUs reading utilization (a straggler has a meaning)
         self.spread_n = self.spread_sum = 0  # max - min utilization, samples with 2+ such GPUs
         self.dips = 0  # samples where every GPU was below starve_util
@@ -177,7 +182,7 @@ class Window(Sequence[Sample]):
     @classmethod
     def of(cls, samples: Sequence[Sample], th: Thresholds) -> Window:
         """All of `samples` as one window."""
-        if isinstance(samples, Window) and samples.th == th:
+        if isinstance(samples, Window) and (samples.th is th or samples.th == th):
             return samples
         w = cls(th)
         for s in samples:
@@ -284,6 +289,8 @@ class Window(Sequence[Sample]):
             end = (r.last_step, r.last_end) if r.last_step is not None and r.last_end is not None else None
             parts.append((acc, n, timed, step_x, waited, wait_x, end))
         entry.lates = self._lateness(s)
+        entry.losses = sum(1 for d in s.data or () if d.loss is not None and d.loss.n and d.loss.sum is not None)
+        entry.loaders = [(d.key, exact(d.loader.s)) for d in s.data or () if d.loader is not None and d.loader.batches]
 
     def _apply(self, e: _Entry, sign: int) -> None:
         """Add (sign 1) or take out (-1) what entry `e` holds."""
@@ -347,6 +354,16 @@ class Window(Sequence[Sample]):
             if waited:
                 acc.waited += sign * waited
                 acc.wait_sum += sign * wait_x
+        self.losses += sign * e.losses
+        loader = self.loader
+        for key, x in e.loaders:
+            held = loader.get(key)
+            if held is None:
+                held = loader[key] = [0, 0]
+            held[0] += sign
+            held[1] += sign * x
+            if not held[0]:
+                del loader[key]
         for acc, late, behind in e.lates:
             entry = acc.late
             entry[0] += sign

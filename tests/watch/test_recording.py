@@ -20,7 +20,7 @@ import pytest
 from gpudoctor.errors import UserError
 from gpudoctor.watch.follow import Job
 from gpudoctor.watch.headless import run_headless
-from gpudoctor.watch.recording import RecordWriter, read_recording
+from gpudoctor.watch.recording import MAX_LINE, RecordWriter, read_recording
 from gpudoctor.watch.session import Session
 from gpudoctor.watch.sources import ReplaySource, SyntheticSource
 from gpudoctor.watch.summary import summarize_recording
@@ -364,7 +364,7 @@ def test_a_device_or_a_fifo_is_refused_and_a_huge_line_is_skipped_piece_by_piece
         f.write("\n".join([*lines[:3], "x" * (20 << 20), *lines[3:]]) + "\n")
     r = gpudoctor_cli("report", str(bomb))
     assert r.returncode == 0, r.stderr
-    assert "line 4 of" in r.stdout and "damaged (longer than 8 MiB)" in r.stdout
+    assert "line 4 of" in r.stdout and f"damaged (longer than {MAX_LINE >> 20} MiB)" in r.stdout
     assert f"{len(lines) - 1} samples" in r.stdout
 
 

@@ -3,14 +3,18 @@ subtracted, and the result is the analysis of the same samples judged afresh."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
+from dataclasses import fields
 from fractions import Fraction
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudoctor.watch import analysis
 from gpudoctor.watch.analysis import Thresholds
+from gpudoctor.watch.data_model import DataReading, LoaderTime
 from gpudoctor.watch.model import GpuReading, RankReading, Sample
 from gpudoctor.watch.summary import SummaryBuilder
 from gpudoctor.watch.synthetic import SCENARIOS, synthetic_run
@@ -112,13 +116,13 @@ def test_every_scenario_judges_the_same_kept_or_afresh() -> None:
         assert judged(builder.balance) == judged(fresh), scenario
 
 
-class CountedGpus(tuple):  # type: ignore[type-arg]
-    """A sample's GPU readings that count how often they are read."""
+class Counted(tuple):  # type: ignore[type-arg]
+    """A sample's readings (GPUs, ranks, data) that count how often they are read."""
 
     reads = 0
 
     def __iter__(self):  # type: ignore[no-untyped-def]
-        CountedGpus.reads += 1
+        Counted.reads += 1
         return super().__iter__()
 
 
@@ -129,10 +133,10 @@ def test_a_sample_is_read_once_whatever_the_window_length() -> None:
         th = Thresholds(warmup_s=0, window_s=window_s)
         samples = synthetic_run("straggler", 200, seed=1)
         w = Window(th, window_s)
-        CountedGpus.reads = 0
+        Counted.reads = 0
         for s in samples:
-            w.add(Sample(s.t, CountedGpus(s.gpus), s.cpu))
-        assert CountedGpus.reads == len(samples), window_s
+            w.add(Sample(s.t, Counted(s.gpus), s.cpu))
+        assert Counted.reads == len(samples), window_s
 
 
 @given(st.lists(st.integers(-5, 5), min_size=2, max_size=12), st.data())
@@ -149,3 +153,31 @@ def test_exact_sums_come_back_to_where_they_were(values: list[float]) -> None:
     total = sum(exact(v) for v in values)
     assert exact_mean(total, len(values)) == float(sum(map(Fraction, values)) / len(values))  # correctly rounded
     assert total - sum(exact(v) for v in values[1:]) == exact(values[0])
+
+
+def test_rank_stats_made_without_init_carry_every_field() -> None:
+    """rank_stats makes its RankStats without the frozen __init__ (per rank per sample): every field is set."""
+    w = Window.of(synthetic_run("straggler", 30, ranks=True), TH)
+    made = analysis.rank_stats(w, TH)
+    assert made and all(set(s.__dict__) == {f.name for f in fields(analysis.RankStats)} for s in made.values())
+    assert all(s == analysis.RankStats(**s.__dict__) for s in made.values())
+
+
+def test_the_judging_of_a_sample_reads_it_as_often_whatever_the_window_length() -> None:
+    """The whole judging (SummaryBuilder: verdicts, rank stats, the loader share GD948 compares) reads a
+    sample's ranks and data as often with a 5 s window as with a 500 s one: the loader share summed
+    every sample of the window, every sample (the window-length cost of issue 22), and so did GD946's
+    loss comparison, which still does when the ranks give losses (not here)."""
+    reads = {}
+    shares = {}
+    for window_s in (5.0, 500.0):
+        b = SummaryBuilder("t", Thresholds(warmup_s=0, window_s=window_s))
+        Counted.reads = 0
+        for s in synthetic_run("starved", 200, seed=1, ranks=True):
+            assert s.ranks is not None
+            data = (DataReading(r.pid, r.rank, loader=LoaderTime(0.1 * r.steps, r.steps)) for r in s.ranks)
+            b.add(dataclasses.replace(s, ranks=Counted(s.ranks), data=Counted(data)))
+        reads[window_s] = Counted.reads
+        shares[window_s] = {k: r.loader_share for k, r in b.balance.ranks.items()}
+    assert reads[5.0] == reads[500.0]
+    assert all(v == pytest.approx(0.1 / 0.5) for v in shares[5.0].values()) and shares[5.0] == shares[500.0]
