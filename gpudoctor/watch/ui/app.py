@@ -429,7 +429,8 @@ class WatchApp(App[str]):
         if job is not None:
             parts.append((f"PID {job.root.pid}: {printable(job.display)}", "", True))
         parts.append((f"processes by {self.sort}", "dim", False))
-        self.query_one("#status", Static).update(status_text(parts, max(20, self.size.width - 2)))
+        line = status_text(parts, max(20, self.size.width - 2))
+        self.query_one("#status", Static).update(line, layout=False)  # one line always: no new layout
 
     # -- keys ------------------------------------------------------------------------------------
     def action_pause(self) -> None:

@@ -331,8 +331,13 @@ def status_text(parts: Sequence[tuple[str, str, bool]], width: int) -> Text:
 class Lines(Static):
     """A block of ready-made lines."""
 
+    _count = -1
+
     def show(self, lines: Sequence[Text]) -> None:
-        self.update(Text("\n").join(lines) if lines else Text(""))
+        # A layout pass only when the number of lines changes: the block's width is its box's, and a new
+        # layout of the whole screen every sample was most of the dashboard's CPU at 128 GPUs (issue 22).
+        self.update(Text("\n").join(lines) if lines else Text(""), layout=len(lines) != self._count)
+        self._count = len(lines)
 
 
 SORTS = {
