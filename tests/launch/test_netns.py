@@ -91,6 +91,32 @@ def squatter() -> Iterator[tuple[list[tuple[int, str]], list[int]]]:
             s.close()
 
 
+@contextmanager
+def ranks_killed_once_reached(reached: list[tuple[int, str]]) -> Iterator[None]:
+    """Kill this test's ranks once the squatter has connected: a squatted run hangs until the launch's
+    timeout (90 s), and the test has seen what it asserts by then."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(0.05):
+            if any(how == "connected" for _, how in reached):
+                for p in psutil.Process().children(recursive=True):
+                    try:
+                        if RANK_MODULE in " ".join(p.cmdline()):
+                            p.kill()
+                    except psutil.Error:
+                        continue
+                return
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
 def _cpu_run() -> LaunchResult:
     return launch([Task("allreduce", {"sizes": [1024], "iters": 3})], device="cpu", ranks=2, timeout_s=90)
 
@@ -110,7 +136,7 @@ def test_a_squatter_cannot_reach_the_listeners_of_a_cpu_run(monkeypatch: pytest.
 def test_without_a_namespace_the_listeners_are_reachable_and_the_run_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """The threat is real here (the squatter is not vacuous): without the namespace it connects."""
     monkeypatch.setenv("GPUDOCTOR_NO_NETNS", "1")
-    with squatter() as (reached, _):
+    with squatter() as (reached, _), ranks_killed_once_reached(reached):
         result = _cpu_run()
     assert not result.isolated and result.isolation == "GPUDOCTOR_NO_NETNS is set"
     assert any(how == "connected" for _, how in reached), reached
