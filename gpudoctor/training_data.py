@@ -39,6 +39,7 @@ Standard library only: torch's objects are used through their own methods, torch
 
 from __future__ import annotations
 
+import contextlib
 import json
 import operator
 import os
@@ -130,17 +131,19 @@ class Epoch:
         self.dirty = True
         self.pending: list[Any] = []  # step(samples=) indices counted, not yet digested (Data.digest)
 
-    def take(self, samples: list[Any]) -> None:
-        """One step's indices (a list): counted now; the epoch's first PREFIX recorded at once, in order (the
-        prefix must be exact), the rest copied and digested at the next flush (Data.digest)."""
+    def take(self, samples: list[Any], beyond: int = 0) -> None:
+        """One step's indices (a list, and `beyond` more counted but not given): counted now; the epoch's
+        first PREFIX recorded at once, in order (the prefix must be exact), the rest copied, up to
+        PENDING_MAX held, and digested at the next flush (Data.digest)."""
         self.batches += 1
         self.dirty = True
         if len(self.prefix) < PREFIX and not self.unreadable:
             self.record(samples[:PREFIX])
             samples = samples[PREFIX:]
-        self.n += len(samples)
-        if len(self.pending) < PENDING_MAX:
-            self.pending += samples
+        self.n += len(samples) + beyond
+        room = PENDING_MAX - len(self.pending)
+        if room > 0:
+            self.pending += samples if len(samples) <= room else samples[:room]  # bounded, whatever a batch holds
 
     def digest(self, budget: int) -> int:
         """Digest up to `budget` of the held indices (already counted), drop the rest; the number digested."""
@@ -176,7 +179,7 @@ class Epoch:
                     self.ascending = False
                 prefix.extend(run[1:] if prefix else run)
             self.sample.add_many(seq)
-        except (TypeError, ValueError, IndexError, OverflowError):  # a str * MULT raises, never allocates
+        except Exception:  # noqa: BLE001  (a str * MULT raises, never allocates; a user's __index__ may raise anything)
             self.unreadable = True
             self.sample.kept.clear()
         self.dirty = True
@@ -420,6 +423,11 @@ class Data:
         self.allowance = float(DIGEST_RATE)  # indices that may be digested now (refilled at DIGEST_RATE a second)
         self.allowed_at = time.monotonic()
 
+    def refused(self, exc: BaseException) -> None:
+        """step(loss=, samples=, epoch=) raised while read: said once, the step goes on."""
+        with contextlib.suppress(Exception):
+            self.note(f"step(loss=, samples=, epoch=) could not be read ({type(exc).__name__}): ignored this step")
+
     def note(self, text: str) -> None:
         if text not in self.noted:
             self.noted.add(text)
@@ -474,6 +482,7 @@ class Data:
             current = stream.begin(number, {}, None)
             self.epochs["train"] = number + 1
         self.fast = current
+        cap = PREFIX + PENDING_MAX  # what one step's batch can add to what is held: copy no more of it
         if hasattr(samples, "tolist"):
             if getattr(getattr(samples, "device", None), "type", "cpu") != "cpu":
                 self.note(
@@ -481,14 +490,17 @@ class Data:
                     "wait for the device): ignored"
                 )
                 return
-            samples = samples.tolist()
         try:
-            samples[:1]  # a sequence (a list, tuple, range): not a set, a mapping or a generator
-            samples = list(samples)
+            total = len(samples)  # a sequence (a list, tuple, range, array): not a set, a mapping or a generator
+            head = samples[:cap]
+            head = head.tolist() if hasattr(head, "tolist") else list(head)
         except TypeError:
             self.note(f"step(samples=) takes a sequence of sample indices, not {type(samples).__name__}: ignored")
             return
-        current.take(samples)
+        if type(head) is not list:  # a 0-d array's tolist() is a number
+            self.note(f"step(samples=) takes a sequence of sample indices, not {type(samples).__name__}: ignored")
+            return
+        current.take(head, max(0, total - len(head)))
 
     # -- sending ---------------------------------------------------------------------------------------
     def digest(self, now: float, final: bool = False) -> None:

@@ -444,7 +444,10 @@ def step(  # no keyword-only parameters: CPython fills those from a dict, twice 
         if pub is None:
             return _NOOP
     if loss is not None or samples is not None:
-        pub.data.on_step(loss, samples, epoch)
+        try:  # free when nothing is raised (3.11): a user's odd object never breaks the training loop
+            pub.data.on_step(loss, samples, epoch)
+        except Exception as exc:  # noqa: BLE001
+            pub.data.refused(exc)
     return _Mark(pub, input_wait)
 
 
