@@ -205,11 +205,11 @@ def _lines(f: IO[str]) -> Iterator[tuple[int, str, bool]]:
     """(line number, text, ended with a newline); a line over MAX_LINE comes as TOO_LONG."""
     number = 0
     while True:
-        line = f.readline(MAX_LINE + 1)
+        line = f.readline(MAX_LINE + 1)  # MAX_LINE characters and the newline: at the bound is taken
         if not line:
             return
         number += 1
-        if len(line) > MAX_LINE:
+        if len(line) > MAX_LINE and not line.endswith("\n"):
             while line and not line.endswith("\n"):  # the rest of it, a piece at a time
                 line = f.readline(MAX_LINE)
             yield number, TOO_LONG, True

@@ -199,3 +199,17 @@ def test_a_line_that_would_parse_into_millions_of_objects_is_refused_unparsed(tm
         tracemalloc.stop()
     assert stream.bad_input and f"line 2: {n + 2} objects and lists, at most {MAX_CONTAINERS}" in (stream.damage or "")
     assert peak < 4 * MAX_LINE  # the line's text (a str per read) and no objects: was ~50x the line
+
+
+def test_a_line_of_exactly_max_line_characters_is_taken_and_one_more_is_damage(tmp_path: Path) -> None:
+    """The bound counts the line's characters, not its newline (a hostile review: MAX_LINE was refused)."""
+    base = synthetic_run("straggler", 1)[0].to_json()
+    text = json.dumps(base)
+    pad = MAX_LINE - len(text) - len(', "pad": ""')
+    at = json.dumps({**base, "pad": "p" * pad})
+    assert len(at) == MAX_LINE
+    over = json.dumps({**base, "pad": "p" * (pad + 1)})
+    for line, samples in ((at, 1), (over, 0)):
+        stream = RecordingStream(str(_recording(tmp_path / "edge.jsonl", [line])))
+        assert len(list(stream)) == samples
+        assert (stream.damage is None) == (samples == 1), stream.damage
