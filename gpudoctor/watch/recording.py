@@ -198,6 +198,7 @@ def recording_path(arg: str) -> str:
 # ~100 MiB of memory (issue 24: 417 MB for a 1.5 MB gzip).
 MAX_LINE = 4 * MIB
 MAX_CONTAINERS = 1 << 17
+MAX_BLANK = 1000  # blank lines in a row: `watch --record` writes none (a heuristic bound)
 TOO_LONG = f"\x00longer than {MAX_LINE // MIB} MiB"  # no JSON line can contain a NUL: never parsed
 
 
@@ -286,6 +287,7 @@ class RecordingStream:
         return header
 
     def __iter__(self) -> Iterator[Sample]:
+        blank, path = 0, self.path
         try:
             while True:
                 try:
@@ -301,7 +303,14 @@ class RecordingStream:
                     return
                 number, text, complete = item
                 if not text.strip() and complete:
+                    blank += 1
+                    if blank > MAX_BLANK:  # a recording has none: a stream of newlines is not one (minutes to read)
+                        self._stopped = f"{path} has more than {MAX_BLANK} blank lines from line {number - blank + 1}"
+                        self._stopped += f" (a recording has none); kept the {plural(self.samples, 'sample')} before"
+                        self.unreadable = "blank lines"
+                        return
                     continue
+                blank = 0
                 dropped: list[str] = []
                 if text == TOO_LONG:
                     if not self._skipped:

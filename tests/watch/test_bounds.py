@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from gpudoctor.watch.bounds import MAX_GPUS, MAX_RANKS
 from gpudoctor.watch.model import GpuReading, HostReading, ProcReading, RankReading, Sample
-from gpudoctor.watch.recording import MAX_CONTAINERS, MAX_LINE, RecordingStream
+from gpudoctor.watch.recording import MAX_BLANK, MAX_CONTAINERS, MAX_LINE, RecordingStream
 from gpudoctor.watch.synthetic import synthetic_run
 from tests.helpers.cli import run_cli
 
@@ -213,3 +213,19 @@ def test_a_line_of_exactly_max_line_characters_is_taken_and_one_more_is_damage(t
         stream = RecordingStream(str(_recording(tmp_path / "edge.jsonl", [line])))
         assert len(list(stream)) == samples
         assert (stream.damage is None) == (samples == 1), stream.damage
+
+
+def test_a_stream_of_blank_lines_ends_the_reading_as_bad_input(tmp_path: Path) -> None:
+    """A small gzip of millions of newlines kept `report` busy for minutes (a hostile review): blank lines in a
+    row beyond MAX_BLANK end the reading, the samples before kept, and the file is bad input (exit 2)."""
+    rec = _recording(tmp_path / "blank.jsonl", [synthetic_run("straggler", 1)[0]])
+    with rec.open("a") as f:
+        f.write("\n" * (MAX_BLANK + 1) + "not read\n")
+    stream = RecordingStream(str(rec))
+    assert len(list(stream)) == 1
+    assert stream.bad_input and f"more than {MAX_BLANK} blank lines from line 3" in (stream.damage or "")
+    short = _recording(tmp_path / "few.jsonl", [synthetic_run("straggler", 1)[0]])
+    with short.open("a") as f:
+        f.write("\n" * 10)
+    stream = RecordingStream(str(short))
+    assert len(list(stream)) == 1 and not stream.bad_input  # a few blank lines are nothing
