@@ -171,3 +171,16 @@ def test_fewer_than_two_usable_files_is_a_usage_error_in_one_line(
     assert r.exit_code == 2
     [line] = r.err.strip().splitlines()
     assert "fewer than two usable node files among 3" in line and "missing.json: no such file" in line
+
+
+def test_junit_never_overwrites_a_node_file_named_or_in_a_named_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = node_docs()
+    a, b = (save(tmp_path / f"{host}.json", docs[host]) for host in ("hgx-a", "hgx-b"))
+    before = Path(b).read_text()
+    r = run_cli(capsys, "fleet", a, b, "--junit", b)
+    assert r.exit_code == 2 and f"--junit {b} is the node file {b}: writing it would replace that input" in r.err
+    r = run_cli(capsys, "fleet", str(tmp_path), "--junit", b)
+    assert r.exit_code == 2 and "would replace that input" in r.err
+    assert Path(b).read_text() == before
