@@ -237,14 +237,27 @@ def measured_findings(nodes: dict[str, FleetNode]) -> list[Finding]:
 
 def regressions(nodes: dict[str, FleetNode], baseline: Side, tolerance: float) -> list[Finding]:
     """Each node against the baseline with `diff`'s rules; each change or regression one finding,
-    grouped across the nodes that have it."""
+    grouped across the nodes that have it. A node nothing could be compared on (every comparison
+    skipped, as `diff` would exit 2 on it), and the machine facts of a baseline that records none,
+    are skip lines with `diff`'s reason, never a pass."""
     from gpudoctor.compare.rules import compare
 
     found: dict[str, dict[str, Any]] = {}
+    skipped: dict[tuple[str, str], list[str]] = {}  # (what was not compared, why) -> the nodes
+    compared = []
     for label, node in nodes.items():
+        results = compare(baseline, node.side, tolerance)
+        if all(f.status is Status.SKIP for result in results for f in result.findings):
+            why = "; ".join(result.findings[0].message for result in results if result.findings)
+            skipped.setdefault(("{n} node(s)", why), []).append(label)
+            continue
+        compared.append(label)
+        if baseline.facts is None:
+            why = results[0].findings[0].message
+            skipped.setdefault(("the machine facts of {n} node(s)", why), []).append(label)
         items = [
             {"code": f.code, "status": f.status.value, "subject": f.subject, "message": f.message}
-            for result in compare(baseline, node.side, tolerance)
+            for result in results
             for f in result.findings
             if f.status.value in FORWARDED_STATUSES
         ]
@@ -253,12 +266,14 @@ def regressions(nodes: dict[str, FleetNode], baseline: Side, tolerance: float) -
     base = baseline.label.replace("{", "{{").replace("}", "}}")  # the hint is a format string
     hint = f"compare that node alone: `gpudoctor diff {base} FILE` ({{node}}'s file)"
     out = forwarded(found, {k: k for k in found}, "", hint)
-    if not out:
-        message = f"{len(nodes)} node(s) as in {baseline.label}, within {tolerance:.0%}"
-        out.append(Finding(GPUS.code, Status.PASS, "host", message, "", {"nodes": len(nodes)}))
-    else:
-        same = [k for k in nodes if k not in found]
-        if same:
-            message = f"{len(same)} node(s) as in {baseline.label}: {listed(same)}"
-            out.append(Finding(GPUS.code, Status.PASS, "host", message, "", {"nodes": len(same)}))
+    same = [k for k in compared if k not in found]
+    if same and not found:
+        message = f"{len(same)} node(s) as in {baseline.label}, within {tolerance:.0%}"
+        out.append(Finding(GPUS.code, Status.PASS, "host", message, "", {"nodes": len(same)}))
+    elif same:
+        message = f"{len(same)} node(s) as in {baseline.label}: {listed(same)}"
+        out.append(Finding(GPUS.code, Status.PASS, "host", message, "", {"nodes": len(same)}))
+    for (what, why), labels in skipped.items():
+        message = f"{what.format(n=len(labels))} not compared with {baseline.label}: {why}"
+        out.append(Finding(GPUS.code, Status.SKIP, "host", message, "", {"nodes": sorted(labels)}))
     return out

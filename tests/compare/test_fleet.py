@@ -115,7 +115,11 @@ def test_the_node_with_low_busbw_and_the_regressions_against_a_baseline_are_name
     # own failure (the recorded VM has no NVIDIA driver) is one finding for the three nodes.
     r = run_cli(capsys, "fleet", *[f for f in files if "cpu-2" not in f], "--baseline", str(V1_CPU), "--json")
     assert r.one("GD683")["status"] == "pass" and {f["status"] for f in r.findings("GD014")} == set()
-    assert r.one("GD011")["message"].startswith("3 node(s) as in")
+    [same] = [f for f in r.findings("GD011") if f["status"] == "pass"]
+    assert same["message"].startswith("3 node(s) as in")
+    # The recorded baseline holds no machine facts: said, with diff's reason, for the nodes compared.
+    [facts] = [f for f in r.findings("GD011") if f["status"] == "skip"]
+    assert facts["message"].startswith(f"the machine facts of 3 node(s) not compared with {V1_CPU}: {V1_CPU} records")
     assert r.one("GD101")["message"].startswith("on 3 nodes (cpu-0, cpu-1, cpu-3): no NVIDIA driver")
 
 
@@ -184,3 +188,14 @@ def test_junit_never_overwrites_a_node_file_named_or_in_a_named_directory(
     r = run_cli(capsys, "fleet", str(tmp_path), "--junit", b)
     assert r.exit_code == 2 and "would replace that input" in r.err
     assert Path(b).read_text() == before
+
+
+def test_a_baseline_nothing_could_be_compared_with_is_a_skip_with_diffs_reason_never_a_pass(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    nodes = [str(FIXTURES / "h100_sxm_8x.json"), str(FIXTURES / "a100_sxm_8x.json")]
+    r = run_cli(capsys, "fleet", *nodes, "--baseline", str(V1_CPU), "--json")
+    [line] = r.findings("GD011")
+    assert line["status"] == "skip" and line["evidence"]["nodes"] == ["hgx-h100-07", "ip-172-31-8-41"]
+    assert line["message"].startswith(f"2 node(s) not compared with {V1_CPU}: {V1_CPU} records no machine facts")
+    assert {f["status"] for f in r.findings() if f["code"].startswith("GD01")} == {"skip"}
