@@ -138,13 +138,18 @@ HINT_UNUSABLE = (
     "Save each node's file with this gpudoctor, as a regular file in the directory (`gpudoctor snapshot -o FILE`, "
     "`gpudoctor check --json > FILE`); its node is not compared until then."
 )
+HINT_PARTIAL = (
+    "Save the node's file again with this gpudoctor (`gpudoctor snapshot -o FILE`, `gpudoctor check --json > FILE`); "
+    "the rest of it is compared meanwhile."
+)
 
 
-def unusable(problems: list[tuple[str, str]]) -> list[Finding]:
-    """GD464, one line per file that could not be used."""
+def unusable(problems: Sequence[tuple[str, str]], partial: Sequence[tuple[str, str]] = ()) -> list[Finding]:
+    """GD464, one line per file that could not be used, or was used but not all of it."""
     return [
-        Finding(FACTS_MISSING.code, Status.WARN, f"node:{path}", f"{path}: {why}", HINT_UNUSABLE, {"file": path})
-        for path, why in problems
+        Finding(FACTS_MISSING.code, Status.WARN, f"node:{path}", f"{path}: {why}", hint, {"file": path})
+        for items, hint in ((problems, HINT_UNUSABLE), (partial, HINT_PARTIAL))
+        for path, why in items
     ]
 
 
@@ -159,7 +164,9 @@ def judge(
     own findings and, with a baseline, the regressions."""
     given = len(nodes) + len(problems)
     problems = list(problems)
+    partial: list[tuple[str, str]] = []  # files used, but not all of what they hold
     facts: dict[str, dict[str, Any]] = {}
+    machine: dict[str, dict[str, Any]] = {}  # the facts of the nodes whose file records machine facts
     kept: dict[str, FleetNode] = {}
     for node, label in zip(nodes, node_labels(nodes), strict=True):
         try:
@@ -167,11 +174,17 @@ def judge(
         except Malformed as exc:
             problems.append((node.path, f"its facts are not what gpudoctor writes: {exc}"))
             continue
-        problems += [(node.path, note) for note in notes]
+        partial += [(node.path, note) for note in notes]
         kept[label] = node
+        if node.side.facts is not None:
+            machine[label] = facts[label]
+        else:  # `diff`'s reason; its measurements and findings are still judged
+            why = f"records no machine facts (written by gpudoctor {node.side.written_by or 'before 0.2'})"
+            partial.append((node.path, f"{why}: its driver, GPUs and the rest are not compared"))
     if len(facts) < 2:
         raise UserError(fewer_than_two(given, problems), EXIT_USAGE, "input")
     reports = sum(n.side.kind == "report" for n in kept.values())
+    machine_reports = sum(kept[label].side.kind == "report" for label in machine)
     files = [
         Finding(
             FACTS_MISSING.code,
@@ -182,8 +195,10 @@ def judge(
             {"nodes": len(kept), "reports": reports},
         )
     ]
-    results = [CheckResult("fleet_files", "Files read", unusable(problems) + files, 0.0)]
-    results.append(CheckResult("fleet_facts", f"Facts across {len(kept)} nodes", fact_findings(facts, reports), 0.0))
+    results = [CheckResult("fleet_files", "Files read", unusable(problems, partial) + files, 0.0)]
+    results.append(
+        CheckResult("fleet_facts", f"Facts across {len(machine)} nodes", fact_findings(machine, machine_reports), 0.0)
+    )
     results.append(CheckResult("fleet_measurements", "Measured all-reduce busbw", measured_findings(kept), 0.0))
     own = forwarded(facts, {k: k for k in facts}, "", "read {node}'s report for the details and hints")
     if own:
@@ -208,6 +223,9 @@ def fact_findings(facts: dict[str, dict[str, Any]], reports: int) -> list[Findin
     """GD460-GD463 over the fields every node recorded; a report records fewer than a snapshot."""
     from gpudoctor.knowledge.node_record import REPORTED
 
+    if len(facts) < 2:
+        why = f"{len(facts)} file(s) record them, fewer than two (reports by gpudoctor 0.1.0 do not)"
+        return [Finding(NETWORK_DIFFERS.code, Status.SKIP, "host", f"machine facts not compared: {why}", "", {})]
     if not reports:
         return comparison_findings(facts)
     skipped = Finding(

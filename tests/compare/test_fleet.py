@@ -199,3 +199,18 @@ def test_a_baseline_nothing_could_be_compared_with_is_a_skip_with_diffs_reason_n
     assert line["status"] == "skip" and line["evidence"]["nodes"] == ["hgx-h100-07", "ip-172-31-8-41"]
     assert line["message"].startswith(f"2 node(s) not compared with {V1_CPU}: {V1_CPU} records no machine facts")
     assert {f["status"] for f in r.findings() if f["code"].startswith("GD01")} == {"skip"}
+
+
+def test_a_report_without_machine_facts_is_one_gd464_line_and_left_out_of_the_facts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = node_docs()
+    snapshots = [save(tmp_path / f"{host}.json", docs[host]) for host in ("hgx-a", "hgx-b")]
+    old = str(FIXTURES / "reports" / "v1-h100-static.json")
+    r = run_cli(capsys, "fleet", *snapshots, old, "--json")
+    # Not "driver unknown, GPU models none" against the snapshots: the two snapshots alike.
+    assert [(c, s) for c, s, _, m in verdicts(r.findings())] == [("GD460", "pass")]
+    [line] = [f for f in r.findings("GD464") if f["status"] == "warn"]
+    assert line["evidence"]["file"] == old
+    assert "records no machine facts (written by gpudoctor 0.1.0)" in line["message"]
+    assert "not compared until then" not in line["hint"]
