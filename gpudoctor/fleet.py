@@ -77,6 +77,26 @@ def fleet_files(paths: Sequence[str]) -> tuple[list[tuple[str, bool]], list[tupl
     return files, problems
 
 
+def distinct(files: list[tuple[str, bool]]) -> tuple[list[tuple[str, bool]], list[str]]:
+    """Each file once, however it was named (`A ./A`, `dir dir/`, a hard link: the same inode), and
+    the names left out: a file counted twice would outvote the others."""
+    seen: set[tuple[object, ...]] = set()
+    out: list[tuple[str, bool]] = []
+    repeated: list[str] = []
+    for path, follow in files:
+        try:
+            st = os.stat(path, follow_symlinks=follow)
+            key: tuple[object, ...] = ("inode", st.st_dev, st.st_ino)
+        except (OSError, ValueError):
+            key = ("path", os.path.realpath(path))
+        if key in seen:
+            repeated.append(path)
+        else:
+            seen.add(key)
+            out.append((path, follow))
+    return out, repeated
+
+
 def load_node(path: str, follow: bool) -> FleetNode:
     """One file as a node; UserError (one line: the file and why) when it is not a usable one."""
     from gpudoctor.compare.sides import read_side
@@ -126,11 +146,13 @@ def measured_busbw(measurements: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def node_labels(nodes: list[FleetNode]) -> list[str]:
-    """The name each node goes by: its hostname, or its file where hosts repeat or are unknown."""
+    """The name each node goes by: its hostname, or its file where hosts repeat or are unknown, or
+    where the hostname is another node's file (the files are distinct: the labels never collide)."""
     hosts = Counter(n.facts.get("host") for n in nodes)
+    paths = {n.path for n in nodes}
     return [
-        n.facts["host"] if isinstance(n.facts.get("host"), str) and hosts[n.facts["host"]] == 1 else n.path
-        for n in nodes
+        host if isinstance(host, str) and hosts[host] == 1 and host not in paths else n.path
+        for n, host in ((n, n.facts.get("host")) for n in nodes)
     ]
 
 
@@ -159,6 +181,7 @@ def judge(
     known_codes: Collection[str],
     baseline: Side | None = None,
     tolerance: float = 0.10,
+    repeated: Sequence[str] = (),
 ) -> list[CheckResult]:
     """The fleet's verdicts, as check results: the files, the facts, the measurements, the nodes'
     own findings and, with a baseline, the regressions."""
@@ -182,7 +205,7 @@ def judge(
             why = f"records no machine facts (written by gpudoctor {node.side.written_by or 'before 0.2'})"
             partial.append((node.path, f"{why}: its driver, GPUs and the rest are not compared"))
     if len(facts) < 2:
-        raise UserError(fewer_than_two(given, problems), EXIT_USAGE, "input")
+        raise UserError(fewer_than_two(given, problems, repeated), EXIT_USAGE, "input")
     reports = sum(n.side.kind == "report" for n in kept.values())
     machine_reports = sum(kept[label].side.kind == "report" for label in machine)
     files = [
@@ -190,9 +213,10 @@ def judge(
             FACTS_MISSING.code,
             Status.PASS,
             "host",
-            f"{len(kept)} nodes read: {len(kept) - reports} snapshot(s), {reports} report(s)",
+            f"{len(kept)} nodes read: {len(kept) - reports} snapshot(s), {reports} report(s)"
+            + (f"; {twice(repeated)}" if repeated else ""),
             "",
-            {"nodes": len(kept), "reports": reports},
+            {"nodes": len(kept), "reports": reports, "repeated": list(repeated[:20])},
         )
     ]
     results = [CheckResult("fleet_files", "Files read", unusable(problems, partial) + files, 0.0)]
@@ -210,13 +234,21 @@ def judge(
     return results
 
 
-def fewer_than_two(given: int, problems: list[tuple[str, str]]) -> str:
+def twice(repeated: Sequence[str]) -> str:
+    """The names of files already read, in words."""
+    more = f" (+{len(repeated) - 3} more)" if len(repeated) > 3 else ""
+    return f"{', '.join(repeated[:3])}{more} named more than once, read once"
+
+
+def fewer_than_two(given: int, problems: list[tuple[str, str]], repeated: Sequence[str] = ()) -> str:
     """The usage error's one line: how many files, and why the first few could not be used."""
     if not problems:
-        return f"fleet: {given} node file(s): name two or more snapshots or reports, or their directory"
+        again = f" ({twice(repeated)})" if repeated else ""
+        return f"fleet: {given} node file(s){again}: name two or more snapshots or reports, or their directory"
     said = "; ".join(f"{path}: {why}" for path, why in problems[:3])
     more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
-    return f"fleet: fewer than two usable node files among {given}: {said}{more}"
+    again = f"; {twice(repeated)}" if repeated else ""
+    return f"fleet: fewer than two usable node files among {given}: {said}{more}{again}"
 
 
 def fact_findings(facts: dict[str, dict[str, Any]], reports: int) -> list[Finding]:

@@ -214,3 +214,26 @@ def test_a_report_without_machine_facts_is_one_gd464_line_and_left_out_of_the_fa
     assert line["evidence"]["file"] == old
     assert "records no machine facts (written by gpudoctor 0.1.0)" in line["message"]
     assert "not compared until then" not in line["hint"]
+
+
+def test_labels_never_collide_and_a_file_named_twice_is_one_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    docs = node_docs()
+    docs["hgx-b"]["host"]["hostname"] = "hgx-a"  # two nodes named alike: each goes by its file
+    docs["hgx-d"]["host"]["hostname"] = "hgx-a.json"  # a hostname that is the other's file
+    files = [save(Path(f"{host}.json"), docs[host]) for host in ("hgx-a", "hgx-b", "hgx-d", "hgx-e")]
+    r = run_cli(capsys, "fleet", *files, "--json")
+    assert r.one("GD464")["message"].startswith("4 nodes read")
+    [driver] = [f for f in r.findings("GD460") if f["status"] == "warn"]
+    assert driver["subject"] == "node:hgx-d.json"  # its file: its hostname is another node's file
+    # The same file twice, however named, is one node, said on the Files-read line.
+    for named in (["hgx-a.json", "./hgx-a.json", "hgx-e.json"], [str(tmp_path), f"{tmp_path}/"]):
+        r = run_cli(capsys, "fleet", *named, "--json")
+        line = r.one("GD464")["message"]
+        assert line.startswith(f"{2 if len(named) == 3 else 4} nodes read") and "named more than once" in line
+    r = run_cli(capsys, "fleet", "hgx-a.json", "hgx-a.json")
+    assert r.exit_code == 2
+    [line] = r.err.strip().splitlines()
+    assert "1 node file(s)" in line and "hgx-a.json named more than once" in line
