@@ -366,6 +366,13 @@ def fleet(paths: list[str], baseline: str | Path | None, args: Mapping[str, Any]
         selection.validate()
     except SelectionError as exc:
         raise UserError(str(exc), EXIT_USAGE, "usage") from None
+    if "-" in paths:
+        raise UserError(
+            "fleet -: the nodes' snapshots or reports are read from files or directories "
+            "(only `check --snapshot -` reads stdin)",
+            EXIT_USAGE,
+            "usage",
+        )
     base = load_side(baseline) if baseline is not None else None
     files, problems = fl.fleet_files(paths)
     files, repeated = fl.distinct(files)

@@ -237,3 +237,10 @@ def test_labels_never_collide_and_a_file_named_twice_is_one_node(
     assert r.exit_code == 2
     [line] = r.err.strip().splitlines()
     assert "1 node file(s)" in line and "hgx-a.json named more than once" in line
+
+
+def test_a_dash_is_refused_as_diff_refuses_it_stdin_is_not_read(capsys: pytest.CaptureFixture[str]) -> None:
+    r = run_cli(capsys, "fleet", "-", str(FIXTURES / "h100_sxm_8x.json"), str(FIXTURES / "a100_sxm_8x.json"))
+    assert r.exit_code == 2
+    [line] = r.err.strip().splitlines()
+    assert "fleet -:" in line and "only `check --snapshot -` reads stdin" in line
