@@ -77,6 +77,26 @@ def fleet_files(paths: Sequence[str]) -> tuple[list[tuple[str, bool]], list[tupl
     return files, problems
 
 
+def distinct(files: list[tuple[str, bool]]) -> tuple[list[tuple[str, bool]], list[str]]:
+    """Each file once, however it was named (`A ./A`, `dir dir/`, a hard link: the same inode), and
+    the names left out: a file counted twice would outvote the others."""
+    seen: set[tuple[object, ...]] = set()
+    out: list[tuple[str, bool]] = []
+    repeated: list[str] = []
+    for path, follow in files:
+        try:
+            st = os.stat(path, follow_symlinks=follow)
+            key: tuple[object, ...] = ("inode", st.st_dev, st.st_ino)
+        except (OSError, ValueError):
+            key = ("path", os.path.realpath(path))
+        if key in seen:
+            repeated.append(path)
+        else:
+            seen.add(key)
+            out.append((path, follow))
+    return out, repeated
+
+
 def load_node(path: str, follow: bool) -> FleetNode:
     """One file as a node; UserError (one line: the file and why) when it is not a usable one."""
     from gpudoctor.compare.sides import read_side
@@ -126,11 +146,13 @@ def measured_busbw(measurements: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def node_labels(nodes: list[FleetNode]) -> list[str]:
-    """The name each node goes by: its hostname, or its file where hosts repeat or are unknown."""
+    """The name each node goes by: its hostname, or its file where hosts repeat or are unknown, or
+    where the hostname is another node's file (the files are distinct: the labels never collide)."""
     hosts = Counter(n.facts.get("host") for n in nodes)
+    paths = {n.path for n in nodes}
     return [
-        n.facts["host"] if isinstance(n.facts.get("host"), str) and hosts[n.facts["host"]] == 1 else n.path
-        for n in nodes
+        host if isinstance(host, str) and hosts[host] == 1 and host not in paths else n.path
+        for n, host in ((n, n.facts.get("host")) for n in nodes)
     ]
 
 
@@ -138,13 +160,18 @@ HINT_UNUSABLE = (
     "Save each node's file with this gpudoctor, as a regular file in the directory (`gpudoctor snapshot -o FILE`, "
     "`gpudoctor check --json > FILE`); its node is not compared until then."
 )
+HINT_PARTIAL = (
+    "Save the node's file again with this gpudoctor (`gpudoctor snapshot -o FILE`, `gpudoctor check --json > FILE`); "
+    "the rest of it is compared meanwhile."
+)
 
 
-def unusable(problems: list[tuple[str, str]]) -> list[Finding]:
-    """GD464, one line per file that could not be used."""
+def unusable(problems: Sequence[tuple[str, str]], partial: Sequence[tuple[str, str]] = ()) -> list[Finding]:
+    """GD464, one line per file that could not be used, or was used but not all of it."""
     return [
-        Finding(FACTS_MISSING.code, Status.WARN, f"node:{path}", f"{path}: {why}", HINT_UNUSABLE, {"file": path})
-        for path, why in problems
+        Finding(FACTS_MISSING.code, Status.WARN, f"node:{path}", f"{path}: {why}", hint, {"file": path})
+        for items, hint in ((problems, HINT_UNUSABLE), (partial, HINT_PARTIAL))
+        for path, why in items
     ]
 
 
@@ -154,12 +181,15 @@ def judge(
     known_codes: Collection[str],
     baseline: Side | None = None,
     tolerance: float = 0.10,
+    repeated: Sequence[str] = (),
 ) -> list[CheckResult]:
     """The fleet's verdicts, as check results: the files, the facts, the measurements, the nodes'
     own findings and, with a baseline, the regressions."""
     given = len(nodes) + len(problems)
     problems = list(problems)
+    partial: list[tuple[str, str]] = []  # files used, but not all of what they hold
     facts: dict[str, dict[str, Any]] = {}
+    machine: dict[str, dict[str, Any]] = {}  # the facts of the nodes whose file records machine facts
     kept: dict[str, FleetNode] = {}
     for node, label in zip(nodes, node_labels(nodes), strict=True):
         try:
@@ -167,23 +197,32 @@ def judge(
         except Malformed as exc:
             problems.append((node.path, f"its facts are not what gpudoctor writes: {exc}"))
             continue
-        problems += [(node.path, note) for note in notes]
+        partial += [(node.path, note) for note in notes]
         kept[label] = node
+        if node.side.facts is not None:
+            machine[label] = facts[label]
+        else:  # `diff`'s reason; its measurements and findings are still judged
+            why = f"records no machine facts (written by gpudoctor {node.side.written_by or 'before 0.2'})"
+            partial.append((node.path, f"{why}: its driver, GPUs and the rest are not compared"))
     if len(facts) < 2:
-        raise UserError(fewer_than_two(given, problems), EXIT_USAGE, "input")
+        raise UserError(fewer_than_two(given, problems, repeated), EXIT_USAGE, "input")
     reports = sum(n.side.kind == "report" for n in kept.values())
+    machine_reports = sum(kept[label].side.kind == "report" for label in machine)
     files = [
         Finding(
             FACTS_MISSING.code,
             Status.PASS,
             "host",
-            f"{len(kept)} nodes read: {len(kept) - reports} snapshot(s), {reports} report(s)",
+            f"{len(kept)} nodes read: {len(kept) - reports} snapshot(s), {reports} report(s)"
+            + (f"; {twice(repeated)}" if repeated else ""),
             "",
-            {"nodes": len(kept), "reports": reports},
+            {"nodes": len(kept), "reports": reports, "repeated": list(repeated[:20])},
         )
     ]
-    results = [CheckResult("fleet_files", "Files read", unusable(problems) + files, 0.0)]
-    results.append(CheckResult("fleet_facts", f"Facts across {len(kept)} nodes", fact_findings(facts, reports), 0.0))
+    results = [CheckResult("fleet_files", "Files read", unusable(problems, partial) + files, 0.0)]
+    results.append(
+        CheckResult("fleet_facts", f"Facts across {len(machine)} nodes", fact_findings(machine, machine_reports), 0.0)
+    )
     results.append(CheckResult("fleet_measurements", "Measured all-reduce busbw", measured_findings(kept), 0.0))
     own = forwarded(facts, {k: k for k in facts}, "", "read {node}'s report for the details and hints")
     if own:
@@ -195,19 +234,30 @@ def judge(
     return results
 
 
-def fewer_than_two(given: int, problems: list[tuple[str, str]]) -> str:
+def twice(repeated: Sequence[str]) -> str:
+    """The names of files already read, in words."""
+    more = f" (+{len(repeated) - 3} more)" if len(repeated) > 3 else ""
+    return f"{', '.join(repeated[:3])}{more} named more than once, read once"
+
+
+def fewer_than_two(given: int, problems: list[tuple[str, str]], repeated: Sequence[str] = ()) -> str:
     """The usage error's one line: how many files, and why the first few could not be used."""
     if not problems:
-        return f"fleet: {given} node file(s): name two or more snapshots or reports, or their directory"
+        again = f" ({twice(repeated)})" if repeated else ""
+        return f"fleet: {given} node file(s){again}: name two or more snapshots or reports, or their directory"
     said = "; ".join(f"{path}: {why}" for path, why in problems[:3])
     more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
-    return f"fleet: fewer than two usable node files among {given}: {said}{more}"
+    again = f"; {twice(repeated)}" if repeated else ""
+    return f"fleet: fewer than two usable node files among {given}: {said}{more}{again}"
 
 
 def fact_findings(facts: dict[str, dict[str, Any]], reports: int) -> list[Finding]:
     """GD460-GD463 over the fields every node recorded; a report records fewer than a snapshot."""
     from gpudoctor.knowledge.node_record import REPORTED
 
+    if len(facts) < 2:
+        why = f"{len(facts)} file(s) record them, fewer than two (reports by gpudoctor 0.1.0 do not)"
+        return [Finding(NETWORK_DIFFERS.code, Status.SKIP, "host", f"machine facts not compared: {why}", "", {})]
     if not reports:
         return comparison_findings(facts)
     skipped = Finding(
@@ -237,14 +287,27 @@ def measured_findings(nodes: dict[str, FleetNode]) -> list[Finding]:
 
 def regressions(nodes: dict[str, FleetNode], baseline: Side, tolerance: float) -> list[Finding]:
     """Each node against the baseline with `diff`'s rules; each change or regression one finding,
-    grouped across the nodes that have it."""
+    grouped across the nodes that have it. A node nothing could be compared on (every comparison
+    skipped, as `diff` would exit 2 on it), and the machine facts of a baseline that records none,
+    are skip lines with `diff`'s reason, never a pass."""
     from gpudoctor.compare.rules import compare
 
     found: dict[str, dict[str, Any]] = {}
+    skipped: dict[tuple[str, str], list[str]] = {}  # (what was not compared, why) -> the nodes
+    compared = []
     for label, node in nodes.items():
+        results = compare(baseline, node.side, tolerance)
+        if all(f.status is Status.SKIP for result in results for f in result.findings):
+            why = "; ".join(result.findings[0].message for result in results if result.findings)
+            skipped.setdefault(("{n} node(s)", why), []).append(label)
+            continue
+        compared.append(label)
+        if baseline.facts is None:
+            why = results[0].findings[0].message
+            skipped.setdefault(("the machine facts of {n} node(s)", why), []).append(label)
         items = [
             {"code": f.code, "status": f.status.value, "subject": f.subject, "message": f.message}
-            for result in compare(baseline, node.side, tolerance)
+            for result in results
             for f in result.findings
             if f.status.value in FORWARDED_STATUSES
         ]
@@ -253,12 +316,14 @@ def regressions(nodes: dict[str, FleetNode], baseline: Side, tolerance: float) -
     base = baseline.label.replace("{", "{{").replace("}", "}}")  # the hint is a format string
     hint = f"compare that node alone: `gpudoctor diff {base} FILE` ({{node}}'s file)"
     out = forwarded(found, {k: k for k in found}, "", hint)
-    if not out:
-        message = f"{len(nodes)} node(s) as in {baseline.label}, within {tolerance:.0%}"
-        out.append(Finding(GPUS.code, Status.PASS, "host", message, "", {"nodes": len(nodes)}))
-    else:
-        same = [k for k in nodes if k not in found]
-        if same:
-            message = f"{len(same)} node(s) as in {baseline.label}: {listed(same)}"
-            out.append(Finding(GPUS.code, Status.PASS, "host", message, "", {"nodes": len(same)}))
+    same = [k for k in compared if k not in found]
+    if same and not found:
+        message = f"{len(same)} node(s) as in {baseline.label}, within {tolerance:.0%}"
+        out.append(Finding(GPUS.code, Status.PASS, "host", message, "", {"nodes": len(same)}))
+    elif same:
+        message = f"{len(same)} node(s) as in {baseline.label}: {listed(same)}"
+        out.append(Finding(GPUS.code, Status.PASS, "host", message, "", {"nodes": len(same)}))
+    for (what, why), labels in skipped.items():
+        message = f"{what.format(n=len(labels))} not compared with {baseline.label}: {why}"
+        out.append(Finding(GPUS.code, Status.SKIP, "host", message, "", {"nodes": sorted(labels)}))
     return out

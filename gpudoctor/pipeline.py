@@ -366,15 +366,23 @@ def fleet(paths: list[str], baseline: str | Path | None, args: Mapping[str, Any]
         selection.validate()
     except SelectionError as exc:
         raise UserError(str(exc), EXIT_USAGE, "usage") from None
+    if "-" in paths:
+        raise UserError(
+            "fleet -: the nodes' snapshots or reports are read from files or directories "
+            "(only `check --snapshot -` reads stdin)",
+            EXIT_USAGE,
+            "usage",
+        )
     base = load_side(baseline) if baseline is not None else None
     files, problems = fl.fleet_files(paths)
+    files, repeated = fl.distinct(files)
     nodes = []
     for path, follow in files:
         try:
             nodes.append(fl.load_node(path, follow))
         except UserError as exc:  # one line for this file; the others are still judged
             problems.append((path, str(exc).removeprefix(f"cannot compare with {path}: ")))
-    results = fl.judge(nodes, problems, set(registry.codes), base, tolerance(args.get("tolerance"), policy))
+    results = fl.judge(nodes, problems, set(registry.codes), base, tolerance(args.get("tolerance"), policy), repeated)
     for result in results:
         result.findings = [f for f in result.findings if selection.wants(f.code)]
     report = Report(

@@ -280,7 +280,14 @@ def fleet(
     if config_path and no_config:
         raise UserError("--config and --no-config contradict each other", EXIT_USAGE, "usage")
     quiet_or_verbose(quiet, verbose)
-    outputs = Outputs(junit_path, None, github, inputs={"the baseline": baseline, "the --config file": config_path})
+    from gpudoctor.fleet import fleet_files
+
+    # Every node file read, named or found in a named directory, is an input no output replaces.
+    files, _ = fleet_files([p for p in paths if p != "-"])
+    inputs = {f"the node file {p}": p for p, _ in files}
+    outputs = Outputs(
+        junit_path, None, github, inputs={**inputs, "the baseline": baseline, "the --config file": config_path}
+    )
     outputs.precheck()
     report = fleet_report(
         list(paths),

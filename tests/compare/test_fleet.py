@@ -115,7 +115,11 @@ def test_the_node_with_low_busbw_and_the_regressions_against_a_baseline_are_name
     # own failure (the recorded VM has no NVIDIA driver) is one finding for the three nodes.
     r = run_cli(capsys, "fleet", *[f for f in files if "cpu-2" not in f], "--baseline", str(V1_CPU), "--json")
     assert r.one("GD683")["status"] == "pass" and {f["status"] for f in r.findings("GD014")} == set()
-    assert r.one("GD011")["message"].startswith("3 node(s) as in")
+    [same] = [f for f in r.findings("GD011") if f["status"] == "pass"]
+    assert same["message"].startswith("3 node(s) as in")
+    # The recorded baseline holds no machine facts: said, with diff's reason, for the nodes compared.
+    [facts] = [f for f in r.findings("GD011") if f["status"] == "skip"]
+    assert facts["message"].startswith(f"the machine facts of 3 node(s) not compared with {V1_CPU}: {V1_CPU} records")
     assert r.one("GD101")["message"].startswith("on 3 nodes (cpu-0, cpu-1, cpu-3): no NVIDIA driver")
 
 
@@ -171,3 +175,72 @@ def test_fewer_than_two_usable_files_is_a_usage_error_in_one_line(
     assert r.exit_code == 2
     [line] = r.err.strip().splitlines()
     assert "fewer than two usable node files among 3" in line and "missing.json: no such file" in line
+
+
+def test_junit_never_overwrites_a_node_file_named_or_in_a_named_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = node_docs()
+    a, b = (save(tmp_path / f"{host}.json", docs[host]) for host in ("hgx-a", "hgx-b"))
+    before = Path(b).read_text()
+    r = run_cli(capsys, "fleet", a, b, "--junit", b)
+    assert r.exit_code == 2 and f"--junit {b} is the node file {b}: writing it would replace that input" in r.err
+    r = run_cli(capsys, "fleet", str(tmp_path), "--junit", b)
+    assert r.exit_code == 2 and "would replace that input" in r.err
+    assert Path(b).read_text() == before
+
+
+def test_a_baseline_nothing_could_be_compared_with_is_a_skip_with_diffs_reason_never_a_pass(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    nodes = [str(FIXTURES / "h100_sxm_8x.json"), str(FIXTURES / "a100_sxm_8x.json")]
+    r = run_cli(capsys, "fleet", *nodes, "--baseline", str(V1_CPU), "--json")
+    [line] = r.findings("GD011")
+    assert line["status"] == "skip" and line["evidence"]["nodes"] == ["hgx-h100-07", "ip-172-31-8-41"]
+    assert line["message"].startswith(f"2 node(s) not compared with {V1_CPU}: {V1_CPU} records no machine facts")
+    assert {f["status"] for f in r.findings() if f["code"].startswith("GD01")} == {"skip"}
+
+
+def test_a_report_without_machine_facts_is_one_gd464_line_and_left_out_of_the_facts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = node_docs()
+    snapshots = [save(tmp_path / f"{host}.json", docs[host]) for host in ("hgx-a", "hgx-b")]
+    old = str(FIXTURES / "reports" / "v1-h100-static.json")
+    r = run_cli(capsys, "fleet", *snapshots, old, "--json")
+    # Not "driver unknown, GPU models none" against the snapshots: the two snapshots alike.
+    assert [(c, s) for c, s, _, m in verdicts(r.findings())] == [("GD460", "pass")]
+    [line] = [f for f in r.findings("GD464") if f["status"] == "warn"]
+    assert line["evidence"]["file"] == old
+    assert "records no machine facts (written by gpudoctor 0.1.0)" in line["message"]
+    assert "not compared until then" not in line["hint"]
+
+
+def test_labels_never_collide_and_a_file_named_twice_is_one_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    docs = node_docs()
+    docs["hgx-b"]["host"]["hostname"] = "hgx-a"  # two nodes named alike: each goes by its file
+    docs["hgx-d"]["host"]["hostname"] = "hgx-a.json"  # a hostname that is the other's file
+    files = [save(Path(f"{host}.json"), docs[host]) for host in ("hgx-a", "hgx-b", "hgx-d", "hgx-e")]
+    r = run_cli(capsys, "fleet", *files, "--json")
+    assert r.one("GD464")["message"].startswith("4 nodes read")
+    [driver] = [f for f in r.findings("GD460") if f["status"] == "warn"]
+    assert driver["subject"] == "node:hgx-d.json"  # its file: its hostname is another node's file
+    # The same file twice, however named, is one node, said on the Files-read line.
+    for named in (["hgx-a.json", "./hgx-a.json", "hgx-e.json"], [str(tmp_path), f"{tmp_path}/"]):
+        r = run_cli(capsys, "fleet", *named, "--json")
+        line = r.one("GD464")["message"]
+        assert line.startswith(f"{2 if len(named) == 3 else 4} nodes read") and "named more than once" in line
+    r = run_cli(capsys, "fleet", "hgx-a.json", "hgx-a.json")
+    assert r.exit_code == 2
+    [line] = r.err.strip().splitlines()
+    assert "1 node file(s)" in line and "hgx-a.json named more than once" in line
+
+
+def test_a_dash_is_refused_as_diff_refuses_it_stdin_is_not_read(capsys: pytest.CaptureFixture[str]) -> None:
+    r = run_cli(capsys, "fleet", "-", str(FIXTURES / "h100_sxm_8x.json"), str(FIXTURES / "a100_sxm_8x.json"))
+    assert r.exit_code == 2
+    [line] = r.err.strip().splitlines()
+    assert "fleet -:" in line and "only `check --snapshot -` reads stdin" in line
