@@ -34,6 +34,7 @@ from gpudoctor.compare.sides import Side
 from gpudoctor.errors import EXIT_USAGE, UserError
 from gpudoctor.findings import CheckResult, Finding, Status
 from gpudoctor.knowledge.node_facts import FORWARDED_STATUSES, MAX_FORWARDED, MAX_TEXT, Malformed, clean_facts
+from gpudoctor.knowledge.pair_isolation import SLOW_RATIO
 from gpudoctor.knowledge.units import listed
 
 MAX_FILES = 10_000  # a heuristic bound: more nodes than the largest clusters' racks of one job
@@ -280,7 +281,7 @@ def measured_findings(nodes: dict[str, FleetNode]) -> list[Finding]:
         return [Finding(INTRA_SLOW.code, Status.SKIP, "host", f"busbw not compared: {why}", "", {})]
     out = intra_findings(intra, {k: k for k in intra})
     if not out:
-        message = f"busbw of {len(intra)} node(s) within 0.7 of the median of the nodes measured alike"
+        message = f"busbw of {len(intra)} node(s) within {SLOW_RATIO:g} of the median of the nodes measured alike"
         out.append(Finding(INTRA_SLOW.code, Status.PASS, "host", message, "", {"measured": len(intra)}))
     return out
 
