@@ -221,10 +221,14 @@ class DataBook:
         self._hold(_verdict(codes.EVAL_PADDING, message, hint, [ref for ref, _ in digests]))
 
     def _same_order(self) -> None:
-        """GD941: a rank whose later epoch starts with the same (shuffled) indices as its first."""
+        """GD941: a rank whose later epoch starts with the same (shuffled) indices as its first. Judged again
+        as more ranks reach their second epoch: under load one rank gets there well before the others, and the
+        verdict widens to name each rank that repeats its order (it never narrows)."""
+        code = codes.SAME_ORDER_EVERY_EPOCH.code
         for role in sorted({role for rd in self.ranks.values() for role in rd.epochs}):
-            if codes.SAME_ORDER_EVERY_EPOCH.code in self.found:
-                continue
+            held = self.found.get(code)
+            if held is not None and len(held.ranks) == len(self.ranks):
+                return
             named: list[RankRef] = []
             stuck: set[int] = set()
             later = same = 0
@@ -245,7 +249,7 @@ class DataBook:
                         if e.sampler_epoch is not None and e.sampler_epoch == first.sampler_epoch:
                             stuck.add(e.sampler_epoch)
                         break
-            if not named:
+            if not named or (held is not None and set(named) <= set(held.ranks)):
                 continue
             named.sort(key=_order)
             why = f"; the sampler's epoch stayed {min(stuck)}: set_epoch() is not called" if stuck else ""
@@ -254,7 +258,7 @@ class DataBook:
                 f"{same} indices identical){why}"
             )
             hint = "Call sampler.set_epoch(epoch) at the start of every epoch, before iterating the loader."
-            self._hold(_verdict(codes.SAME_ORDER_EVERY_EPOCH, message, hint, named))
+            self.found[code] = _verdict(codes.SAME_ORDER_EVERY_EPOCH, message, hint, named)
 
     def _splits(self) -> set[str]:
         """GD942: ranks whose Subsets of one data set differ but overlap. Returns the roles concerned."""

@@ -374,6 +374,7 @@ class SummaryBuilder:
 
     def _track(self, t: float) -> None:
         current = {v.key: v for v in self.verdicts}
+        self._widen(current)
         for key in list(self._open):
             if key not in current:
                 del self._open[key]  # the span ended at its last sample
@@ -412,6 +413,22 @@ class SummaryBuilder:
         for key in current:
             self._events[key].active = True
         self._active = set(current)
+
+    def _widen(self, current: dict[tuple[Any, ...], Verdict]) -> None:
+        """A verdict that comes to name more ranks (a data verdict, as more ranks reach the epoch that shows
+        it) goes on in the span it began in, not as a second span of the same trouble."""
+        for key in current.keys() - self._open.keys():
+            code, gpus, ranks = key
+            old = next(
+                (k for k in self._open if k[0] == code and k[1] == gpus and k[2] and set(k[2]) < set(ranks)), None
+            )
+            if old is None:
+                continue
+            self._open[key] = self._open.pop(old)
+            self._last[key] = self._last.pop(old)
+            self._count[key] = self._count.pop(old)
+            self._events[key] = self._events.pop(old)
+            self._active.discard(old)
 
     def events(self) -> list[Event]:
         """Every verdict that fired, per code and subject: held ones first, then the most recent."""

@@ -117,6 +117,25 @@ def test_a_missing_set_epoch_is_called_and_a_sampler_without_shuffle_is_not() ->
     assert codes(book_of(ordered)) == {}  # shuffle=False reads in order every epoch on purpose
 
 
+def test_a_missing_set_epoch_seen_on_one_rank_first_widens_to_the_other_in_the_same_span() -> None:
+    """CI at stop 27: under load rank 0 reached its second epoch samples before rank 1, and GD941 was held
+    naming rank 0 alone to the end of the run. It now widens as rank 1 repeats its order, in one span."""
+    order = {r: distributed(1000, 2, r, 0) for r in range(2)}
+    first = {r: digest(order[r], number=0, sampler_epoch=0) for r in range(2)}
+    again = {r: digest(order[r][:64], number=1, final=False, sampler_epoch=0) for r in range(2)}
+    steps = [{0: [first[0]], 1: [first[1]]}, {0: [again[0]]}, {}, {1: [again[1]]}, {}]
+    live = SummaryBuilder("x", TH)
+    named = []
+    for i, per_rank in enumerate(steps):
+        data = tuple(DataReading(1000 + r, r, epochs=tuple(es)) for r, es in per_rank.items())
+        verdicts = live.add(Sample(1_700_000_000.0 + i, (), data=data))
+        named.append(codes(list(verdicts)).get("GD941"))
+    assert named == [None, [0], [0], [0, 1], [0, 1]]
+    (span,) = [sp for sp in live.summary().spans if sp.verdict.code == "GD941"]
+    assert [r.rank for r in span.verdict.ranks] == [0, 1]
+    assert (span.start, span.end) == (1_700_000_001.0, 1_700_000_004.0)  # from when rank 0 showed it
+
+
 @pytest.mark.parametrize(("n", "extra"), [(33, 1), (35, 1), (64, 0)])
 def test_evaluation_padding_is_counted_exactly(n: int, extra: int) -> None:
     world = 2
