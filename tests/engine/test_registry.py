@@ -206,3 +206,38 @@ def test_a_lost_gpu_the_selection_hid_is_shown_beside_a_pass_that_left_it_out(ca
     assert r.exit_code == 0 and not r.findings("GD827")
     r = run_cli(capsys, "check", "--json", "--snapshot", str(fixture("h100_sxm_8x")), "--select", "GD801")
     assert r.exit_code == 0 and not r.findings("GD827")
+
+
+class FakeClock:
+    """time.perf_counter, advanced only by what the test says took time."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_checks_duration_is_its_own_work_not_the_import_of_its_module(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A check module is imported when its check first runs; its duration_s (JSON, JUnit time=) leaves that out."""
+    import sys
+    import time
+
+    from gpudoctor.catalogue import _deferred
+
+    monkeypatch.setattr(time, "perf_counter", FakeClock())
+    (tmp_path / "slow_import_check.py").write_text(
+        "import time\n"
+        "from gpudoctor.engine import Code, check\n"
+        "CODE = Code('GD099', 'test-code', 't', what='w', why='y', fix='f')\n"
+        "time.perf_counter.now += 7.0  # the import's own time\n"
+        "@check('slow-import', 'A check whose module is slow to import', (CODE,))\n"
+        "def slow(ctx):\n"
+        "    time.perf_counter.now += 0.25  # the check's work\n"
+        "    return []\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "slow_import_check", raising=False)
+    deferred = _deferred("slow-import", "A check", "slow_import_check", 1, "", "", False, (CODE,))
+    result = run_one(deferred, CheckContext(EMPTY), Selection())
+    assert result.findings == [] and result.duration_s == 0.25
