@@ -17,6 +17,7 @@ instances are unhashable. tests/test_records.py holds each type to a twin made b
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import operator
 from collections.abc import Callable
 from typing import Any, TypeVar, dataclass_transform
@@ -65,10 +66,40 @@ def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
     return get if len(names) > 1 else lambda obj: (get(obj),)  # type: ignore[return-value]
 
 
+class _FactoryDefault:
+    def __repr__(self) -> str:
+        return "<factory>"  # as dataclasses shows a default_factory in the signature of its __init__
+
+
+class _Signature:
+    """`inspect.signature(cls)` (help(), IDEs): the fields, as dataclasses' generated __init__ shows
+    them, made when asked rather than at import (Record.__init__ alone reads `(*args, **kwargs)`)."""
+
+    def __get__(self, obj: object, cls: type) -> inspect.Signature:
+        spec = cls.__dict__.get("_spec")
+        if obj is not None or spec is None:
+            raise AttributeError("__signature__")  # an instance, or Record itself: inspect's own way
+        annotations = {f.name: f.type for f in dataclasses.fields(cls)}
+        params = [
+            inspect.Parameter(
+                name,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=spec.defaults.get(name, _FACTORY if name in spec.factories else inspect.Parameter.empty),
+                annotation=annotations[name],
+            )
+            for name in spec.names
+        ]
+        return inspect.Signature(params, return_annotation=None)
+
+
+_FACTORY = _FactoryDefault()
+
+
 class Record:
     """The methods of a frozen dataclass, shared by every @record class (see the module)."""
 
     _spec: _Spec
+    __signature__ = _Signature()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         spec = type(self)._spec

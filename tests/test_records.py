@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import pickle
 from typing import Any
 
@@ -130,6 +131,7 @@ def test_a_record_is_built_compared_and_shown_as_a_frozen_dataclass_would_be(cls
     if not any(callable(getattr(a, name)) for name in names):  # a function field (a lambda) never pickles
         assert pickle.loads(pickle.dumps(a)) == a
     assert cls.__match_args__ == twin.__match_args__
+    assert str(inspect.signature(cls)) == str(inspect.signature(twin))  # help() and IDEs show the fields
 
 
 def test_post_init_runs_and_excluded_fields_stay_out() -> None:
