@@ -15,8 +15,10 @@ Cost: each file is read and judged once, the comparisons group values in dicts: 
 (benchmarks/fleet.py). Input, from a directory other users write (each node saving its own file):
 only regular `*.json` files directly in it, symbolic links there refused in the open itself
 (O_NOFOLLOW: a link planted there would make gpudoctor read, and quote, a file its planter cannot
-read), FIFOs and devices refused without blocking, each file at most 32 MiB (safety/user_files.py),
-at most MAX_FILES files; a file that cannot be used is one GD464 line naming it and why.
+read); a file named on the command line may be a link, unless a link on its way is another
+user's. FIFOs and devices are refused without blocking, each file at most 32 MiB
+(safety/user_files.py), at most MAX_FILES files; a file that cannot be used is one GD464 line
+naming it and why.
 """
 
 from __future__ import annotations
@@ -102,8 +104,13 @@ def load_node(path: str, follow: bool) -> FleetNode:
     """One file as a node; UserError (one line: the file and why) when it is not a usable one."""
     from gpudoctor.compare.sides import read_side
     from gpudoctor.knowledge.node_record import from_machine_facts, from_snapshot
-    from gpudoctor.safety.user_files import UserFileError, read_json
+    from gpudoctor.safety.user_files import UserFileError, read_json, untrusted_path
 
+    # A file the shell expanded from a shared folder (`fleet /shared/*.json`) is named, not found:
+    # a link on its way that another user owns is still theirs to point anywhere, so it is refused.
+    why = untrusted_path(path, {os.geteuid(), 0}, folders=False) if follow else None
+    if why is not None:
+        raise UserError(f"{why} (not followed: name the file it points to)", EXIT_USAGE, "input")
     try:
         data = read_json(path, follow=follow)
     except UserFileError as exc:

@@ -116,17 +116,18 @@ def _judge_dir(directory: str, st: os.stat_result, trusted: set[int] | None) -> 
     return None
 
 
-def untrusted_path(path: str | Path, trusted: set[int] | None) -> str | None:
+def untrusted_path(path: str | Path, trusted: set[int] | None, folders: bool = True) -> str | None:
     """Why the file at `path` is reached through a folder or link that someone other than the users
     `trusted` controls (None: it is not), judged as git's safe.directory judges a repository: every
     folder from / down, and every link on the way with the folders of its target, must be owned by a
     trusted user and writable by nobody else (a sticky folder excepted). `trusted=None`: only what
-    EVERY user controls counts (a folder others can write that is not sticky)."""
+    EVERY user controls counts (a folder others can write that is not sticky). `folders=False`: the
+    links alone are judged (a file named on purpose in a folder another user owns and writes)."""
     pending = list(Path(os.path.abspath(path)).parts[1:])
     current, links, judged = "/", 0, set()
     try:
         while pending:
-            if current not in judged:
+            if folders and current not in judged:
                 judged.add(current)
                 why = _judge_dir(current, os.stat(current), trusted)
                 if why is not None:

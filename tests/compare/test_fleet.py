@@ -166,6 +166,31 @@ def test_unusable_files_are_one_line_each_and_never_hang(tmp_path: Path, capsys:
     assert run_cli(capsys, "fleet", str(tmp_path), "--fail-on", "warn", "--json").exit_code == 1
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a link to another user needs root")
+def test_a_named_file_reached_through_another_users_link_is_not_followed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`gpudoctor fleet /shared/*.json`: the shell names each file, so the folder rule (links refused) does
+    not apply; a link another user planted there still must not be followed, ours may."""
+    docs = node_docs()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for host in ("hgx-a", "hgx-b", "hgx-d"):
+        save(shared / f"{host}.json", docs[host])
+    private, mine = tmp_path / "private.json", tmp_path / "mine.json"
+    save(private, docs["hgx-a"])
+    save(mine, docs["hgx-b"])
+    os.symlink(private, shared / "planted.json")
+    os.lchown(shared / "planted.json", 65534, 65534)  # the link is nobody's, pointing at our file
+    os.symlink(mine, shared / "ours.json")
+    named = sorted(str(p) for p in shared.glob("*.json"))  # as the shell expands shared/*.json
+    r = run_cli(capsys, "fleet", *named, "--json")
+    bad = {f["evidence"]["file"].rsplit("/", 1)[1]: f["message"] for f in r.findings("GD464") if f["status"] == "warn"}
+    assert list(bad) == ["planted.json"], bad
+    assert "owned by" in bad["planted.json"] and "not followed" in bad["planted.json"]
+    assert "\n" not in bad["planted.json"]
+
+
 def test_fewer_than_two_usable_files_is_a_usage_error_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
