@@ -57,14 +57,15 @@ def compare(
     if not split.differs:
         return []
     if split.majority is not None:
-        others = len(split.groups[split.majority])
+        alike, total = len(split.groups[split.majority]), len(values)
+        # "the other 3" of 4 other nodes would say the fourth has the majority's value too
+        others = f"the other {alike} node(s)" if alike == total - 1 else f"{alike} of the other {total - 1} nodes"
         return [
             Finding(
                 code.code,
                 status,
                 f"node:{node}",
-                f"node {node} has {what} {value_text(value)}, the other {others} node(s) "
-                f"{value_text(split.majority)}{why}",
+                f"node {node} has {what} {value_text(value)}, {others} {value_text(split.majority)}{why}",
                 hint or code.fix,
                 {"field": what, "value": value_text(value), "majority": value_text(split.majority)},
             )

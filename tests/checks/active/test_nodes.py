@@ -166,6 +166,16 @@ def test_an_nccl_version_apart_fails_naming_the_node() -> None:
     assert "node n2 has NCCL 2.18.3, the other 2 node(s) 2.21.5" in fs[0].message
 
 
+def test_two_odd_nodes_are_each_told_how_many_of_the_others_have_the_majoritys_value() -> None:
+    fs = comparison_findings(
+        {"n0": facts(), "n1": facts(), "n2": facts(), "n3": facts(nccl="2.18.3"), "n4": facts(nccl="2.19.3")}
+    )
+    assert [f.message.split(":")[0] for f in fs] == [
+        "node n3 has NCCL 2.18.3, 3 of the other 4 nodes 2.21.5",
+        "node n4 has NCCL 2.19.3, 3 of the other 4 nodes 2.21.5",
+    ]
+
+
 @pytest.mark.parametrize(
     ("odd", "expected"),
     [
