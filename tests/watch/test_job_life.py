@@ -158,7 +158,8 @@ def test_a_rank_preparing_data_before_joining_is_named_with_where_it_is() -> Non
     assert "rank 1 waits to join its process group" in v["message"]
     job = next(s for s in w.samples if told(s))["job"]  # the verdict's own sample (the last follows Ctrl-C)
     assert {p["role"] for p in job} == {"launcher", "rank"}
-    assert all(p.get("joined") is False for p in job if p["role"] == "rank")
+    joined = [p.get("joined") for p in job if p["role"] == "rank"]
+    assert True not in joined and False in joined, joined  # a rank still silent under load is unknown (None)
 
 
 def test_a_rank_late_for_step_one_is_named_and_the_rank_it_kept_waiting_is_not_blamed_after() -> None:
@@ -205,7 +206,9 @@ def test_a_script_that_sets_master_port_under_torchrun_is_named_before_step_one(
     v = w.verdicts("GD920")[-1]
     assert w.ranks(v) == [0, 1]
     seen = next(s for s in w.samples if told(s))  # the sample of the verdict (the last one follows Ctrl-C)
-    assert [p.get("joined") for p in seen["job"] if p["role"] == "rank"] == [False, False]
+    joined = [p.get("joined") for p in seen["job"] if p["role"] == "rank"]
+    # neither shown as joined; a rank still silent (importing, on a loaded machine) is unknown, not False (CI)
+    assert len(joined) == 2 and True not in joined and False in joined, joined
     assert not w.verdicts("GD927")  # stopped before torch's own timeout: no crash to report yet
 
 
