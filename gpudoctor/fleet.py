@@ -61,6 +61,8 @@ def fleet_files(paths: Sequence[str]) -> tuple[list[tuple[str, bool]], list[tupl
     for path in paths:
         if not os.path.isdir(path):
             files.append((path, True))
+        elif why := foreign_link(path):
+            problems.append((path, why))
         else:
             try:
                 with os.scandir(path) as entries:
@@ -100,17 +102,24 @@ def distinct(files: list[tuple[str, bool]]) -> tuple[list[tuple[str, bool]], lis
     return out, repeated
 
 
+def foreign_link(path: str) -> str | None:
+    """Why `path` must not be read: a symbolic link on its way belongs to another user, who may point it
+    anywhere (`fleet /shared/*.json` names files, `fleet /shared/nodes` a folder: both can be planted)."""
+    from gpudoctor.safety.user_files import untrusted_path
+
+    why = untrusted_path(path, {os.geteuid(), 0}, folders=False)
+    return None if why is None else f"{why} (not followed: name the folder or file it points to)"
+
+
 def load_node(path: str, follow: bool) -> FleetNode:
     """One file as a node; UserError (one line: the file and why) when it is not a usable one."""
     from gpudoctor.compare.sides import read_side
     from gpudoctor.knowledge.node_record import from_machine_facts, from_snapshot
-    from gpudoctor.safety.user_files import UserFileError, read_json, untrusted_path
+    from gpudoctor.safety.user_files import UserFileError, read_json
 
-    # A file the shell expanded from a shared folder (`fleet /shared/*.json`) is named, not found:
-    # a link on its way that another user owns is still theirs to point anywhere, so it is refused.
-    why = untrusted_path(path, {os.geteuid(), 0}, folders=False) if follow else None
+    why = foreign_link(path) if follow else None  # a file found in a folder: O_NOFOLLOW
     if why is not None:
-        raise UserError(f"{why} (not followed: name the file it points to)", EXIT_USAGE, "input")
+        raise UserError(why, EXIT_USAGE, "input")
     try:
         data = read_json(path, follow=follow)
     except UserFileError as exc:

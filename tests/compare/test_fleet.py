@@ -189,6 +189,11 @@ def test_a_named_file_reached_through_another_users_link_is_not_followed(
     assert list(bad) == ["planted.json"], bad
     assert "owned by" in bad["planted.json"] and "not followed" in bad["planted.json"]
     assert "\n" not in bad["planted.json"]
+    os.symlink(shared, tmp_path / "nodes")
+    os.lchown(tmp_path / "nodes", 65534, 65534)  # `fleet /shared/nodes`: a folder reached through their link
+    for form in ("nodes", "nodes/"):
+        r = run_cli(capsys, "fleet", str(tmp_path / form), str(shared / "hgx-a.json"), str(shared / "hgx-b.json"))
+        assert "reached through the link" in r.out + r.err and "Facts across 5 nodes" not in r.out, r.out
 
 
 def test_fewer_than_two_usable_files_is_a_usage_error_in_one_line(
