@@ -25,6 +25,14 @@ from gpudoctor.records import Record, record
 
 SCHEMA_VERSION = 1
 
+# One machine's bounds; a document beyond them was not read from a machine, and costs what it likes.
+# NVIDIA's driver supports at most 32 GPUs in one system (NV_MAX_DEVICES, nvlimits.h in
+# open-gpu-kernel-modules: tests/reference/gpus_per_system.md); the largest nodes sold hold 8 or 16.
+# MAX_GPUS leaves 8x the driver's limit. Linux refuses an environment string longer than
+# MAX_ARG_STRLEN (32 pages, 131072 bytes: execve(2), "Limits on size of arguments and environment").
+MAX_GPUS = 256
+MAX_ENV_VALUE = 131072
+
 # Why a field holds no value. "not_collected": an older snapshot or a hand-written one
 # left the field out.
 MISSING_REASONS = ("unsupported", "no_permission", "gpu_lost", "error", "not_collected")
@@ -771,21 +779,35 @@ def from_jsonable(data: Any) -> Snapshot:
 
 def _check_consistent(snapshot: Snapshot) -> None:
     """Facts that decode one by one but cannot all be true of one machine."""
-    for what, values in (
-        ("GPU index", [g.index for g in snapshot.gpus]),
-        ("GPU UUID", [g.uuid for g in snapshot.gpus]),
-    ):
-        seen: set[object] = set()
-        for v in values:
-            if v in seen:
-                raise SnapshotError(f"two GPUs share the {what} {v!r}")
-            seen.add(v)
-    if any(g.index < 0 for g in snapshot.gpus):
-        raise SnapshotError("a GPU index is negative")
+    why = gpus_problem([g.index for g in snapshot.gpus], [g.uuid for g in snapshot.gpus])
+    if why is not None:
+        raise SnapshotError(why)
+    for name, value in snapshot.env.items():
+        if len(value) > MAX_ENV_VALUE:
+            raise SnapshotError(
+                f"{name} is {len(value)} characters long: longer than Linux lets an environment value be "
+                f"({MAX_ENV_VALUE}, MAX_ARG_STRLEN)"
+            )
     indices = {g.index for g in snapshot.gpus}
     for p in snapshot.pairs:
         if p.a not in indices or p.b not in indices or p.a == p.b:
             raise SnapshotError(f"pair {p.a}-{p.b} names a GPU that is not in the snapshot")
+
+
+def gpus_problem(indices: list[Any], uuids: list[Any]) -> str | None:
+    """Why a list of one machine's GPUs (a snapshot's, a report's facts) cannot be one machine's: too
+    many, or two sharing an index or UUID (a list doubled would compare as twice the GPUs)."""
+    if len(indices) > MAX_GPUS:
+        return f"{len(indices)} GPUs: more than one machine holds (at most {MAX_GPUS})"
+    for what, values in (("GPU index", indices), ("GPU UUID", uuids)):
+        seen: set[object] = set()
+        for v in values:
+            if v in seen:
+                return f"two GPUs share the {what} {v!r}"
+            seen.add(v)
+    if any(isinstance(i, int) and i < 0 for i in indices):
+        return "a GPU index is negative"
+    return None
 
 
 def _no_constants(name: str) -> Any:

@@ -72,6 +72,24 @@ def test_two_gpus_with_one_index_are_refused() -> None:
         snap.from_jsonable(doc)
 
 
+def test_a_snapshot_beyond_one_machine_is_refused_before_any_check_runs() -> None:
+    """Hostile review M7: 1,024 GPUs took `check --snapshot` 49 s, a 1.3 MB CUDA_VISIBLE_DEVICES over 60 s."""
+    doc = _doc()
+    gpu = doc["gpus"][0]
+    doc["gpus"] = [
+        {**gpu, "index": i, "uuid": f"GPU-{i:08d}", "pci_bus_id": f"00000000:{i:04x}:00.0"} for i in range(257)
+    ]
+    doc["pairs"] = []
+    with pytest.raises(snap.SnapshotError, match="257 GPUs: more than one machine holds"):
+        snap.from_jsonable(doc)
+    doc["gpus"] = doc["gpus"][:256]
+    assert len(snap.from_jsonable(doc).gpus) == 256  # the bound itself is a machine
+    doc = _doc()
+    doc["env"]["CUDA_VISIBLE_DEVICES"] = "0," * 70_000
+    with pytest.raises(snap.SnapshotError, match="CUDA_VISIBLE_DEVICES is 140000 characters long: longer than Linux"):
+        snap.from_jsonable(doc)
+
+
 def test_a_pair_naming_an_absent_gpu_is_refused() -> None:
     doc = _doc()
     doc["pairs"][0]["b"] = 42

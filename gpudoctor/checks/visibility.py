@@ -11,6 +11,7 @@ from gpudoctor.engine import CheckContext, Code, check
 from gpudoctor.findings import Finding, Status
 from gpudoctor.knowledge.units import gpu_list
 from gpudoctor.knowledge.visible_gpus import PCI_BUS_ID, Visibility, mig_gpus, parse, resolve
+from gpudoctor.safety.user_files import shown
 from gpudoctor.snapshot import Gpu, Snapshot
 
 VISIBLE = Code(
@@ -219,7 +220,7 @@ def _why_none(vis: Visibility) -> str:
     if vis.lost and not vis.enumeration:
         return f"{_left_out(vis)} (GD827)"
     if kinds & {"empty", "duplicate", "invalid", "out_of_range", "unknown_uuid", "ambiguous_uuid", "lost_uuid"}:
-        return f"CUDA_VISIBLE_DEVICES={vis.raw!r} selects none of them (GD204 says why)"
+        return f"CUDA_VISIBLE_DEVICES={shown(vis.raw, 120)} selects none of them (GD204 says why)"
     if "mig_no_instance" in kinds:
         return (
             "the selected GPUs are in MIG mode with no MIG instance (create one: sudo nvidia-smi mig -cgi <profile> -C)"
@@ -322,7 +323,8 @@ def _selection(vis: Visibility, snapshot: Snapshot) -> str:
     n = vis.count
     cuda = f"cuda:0-{n - 1}" if n > 1 else "cuda:0"
     return (
-        f"CUDA_VISIBLE_DEVICES={vis.raw!r} selects nvidia-smi's {_gpus_words(vis.gpus)} as {cuda}, because CUDA "
+        f"CUDA_VISIBLE_DEVICES={shown(vis.raw, 120)} selects nvidia-smi's {_gpus_words(vis.gpus)} as {cuda}, "
+        "because CUDA "
         f"numbers GPUs fastest first by default; as nvidia-smi numbers them it means {_gpus_words(pci.gpus)}"
     )
 
@@ -355,7 +357,7 @@ def _order(vis: Visibility, snapshot: Snapshot) -> list[Finding]:
         how = (
             "by UUID, which no order changes"
             if parse(vis.raw).kind != "int"
-            else f"{vis.raw!r}: the same GPUs either way"
+            else f"{shown(vis.raw, 120)}: the same GPUs either way"
         )
         msg = (
             f"{head}: this run selects its GPUs {how}, but other indices do not "

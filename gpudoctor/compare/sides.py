@@ -103,6 +103,13 @@ def _report_side(data: dict[str, Any], label: str) -> Side:
         raise _refuse(label, f"a {what} document; only `check` reports and snapshots compare")
     facts = data.get("facts")
     _check_shape(label, "facts", facts)
+    if isinstance(facts, dict) and isinstance(facts.get("gpus"), list):
+        from gpudoctor.snapshot import gpus_problem
+
+        gpus = [g for g in facts["gpus"] if isinstance(g, dict)]
+        why = gpus_problem([g.get("index") for g in gpus], [g.get("uuid") for g in gpus if g.get("uuid")])
+        if why is not None:
+            raise _refuse(label, f"its `facts` cannot be one machine's: {why}")
     if "measurements" in data:
         _check_shape(label, "measurements", data["measurements"])
         # Those this gpudoctor compares; one a newer gpudoctor added is left out, not refused.

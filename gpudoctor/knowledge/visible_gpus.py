@@ -50,6 +50,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from gpudoctor.records import Record, record
+from gpudoctor.safety.user_files import shown
 from gpudoctor.snapshot import Gpu, MigDevice, Snapshot, known
 
 PCI_BUS_ID = "PCI_BUS_ID"
@@ -166,8 +167,9 @@ def _rest(entries: list[str], i: int) -> tuple[str, ...]:
 
 def _parse_prefixed(prefix: str, entries: list[str]) -> Parsed:
     values: list[str] = []
+    seen: set[str] = set()  # a set beside the list: a long list stays linear (hostile review M7)
     for i, entry in enumerate(entries):
-        if entry in values:
+        if entry in seen:
             msg = f"{entry!r} is listed twice: CUDA then sees no devices at all"
             return Parsed(prefix, (), (), (Problem("duplicate", entry, msg, tuple(entries)),))
         if not entry.startswith(prefix):
@@ -176,6 +178,7 @@ def _parse_prefixed(prefix: str, entries: list[str]) -> Parsed:
             problem = Problem("invalid", entry, msg, _rest(entries, i))
             return Parsed(prefix, tuple(entries[:i]), tuple(values), (problem,))
         values.append(entry)
+        seen.add(entry)
     return Parsed(prefix, tuple(entries), tuple(values), ())
 
 
@@ -184,11 +187,12 @@ def _parse_ints(raw: str, entries: list[str]) -> Parsed:
         msg = "CUDA_VISIBLE_DEVICES is set but empty: CUDA sees no devices"
         return Parsed("int", (), (), (Problem("empty", raw, msg),))
     values: list[int] = []
+    seen: set[int] = set()
     problems: list[Problem] = []
     for i, entry in enumerate(entries):
         value = strtoul(entry)
-        if value in values:
-            msg = f"device {value} is listed twice ({raw!r}): CUDA then sees no devices at all"
+        if value in seen:
+            msg = f"device {value} is listed twice ({shown(raw, 80)}): CUDA then sees no devices at all"
             return Parsed("int", (), (), (Problem("duplicate", entry, msg, tuple(entries)),))
         if value < 0:
             hint = " (UUIDs must not be preceded by a space)" if entry.strip().startswith(("GPU-", "MIG-")) else ""
@@ -200,6 +204,7 @@ def _parse_ints(raw: str, entries: list[str]) -> Parsed:
             msg = f"entry {entry!r} reads as {value}: CUDA ignores what follows the number"
             problems.append(Problem("trailing_junk", entry, msg))
         values.append(value)
+        seen.add(value)
     return Parsed("int", tuple(entries[: len(values)]), tuple(values), tuple(problems))
 
 
@@ -274,7 +279,8 @@ def resolve(snapshot: Snapshot) -> Visibility:
         got = ", ".join(str(i) for i in vis.nvml_indices) or "none"
         meant = ", ".join(str(i) for i in intended)
         msg = (
-            f"CUDA_VISIBLE_DEVICES={vis.raw!r} now selects GPU {got}, not GPU {meant}: {_lost_text(lost)}, so CUDA "
+            f"CUDA_VISIBLE_DEVICES={shown(vis.raw, 120)} now selects GPU {got}, not GPU {meant}: "
+            f"{_lost_text(lost)}, so CUDA "
             f"numbers the remaining {n} GPU(s) 0-{n - 1}; list GPUs by UUID (nvidia-smi -L) to pin them"
         )
         problems.append(Problem("lost_shift", vis.raw or "", msg))
@@ -291,7 +297,9 @@ def _resolve(gpus: list[Gpu], env: Mapping[str, str], lost: tuple[Gpu, ...]) -> 
         if order_raw.strip() == PCI_BUS_ID:
             order = PCI_BUS_ID
         elif order_raw.strip() != FASTEST_FIRST:
-            msg = f"CUDA_DEVICE_ORDER={order_raw!r} is not PCI_BUS_ID or FASTEST_FIRST: CUDA uses FASTEST_FIRST"
+            msg = (
+                f"CUDA_DEVICE_ORDER={shown(order_raw, 60)} is not PCI_BUS_ID or FASTEST_FIRST: CUDA uses FASTEST_FIRST"
+            )
             problems.append(Problem("unknown_order", order_raw, msg))
     enumeration = enumeration_order(gpus, order)
     order_unknown = unknown_speed(gpus) if order == FASTEST_FIRST else ()

@@ -21,6 +21,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from gpudoctor.snapshot import MAX_GPUS as MAX_GPUS  # one machine's, defined with its source
+
 OK = "ok"
 STALE = "stale"  # no fresh reading arrived in time (NVML stalled)
 LOST = "lost"  # NVML says GPU_IS_LOST; not asked again
@@ -155,12 +157,10 @@ def physical(kwargs: dict[str, Any], dropped: list[str], where: str = "") -> dic
 
 
 # Bounds per line of a recording. One line is one sample of one machine (`watch` reads the GPUs its
-# NVML sees). NVIDIA's driver supports at most 32 GPUs in one system (NV_MAX_DEVICES, nvlimits.h in
-# open-gpu-kernel-modules: tests/reference/gpus_per_system.md); the largest nodes sold hold 8 or 16,
-# and an NVL72 rack is 18 nodes of 4. MAX_GPUS leaves 8x the driver's limit (and is the count the
-# dashboard's own cost target is set at, issue 22): a line with more GPUs is no machine's reading. Its
-# ranks are the step channel's (gpudoctor.watch.steps follows at most MAX_RANKS processes).
-MAX_GPUS = 256
+# NVML sees): a line with more than one machine's GPUs (snapshot.MAX_GPUS, where its source is cited;
+# an NVL72 rack is 18 nodes of 4, and 256 is the count the dashboard's cost target is set at, issue 22)
+# is no machine's reading. Its ranks are the step channel's (gpudoctor.watch.steps follows at most
+# MAX_RANKS processes).
 MAX_RANKS = 4096
 
 _BIG = sys.float_info.max  # past it an int is no float: the strict check says so

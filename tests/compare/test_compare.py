@@ -62,6 +62,19 @@ def test_a_v1_report_is_read_and_its_measurements_recovered() -> None:
     assert ddp["ranks"] == 2 and ddp["step_s"] == pytest.approx(0.0022)  # the rank table's "2.2" ms
 
 
+def test_a_report_whose_facts_list_a_gpu_twice_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hostile review M5: a report with its GPU list doubled passed `diff` as "16 GPU(s) as in the baseline"."""
+    report = run_cli(capsys, "check", "--snapshot", str(H100), "--json").doc
+    doubled = copy.deepcopy(report)
+    doubled["facts"]["gpus"] *= 2
+    path = save(tmp_path, "doubled.json", doubled)
+    r = run_cli(capsys, "diff", save(tmp_path, "r.json", report), path)
+    assert r.exit_code == 2
+    assert "its `facts` cannot be one machine's: two GPUs share the GPU index 0" in r.err
+    fleet = run_cli(capsys, "fleet", path, str(H100), str(FIXTURES / "a100_sxm_8x.json"), "--json")
+    assert any("two GPUs share the GPU index 0" in f["message"] for f in fleet.findings("GD464"))
+
+
 def test_a_new_report_carries_facts_and_measurements(capsys: pytest.CaptureFixture[str]) -> None:
     doc = run_cli(capsys, "check", "--snapshot", H100, "--json").doc
     assert doc["schema_version"] == 1

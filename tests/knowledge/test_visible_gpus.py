@@ -257,3 +257,14 @@ def test_gd205_says_what_the_users_indices_select_under_fastest_first() -> None:
         if f.code == "GD205"
     ]
     assert "by UUID, which no order changes" in by_uuid.message
+
+
+def test_a_very_long_list_is_read_in_one_pass_and_quoted_short() -> None:
+    """Hostile review M7: duplicates were looked up in a list (200,000 entries: over a minute)."""
+    numbers = ",".join(map(str, range(100_000)))
+    assert parse(numbers).values[-1] == 99_999
+    (problem,) = parse(numbers + ",7").problems
+    assert problem.kind == "duplicate" and "device 7 is listed twice" in problem.message
+    assert len(problem.message) < 200  # the value is quoted cut short, not 590 KB of it
+    uuids = ",".join(f"GPU-{i:032x}" for i in range(100_000))
+    assert len(parse(uuids).values) == 100_000
