@@ -130,6 +130,20 @@ def _credential(name: str) -> bool:
     return bool(words) and (words[-1] in _CREDENTIAL_WORDS or words[-1].endswith(("password", "token", "secret")))
 
 
+def _key_like(name: str) -> bool:
+    """An option name with a part shaped as a key, not a word: upper case and digits mixed in 8 or
+    more characters (`--AKIAIOSFODNN7EXAMPLE`, `--pass-Tr0ub4dor`), or 16 or more with letters and
+    digits both (a hex token). Real names pass: `--nEpochs`, `--load_in_4bit`, `--paths2audio_files`
+    (a heuristic, held to the corpus of training lines in tests/safety/test_redaction_corpus.py)."""
+    for part in re.split(r"[^A-Za-z0-9]+", name):
+        digits = sum(c.isdigit() for c in part)
+        if len(part) >= 8 and digits and any(c.isupper() for c in part):
+            return True
+        if len(part) >= 16 and digits >= 3 and len(part) - digits >= 3:
+            return True
+    return False
+
+
 def host_port(value: str) -> bool:
     match = HOST_PORT.fullmatch(value)
     return match is not None and int(match.group("port")) < 65536  # (0: any free port)
@@ -216,7 +230,7 @@ def _option(arg: str, state: _State) -> str | None:
     body = name.lstrip("-")
     credential = _credential(body) or name in state.table
     if name.startswith("--"):
-        shown = name if _LONG_OPTION.fullmatch(name) else None
+        shown = name if _LONG_OPTION.fullmatch(name) and not _key_like(body) else None
     elif (len(body) == 1 and body.isalnum()) or (len(body) == 2 and body.isalpha()) or body in SINGLE_DASH_WORDS:
         shown = name
     elif body[:1] == "D" and MODULE.fullmatch(body[1:]):

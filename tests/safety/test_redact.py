@@ -84,6 +84,23 @@ CASES = [
         ["bash", "-c", "cd /srv && mysql -p54165581 -h 10.0.0.5 db; redis-cli -a 1234 ping"],
         ["bash", "-c", f"cd {M} && mysql -p{M} -h 10.0.0.5 {M}; redis-cli -a {M}"],
     ),
+    # an option name shaped as a key (hostile review L1), beside real names with digits and capitals in them
+    (
+        [
+            "python3",
+            "t.py",
+            "--AKIAIOSFODNN7EXAMPLE",
+            "--db-pass-Tr0ub4dor=1",
+            "--a3f9c2e17b4d8e6f0a1b",
+            "--nEpochs",
+            "2",
+        ],
+        ["python3", "t.py", M, M, M, "--nEpochs", "2"],
+    ),
+    (
+        ["python", "t.py", "--load_in_4bit", "--paths2audio_files", "a.txt"],
+        ["python", "t.py", "--load_in_4bit", "--paths2audio_files", "a.txt"],
+    ),
     (
         ["gh", "secret", "set", "K", "--body", "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\nkqhkiG9w0BAQEF\n-----END"],
         ["gh", M, M, M, "--body", M],
