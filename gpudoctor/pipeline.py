@@ -374,6 +374,7 @@ def fleet(paths: list[str], baseline: str | Path | None, args: Mapping[str, Any]
             "usage",
         )
     base = load_side(baseline) if baseline is not None else None
+    named = list(dict.fromkeys(paths))  # as the header says them: a path named twice once
     files, problems = fl.fleet_files(paths)
     files, repeated = fl.distinct(files)
     nodes = []
@@ -387,7 +388,7 @@ def fleet(paths: list[str], baseline: str | Path | None, args: Mapping[str, Any]
         result.findings = [f for f in result.findings if selection.wants(f.code)]
     report = Report(
         command="fleet",
-        source=f"{len(files)} file(s): {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''}",
+        source=f"{len(files)} file(s): {', '.join(named[:3])}{' ...' if len(named) > 3 else ''}",
         created=now_iso(),
         gpudoctor_version=__version__,
         hostname="",

@@ -4,6 +4,7 @@ and what its codes mean."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -37,7 +38,10 @@ def snapshot_cmd(output: str | None, force: bool) -> None:
     try:
         snap.write(data, output)
     except OSError as exc:
-        raise UserError(f"cannot write {output}: {exc.strerror}", EXIT_UNAVAILABLE, "unavailable") from None
+        from gpudoctor.render.outputs import write_failure
+
+        why = write_failure(exc, Path(output).parent)
+        raise UserError(f"cannot write {output}: {why}", EXIT_UNAVAILABLE, "unavailable") from None
     click.echo(f"wrote {output} ({len(data.gpus)} GPU(s))", err=True)
 
 
@@ -101,4 +105,6 @@ def explain(code: str, as_json: bool) -> None:
 
 def _unknown(code: str, by_code: bool) -> UserError:
     what = "finding code" if by_code else "finding code or check"
-    return UserError(f"unknown {what} {code!r} (see `gpudoctor list-checks`)", EXIT_USAGE, "usage")
+    from gpudoctor.safety.user_files import shown
+
+    return UserError(f"unknown {what} {shown(code, 60)} (see `gpudoctor list-checks`)", EXIT_USAGE, "usage")

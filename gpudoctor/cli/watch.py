@@ -295,8 +295,9 @@ def watch(
         # have had time to fire (the warm-up, then DEMO_AFTER_WARMUP_S of the demo's time).
         duration = (th.warmup + DEMO_AFTER_WARMUP_S) / speed
         click.echo(f"gpudoctor: --demo without a terminal ends after {duration:g} s (--duration to choose)", err=True)
+    attached = Job.attach(pid) if pid else None  # no such process: said before anything about GPUs
     # Open the source before starting a job: no driver means no job started, unless the job's
-    # training steps can be followed without a GPU.
+    # training steps can be followed without a GPU (a started one: --pid has no step channel).
     try:
         source.open()
     except UserError as exc:
@@ -312,8 +313,8 @@ def watch(
     job = None
     steps = None
     error_file = None
-    if pid:
-        job = Job.attach(pid)
+    if attached is not None:
+        job = attached
     elif command:
         steps = _step_channel()
         env = {**os.environ, **(steps.env if steps is not None else {})}

@@ -94,7 +94,7 @@ class Outputs:
             try:
                 writer(report, path)
             except OSError as exc:
-                problems.append(f"cannot write {what} {path}: {_reason(exc, Path(path).parent)}")
+                problems.append(f"cannot write {what} {path}: {write_failure(exc, Path(path).parent)}")
         from gpudoctor.render import github
 
         if github.enabled(self.github, self.environ):
@@ -113,7 +113,7 @@ def _identity(path: str) -> tuple[object, ...]:
         return ("path", os.path.realpath(path))
 
 
-def _reason(exc: OSError, directory: Path) -> str:
+def write_failure(exc: OSError, directory: Path) -> str:
     """An OSError in words; "No such file or directory" for a directory that exists says what it means."""
     if exc.errno == errno.ENOENT and directory.is_dir():
         return f"the directory {directory} does not take new files (a virtual filesystem such as /proc or /sys?)"
@@ -127,6 +127,6 @@ def _can_create_in(directory: Path) -> None:
     try:
         fd, name = tempfile.mkstemp(prefix=".gpudoctor-", suffix=".tmp", dir=directory)
     except OSError as exc:
-        raise OSError(exc.errno, _reason(exc, directory)) from None
+        raise OSError(exc.errno, write_failure(exc, directory)) from None
     os.close(fd)
     os.unlink(name)

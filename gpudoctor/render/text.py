@@ -170,16 +170,25 @@ def render_table(spec: dict[str, Any]) -> Any:
     return table
 
 
-def finding_lines(f: Finding, verbose: bool) -> list[Line]:
+def finding_lines(f: Finding, verbose: bool, hint: bool = True) -> list[Line]:
+    """The finding's line, and its hint below it (`hint=False`: the line above gave the same one)."""
     line = Line("  ")
     line.append_text(status_text(f.status))
     line.append(f" {f.code} ", style="bold")
     line.append(f"{f.subject:<10} ", style="cyan")
     line.append(f.message)
     out = [line]
-    if f.hint and f.status != Status.PASS:
+    if hint and f.hint and f.status != Status.PASS:
         out.append(Line(f"                     hint: {f.hint}", style="dim"))
     return out
+
+
+def print_findings(console: Any, findings: list[Finding], verbose: bool) -> None:
+    said = None  # a hint repeated line after line (10,000 unreadable files) is said once
+    for f in findings:
+        for line in finding_lines(f, verbose, hint=f.hint != said):
+            console.print(line)
+        said = f.hint if f.status != Status.PASS else None
 
 
 def render_check(console: Any, result: CheckResult, verbose: bool) -> None:
@@ -192,9 +201,7 @@ def render_check(console: Any, result: CheckResult, verbose: bool) -> None:
     console.print(head)
     shown = result.findings if verbose else [f for f in result.findings if f.status != Status.PASS]
     hidden = len(result.findings) - len(shown)
-    for f in shown:
-        for line in finding_lines(f, verbose):
-            console.print(line)
+    print_findings(console, shown, verbose)
     if hidden and not shown:
         # Say what passed, in one line, so a clean run still shows what was checked.
         first = next(f for f in result.findings if f.status == Status.PASS)
@@ -251,10 +258,7 @@ def render_compact(console: Any, result: CheckResult, marks: dict[Status, str]) 
         console.print(head)
         return
     console.print(head)
-    for f in result.findings:
-        if f.status not in (Status.PASS, Status.SKIP):
-            for line in finding_lines(f, False):
-                console.print(line)
+    print_findings(console, [f for f in result.findings if f.status not in (Status.PASS, Status.SKIP)], False)
     for spec in result.details.get("tables", []):
         console.print(TableSpec(spec))
 
@@ -268,10 +272,7 @@ def render_quiet(console: Any, result: CheckResult, marks: dict[Status, str]) ->
     head.append(marks[result.status], style=STYLE[result.status])
     head.append(f" {result.title}", style="bold" if result.status.rank else "")
     console.print(head)
-    for f in result.findings:
-        if f.status not in (Status.PASS, Status.SKIP):
-            for line in finding_lines(f, False):
-                console.print(line)
+    print_findings(console, [f for f in result.findings if f.status not in (Status.PASS, Status.SKIP)], False)
 
 
 def render_report(report: Report, console: Any, verbose: int | bool = 0, *, options: TextOptions | None = None) -> None:

@@ -37,6 +37,7 @@ import psutil
 from gpudoctor.errors import EXIT_USAGE, UserError
 from gpudoctor.probe.processes import command_line  # one line, secrets redacted: it goes into recordings
 from gpudoctor.safety.procs import terminate_group
+from gpudoctor.safety.user_files import shown
 from gpudoctor.watch.output import StderrTail
 
 PR_SET_PDEATHSIG = 1
@@ -114,7 +115,7 @@ class Job:
                 if fd is not None:
                     os.close(fd)
             what = "not found" if isinstance(exc, FileNotFoundError) else "not executable"
-            raise UserError(f"command {what}: {argv[0]}", EXIT_USAGE, "usage") from None
+            raise UserError(f"command {what}: {shown(argv[0], 200)}", EXIT_USAGE, "usage") from None
         job = cls(proc, psutil.Process(proc.pid), command_line(argv), display=" ".join(argv))
         if write_end is not None and read_end is not None:
             os.close(write_end)  # the command holds it now: the pipe ends when the command's last writer does

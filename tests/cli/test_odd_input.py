@@ -144,3 +144,28 @@ def test_a_fifo_swapped_for_a_hard_link_before_opening_is_not_written(
     with pytest.raises(OSError, match="replaced while being opened"):
         safe_io.write_text(out, "<testsuites/>\n")
     assert victim.read_text() == "someone else's data\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["explain", "9" * 100_000], "unknown finding code or check '99999"),
+        (["watch", "--no-tui", "--", ""], "command not executable: ''"),
+    ],
+    ids=["explain-100k", "watch-empty-command"],
+)
+def test_an_odd_argument_is_quoted_short_in_its_one_line(
+    args: list[str], said: str, gpudoctor_cli: GpudoctorCli
+) -> None:
+    """Hostile review L6: explain echoed a 100 KB argument whole; `watch -- ''` named no command."""
+    out = gpudoctor_cli(*args)
+    assert out.returncode == 2
+    line = one_line(out.stderr)
+    assert said in line and len(line) < 300, line[:400]
+
+
+def test_a_snapshot_into_proc_says_why_it_cannot_be_written(gpudoctor_cli: GpudoctorCli) -> None:
+    """Hostile review L3: `snapshot -o /proc/version` said "No such file or directory" of a file that exists."""
+    out = gpudoctor_cli("snapshot", "-o", "/proc/version")
+    assert out.returncode == 3
+    assert "the directory /proc does not take new files" in one_line(out.stderr)

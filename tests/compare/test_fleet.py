@@ -196,6 +196,18 @@ def test_a_named_file_reached_through_another_users_link_is_not_followed(
         assert "reached through the link" in r.out + r.err and "Facts across 5 nodes" not in r.out, r.out
 
 
+def test_many_unusable_files_give_their_shared_hint_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hostile review L5: 9,998 unreadable files printed the same two-line hint 9,998 times (3 MB)."""
+    docs = node_docs()
+    for host in ("hgx-a", "hgx-b"):
+        save(tmp_path / f"{host}.json", docs[host])
+    for i in range(40):
+        (tmp_path / f"junk{i:02d}.json").write_text("{not json")
+    r = run_cli(capsys, "fleet", str(tmp_path), str(tmp_path / "hgx-a.json"))
+    assert r.out.count("GD464") == 40 and r.out.count("hint:") == 1, r.out
+    assert r.out.splitlines()[0].endswith(f"42 file(s): {tmp_path}, {tmp_path / 'hgx-a.json'}")
+
+
 def test_fewer_than_two_usable_files_is_a_usage_error_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

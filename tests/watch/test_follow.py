@@ -196,6 +196,8 @@ def test_no_driver_is_exit_3_unless_a_command_is_followed(tmp_path: Path, gpudoc
     # nothing to follow but GPUs
     r = gpudoctor_cli("watch", "--no-tui", "--pid", str(os.getpid()), "--duration", "1", env=env)
     assert r.returncode == 3
+    r = gpudoctor_cli("watch", "--no-tui", "--pid", "99999999", env=env)  # hostile review L9: said as itself
+    assert r.returncode == 2 and r.stderr.strip() == "gpudoctor: no process with PID 99999999"
     # A command is followed without a GPU: its training steps and the host (GPU rows absent, said once).
     marker = tmp_path / "ran"
     r = gpudoctor_cli(

@@ -7,7 +7,7 @@ definition for both callers: the torchrun/srun `nodes` check (facts gathered to 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from gpudoctor.checks.active.node_codes import (
@@ -50,9 +50,11 @@ MAX_GROUPS_SHOWN = 6  # values a tie's message names (all are in its evidence)
 
 
 def compare(
-    code: Code, what: str, values: dict[str, Any], status: Status, why: str = "", hint: str = ""
+    code: Code, what: str, values: dict[str, Any], status: Status, why: str | Callable[[Any], str] = "", hint: str = ""
 ) -> list[Finding]:
-    """Findings naming the nodes whose `what` differs from the majority's (or every group on a tie)."""
+    """Findings naming the nodes whose `what` differs from the majority's (or every group on a tie);
+    `why`: what it means, or a function of the odd value that says it (a node with none of them)."""
+    because = why if callable(why) else (lambda value: why)
     split = odd_one_out(values)
     if not split.differs:
         return []
@@ -65,7 +67,7 @@ def compare(
                 code.code,
                 status,
                 f"node:{node}",
-                f"node {node} has {what} {value_text(value)}, {others} {value_text(split.majority)}{why}",
+                f"node {node} has {what} {value_text(value)}, {others} {value_text(split.majority)}{because(value)}",
                 hint or code.fix,
                 {"field": what, "value": value_text(value), "majority": value_text(split.majority)},
             )
@@ -80,7 +82,7 @@ def compare(
             code.code,
             status,
             f"node:{first}",
-            f"nodes differ in {what}, no majority: {parts}{why}",
+            f"nodes differ in {what}, no majority: {parts}{'' if callable(why) else why}",
             hint or code.fix,
             {"field": what, "groups": {value_text(v): m for v, m in split.groups.items()}},
         )
@@ -111,7 +113,8 @@ def _gpus_differ(facts: dict[str, dict[str, Any]], wanted: set[str]) -> list[Fin
     if "gpus" not in wanted:
         return out
     models = {n: tuple(sorted(set(f.get("gpus") or []))) for n, f in facts.items()}
-    out += compare(GPUS_DIFFER, "GPU models", models, Status.FAIL, ": the slowest node paces every step")
+    paces = ": the slowest node paces every step"
+    out += compare(GPUS_DIFFER, "GPU models", models, Status.FAIL, lambda v: paces if v else ": it sees no GPU")
     if not odd_one_out(models).differs:
         counts = {n: len(f.get("gpus") or []) for n, f in facts.items()}
         out += compare(GPUS_DIFFER, "GPU count", counts, Status.WARN)

@@ -166,6 +166,15 @@ def test_an_nccl_version_apart_fails_naming_the_node() -> None:
     assert "node n2 has NCCL 2.18.3, the other 2 node(s) 2.21.5" in fs[0].message
 
 
+def test_a_node_without_gpus_is_not_called_the_slowest() -> None:
+    """Hostile review L7: "node fresh-install has GPU models none, ...: the slowest node paces every step"."""
+    fs = comparison_findings({"n0": facts(), "n1": facts(), "n2": facts(gpus=[])})
+    (f,) = [f for f in fs if f.code == "GD461"]
+    assert f.message.startswith("node n2 has GPU models none, the other 2 node(s) ") and f.message.endswith(
+        ": it sees no GPU"
+    )
+
+
 def test_two_odd_nodes_are_each_told_how_many_of_the_others_have_the_majoritys_value() -> None:
     fs = comparison_findings(
         {"n0": facts(), "n1": facts(), "n2": facts(), "n3": facts(nccl="2.18.3"), "n4": facts(nccl="2.19.3")}
