@@ -50,6 +50,8 @@ class Outputs:
                 parent = Path(path).parent
                 if not parent.is_dir():
                     raise FileNotFoundError(2, f"no directory {str(parent)!r}")
+                if st is not None and stat.S_ISREG(st.st_mode) and st.st_size:
+                    _refuse_foreign(what, path)
                 if st is None or stat.S_ISREG(st.st_mode):
                     _can_create_in(parent)  # a file is replaced through a new one beside it
             except OSError as exc:
@@ -59,8 +61,7 @@ class Outputs:
 
     def _distinct(self) -> None:
         """Each output its own file, and never one of the run's inputs: one would silently replace the other."""
-        options = {"JUnit file": "--junit", "Prometheus file": "--prometheus"}
-        named = [(options[what], path) for what, path, _ in self.files()]
+        named = [(OPTION[what], path) for what, path, _ in self.files()]
         for option, path in named:
             if path == "-":
                 raise UserError(
@@ -102,6 +103,30 @@ class Outputs:
             if problem:
                 problems.append(problem)
         return problems
+
+
+# How each output begins (render/junit.py, render/prometheus.py): an existing file that does not is
+# something else (a snapshot kept as evidence, a typo's victim), replaced only once the user removes it.
+OWN_START = {"JUnit file": (b"<?xml", b"<testsuites"), "Prometheus file": (b"# HELP gpudoctor_",)}
+OPTION = {"JUnit file": "--junit", "Prometheus file": "--prometheus"}
+
+
+def _refuse_foreign(what: str, path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return  # (unreadable: the write says why, if it fails)
+    try:
+        head = os.read(fd, 64).lstrip()
+    finally:
+        os.close(fd)
+    if not head.startswith(OWN_START[what]):
+        raise UserError(
+            f"{OPTION[what]} {path}: the file exists and is not a {what} gpudoctor wrote; name another file "
+            "or remove it first",
+            EXIT_USAGE,
+            "usage",
+        )
 
 
 def _identity(path: str) -> tuple[object, ...]:

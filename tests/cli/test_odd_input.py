@@ -169,3 +169,18 @@ def test_a_snapshot_into_proc_says_why_it_cannot_be_written(gpudoctor_cli: Gpudo
     out = gpudoctor_cli("snapshot", "-o", "/proc/version")
     assert out.returncode == 3
     assert "the directory /proc does not take new files" in one_line(out.stderr)
+
+
+def test_an_output_never_replaces_a_file_it_did_not_write(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
+    """Hostile review M8: `--junit evidence.json` replaced a kept snapshot. A report of the last run is replaced."""
+    evidence = tmp_path / "evidence.json"
+    evidence.write_text(Path(H100).read_text())
+    out = gpudoctor_cli("check", "--snapshot", H100, "--junit", str(evidence), "-q")
+    assert out.returncode == 2 and "is not a JUnit file gpudoctor wrote" in one_line(out.stderr)
+    assert evidence.read_text() == Path(H100).read_text()
+    junit, prom = tmp_path / "r.xml", tmp_path / "r.prom"
+    for _ in range(2):  # the second run replaces what the first wrote
+        out = gpudoctor_cli("check", "--snapshot", H100, "--junit", str(junit), "--prometheus", str(prom), "-q")
+        assert out.returncode == 0, out.stderr
+    ET.parse(junit)
+    assert prom.read_text().startswith("# HELP gpudoctor_")
