@@ -41,10 +41,10 @@ from gpudoctor.watch.model import ProcReading, Sample
 from gpudoctor.watch.session import End, Session, Update
 from gpudoctor.watch.sources import Notice
 from gpudoctor.watch.terminal import TerminalOutput
+from gpudoctor.watch.ui.lines import Lines
 from gpudoctor.watch.ui.widgets import (
     HISTORY,
     SORTS,
-    Lines,
     ProcessTable,
     balance_line,
     event_lines,
@@ -366,8 +366,9 @@ class WatchApp(App[str]):
         hints = verdict_h - 3 >= len(events) + len(active)
         self._set_heights(gpu_h, rank_h, verdict_h, procs_h)
         if n_gpus:
-            if mode == "full":
-                lines = gpu_rows(sample.gpus, self.history, gpu_marks, sticky, inner, self.stale)
+            if mode == "full":  # where the list scrolls, its scrollbar takes a column from the rows
+                row_w = inner - (gpu_need > gpu_h)
+                lines = gpu_rows(sample.gpus, self.history, gpu_marks, sticky, row_w, self.stale)
             else:
                 lines = gpu_grid(sample.gpus, gpu_marks, inner)
             self.query_one("#gpu-lines", Lines).show(lines)

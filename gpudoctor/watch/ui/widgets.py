@@ -14,8 +14,10 @@ import statistics
 from collections import deque
 from collections.abc import Sequence
 
-from rich.text import Text
-from textual.widgets import DataTable, Static
+from rich.cells import cell_len
+from rich.text import Span, Text
+from textual.geometry import Region
+from textual.widgets import DataTable
 
 from gpudoctor.watch.analysis import POWER_THROTTLE_BITS, THERMAL_THROTTLE_BITS, Balance, RankStats, Verdict
 from gpudoctor.watch.model import LOST, STALE, GpuReading, HostReading, ProcReading, RankReading, clock
@@ -156,22 +158,35 @@ def gpu_grid(gpus: Sequence[GpuReading], marks: dict[int, str], width: int) -> l
     per_line = max(1, (width + 1) // CELL_W)
     lines = []
     for start in range(0, len(gpus), per_line):
-        line = Text()
+        pieces: list[tuple[str, str]] = []
         for g in gpus[start : start + per_line]:
             mark = marks.get(g.index, "")
-            cell = Text()
-            cell.append(f"{mark + str(g.index):>3}", style="bold red" if mark == "!" else "bold yellow" if mark else "")
+            pieces.append((f"{mark + str(g.index):>3}", _mark_style(mark)))
             if g.state == LOST:
-                cell.append(f" {'LOST':>4} {'':>4}", style="bold red")
+                pieces += [(f" {'LOST':>4} {'':>4}", "bold red"), ("  ", "")]
             else:
                 util = "n/a" if g.util is None else f"{g.util}%"
-                cell.append(f" {util:>4}", style=_util_style(g.util))
-                cell.append(f" {mem_text(g, short=True):>4}")
-            line.append_text(cell)
-            line.append("  ")
+                pieces.append((f" {util:>4}", _util_style(g.util)))
+                pieces.append((f" {mem_text(g, short=True):>4}  ", ""))
+        line = assemble(pieces)
         line.rstrip()
         lines.append(line)
     return lines
+
+
+def _mark_style(mark: str) -> str:
+    return "bold red" if mark == "!" else "bold yellow" if mark else ""
+
+
+def assemble(pieces: Sequence[tuple[str, str]]) -> Text:
+    """A line of (text, style) pieces, as Text.append one by one makes it (a span for each styled piece),
+    for a tenth of its cost: the dashboard builds a line per GPU and per rank every second (issue 22)."""
+    spans, at = [], 0
+    for text, style in pieces:
+        if style:
+            spans.append(Span(at, at + len(text), style))
+        at += len(text)
+    return Text("".join(text for text, _ in pieces), spans=spans)
 
 
 def grid_height(n_gpus: int, width: int) -> int:
@@ -218,20 +233,14 @@ def rank_rows(
         key = (r.rank, r.pid)
         st = stats.get(key)
         mark = marks.get(key, "")
-        line = Text()
         rank = "?" if r.rank is None else str(r.rank)
-        line.append(f"{mark + rank:>5}", style="bold red" if mark == "!" else "bold yellow" if mark else "")
-        if show_pid:
-            line.append(f" {r.pid:>8}")
         step = "n/a" if st is None or st.step_s is None else f"{1000 * st.step_s:.0f} ms"
         wait = "n/a" if st is None or st.wait_share is None else f"{100 * st.wait_share:.0f}%"
         late = "n/a" if st is None or st.late_s is None else f"{1000 * st.late_s:+.0f}ms"
-        line.append(f" {step:>8} {wait:>6} {late:>7}")
-        if show_last:
-            line.append(f" {'-' if r.last_step is None else r.last_step:>11}")
         ago = "-" if r.last_end is None else clock(max(0.0, now - r.last_end))
-        line.append(f" {ago:>6}")
-        lines.append(line)
+        rest = (f" {r.pid:>8}" if show_pid else "") + f" {step:>8} {wait:>6} {late:>7}"
+        rest += (f" {'-' if r.last_step is None else r.last_step:>11}" if show_last else "") + f" {ago:>6}"
+        lines.append(assemble([(f"{mark + rank:>5}", _mark_style(mark)), (rest, "")]))
     return lines
 
 
@@ -328,18 +337,6 @@ def status_text(parts: Sequence[tuple[str, str, bool]], width: int) -> Text:
     return out
 
 
-class Lines(Static):
-    """A block of ready-made lines."""
-
-    _count = -1
-
-    def show(self, lines: Sequence[Text]) -> None:
-        # A layout pass only when the number of lines changes: the block's width is its box's, and a new
-        # layout of the whole screen every sample was most of the dashboard's CPU at 128 GPUs (issue 22).
-        self.update(Text("\n").join(lines) if lines else Text(""), layout=len(lines) != self._count)
-        self._count = len(lines)
-
-
 SORTS = {
     "GPU memory": lambda p: -(p.gpu_mem or 0),
     "SM%": lambda p: -(p.sm or 0),
@@ -350,8 +347,16 @@ SORTS = {
 
 
 class ProcessTable(DataTable):
-    """PID, user, GPU, GPU memory, SM%, CPU%, RSS, command; rebuilt when a process reading arrives,
-    keeping the selected process selected (by PID and GPU), wherever the new order puts it."""
+    """PID, user, GPU, GPU memory, SM%, CPU%, RSS, command, in the chosen order, keeping the selected
+    process selected (by PID and GPU) wherever the new order puts it.
+
+    Row i shows the i-th process of the order, and a new reading writes only the cells that changed, with
+    one refresh for them all: clearing and adding every row made Textual measure every cell again, a
+    tenth of the dashboard's CPU at 128 GPUs (issue 22). Columns widen for a wider cell and never narrow,
+    as they did then."""
+
+    _batch = False  # cells are being written: their refreshes wait for the last one
+    _held = False  # a refresh came while they were
 
     GPU_COLUMNS = ("GPU", "GPU mem", "SM%")  # left out when no process listed uses a GPU (CPU ranks)
 
@@ -359,50 +364,69 @@ class ProcessTable(DataTable):
         self.cursor_type = "row"
         self.zebra_stripes = False
         self.with_gpus = True
-        self.add_columns("PID", "user", *self.GPU_COLUMNS, "CPU%", "RSS", "command")
-        self.rows_by_key: dict[str, ProcReading] = {}
+        self.shown: list[ProcReading] = []  # the process of each row
+        self._cells: list[tuple[str | Text, ...]] = []  # what each row's cells hold
+        self._keys = self.add_columns("PID", "user", *self.GPU_COLUMNS, "CPU%", "RSS", "command")
 
     def _columns(self, with_gpus: bool) -> None:
         if with_gpus == self.with_gpus:
             return
         self.with_gpus = with_gpus
         self.clear(columns=True)
-        self.add_columns("PID", "user", *(self.GPU_COLUMNS if with_gpus else ()), "CPU%", "RSS", "command")
+        self._cells = []
+        self._keys = self.add_columns("PID", "user", *(self.GPU_COLUMNS if with_gpus else ()), "CPU%", "RSS", "command")
+
+    def refresh(self, *regions: Region, **how: bool) -> ProcessTable:
+        if self._batch and not regions and not how:  # update_cell's, of the whole table for each cell
+            self._held = True
+            return self
+        super().refresh(*regions, **how)
+        return self
 
     @property
     def selected(self) -> ProcReading | None:
-        if not self.row_count:
-            return None
-        try:
-            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
-        except Exception:  # noqa: BLE001  (no row under the cursor)
-            return None
-        return self.rows_by_key.get(key or "")
+        row = self.cursor_row
+        return self.shown[row] if self.row_count and 0 <= row < len(self.shown) else None
+
+    def _row(self, p: ProcReading) -> tuple[str | Text, ...]:
+        gpu_cells = (
+            "-" if p.gpu is None else str(p.gpu),
+            "n/a" if p.gpu_mem is None else f"{p.gpu_mem} MiB",
+            "n/a" if p.sm is None else f"{p.sm}",
+        )
+        return (
+            str(p.pid),
+            Text(p.user or "?"),  # Text, not a str: Textual would read a str as markup
+            *(gpu_cells if self.with_gpus else ()),
+            "n/a" if p.cpu is None else f"{p.cpu:.0f}",
+            "n/a" if p.rss is None else f"{p.rss} MiB",
+            Text(p.own_command or p.command) if p.command else Text(p.note, style="italic"),
+        )
 
     def show(self, procs: tuple[ProcReading, ...], sort: str) -> None:
         chosen = self.selected
-        keep = f"{chosen.pid}:{chosen.gpu}" if chosen is not None else None
-        scroll_y = self.scroll_y
-        self.clear()
+        keep = (chosen.pid, chosen.gpu) if chosen is not None else None
         self._columns(with_gpus=not procs or any(p.gpu is not None for p in procs))
-        self.rows_by_key = {}
-        for p in sorted(procs, key=SORTS[sort]):
-            key = f"{p.pid}:{p.gpu}"
-            self.rows_by_key[key] = p
-            gpu_cells = (
-                "-" if p.gpu is None else str(p.gpu),
-                "n/a" if p.gpu_mem is None else f"{p.gpu_mem} MiB",
-                "n/a" if p.sm is None else f"{p.sm}",
-            )
-            self.add_row(
-                str(p.pid),
-                Text(p.user or "?"),  # Text, not a str: Textual would read a str as markup
-                *(gpu_cells if self.with_gpus else ()),
-                "n/a" if p.cpu is None else f"{p.cpu:.0f}",
-                "n/a" if p.rss is None else f"{p.rss} MiB",
-                Text(p.own_command or p.command) if p.command else Text(p.note, style="italic"),
-                key=key,
-            )
-        if keep is not None and keep in self.rows_by_key:
-            self.move_cursor(row=self.get_row_index(keep), animate=False)
-            self.scroll_y = scroll_y
+        self.shown = sorted(procs, key=SORTS[sort])
+        rows = [self._row(p) for p in self.shown]
+        old, self._cells = self._cells, rows
+        self._batch = True
+        try:
+            for i, (row, was) in enumerate(zip(rows, old, strict=False)):  # the rows both have
+                for key, cell, before in zip(self._keys, row, was, strict=True):
+                    if cell != before:
+                        width = cell.cell_len if isinstance(cell, Text) else cell_len(cell)
+                        self.update_cell(str(i), key, cell, update_width=width > self.columns[key].content_width)
+        finally:
+            self._batch = False
+        if self._held:
+            self._held = False
+            self.refresh()
+        for i in range(len(old), len(rows)):
+            self.add_row(*rows[i], key=str(i))
+        for i in reversed(range(len(rows), len(old))):
+            self.remove_row(str(i))
+        where = next((i for i, p in enumerate(self.shown) if (p.pid, p.gpu) == keep), None)
+        if where is None:  # nothing was selected, or it has gone: the top row, as for a new table
+            self.scroll_y = 0
+        self.move_cursor(row=where or 0, animate=False)  # the view scrolls only as far as it must to show it

@@ -355,3 +355,20 @@ async def test_idle_gpus_are_idle_not_balanced() -> None:
     async with app.run_test(size=SIZE):
         verdicts = text_of(app.query_one("#verdicts"))
         assert "idle" in verdicts and "balanced" not in verdicts
+
+
+async def test_gpu_rows_that_scroll_fit_beside_the_scrollbar() -> None:
+    """One row per GPU, pinned by `c`, where they do not all fit: the list scrolls and its scrollbar takes a
+    column; the rows are fitted to what is left (they were one column wider and wrapped: every GPU on two
+    lines, its utilization history on the second)."""
+    run = synthetic_run("straggler", 150, n_gpus=32)  # more history than a row has room for
+    rec = read_recording(str(RECORDINGS / "straggler.jsonl"))
+    rec.samples = run
+    app = WatchApp(Session(ReplaySource(rec)), live=False, preload=run)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("c")
+        gpus, rows = app.query_one("#gpus"), app.query_one("#gpu-lines")
+        assert app._drawn_mode == "full" and gpus.virtual_size.height > gpus.size.height  # it scrolls
+        lines = text_of(rows).rstrip("\n").splitlines()
+        assert len(lines) == 33 and all(len(line) <= rows.size.width for line in lines)
+        assert all("▁" in line or "█" in line or "▅" in line for line in lines[1:])  # each with its history
