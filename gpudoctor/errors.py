@@ -21,6 +21,14 @@ EXIT_HANGUP = 129
 EXIT_INTERRUPTED = 130
 
 
+def shown(value: object, limit: int = 40) -> str:
+    """A value from a user's file or call, as a one-line message quotes it: its repr, cut short.
+
+    A 400-digit number or a megabyte string is not printed whole; its length is said instead."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 10]}... ({len(text)} characters)"
+
+
 class UserError(Exception):
     """An error the user can act on; printed as one line, never as a traceback."""
 

@@ -8,10 +8,10 @@ from dataclasses import replace
 from typing import Any
 
 from gpudoctor.engine import CheckContext, Code, check
+from gpudoctor.errors import shown
 from gpudoctor.findings import Finding, Status
 from gpudoctor.knowledge.units import gpu_list
 from gpudoctor.knowledge.visible_gpus import PCI_BUS_ID, Visibility, mig_gpus, parse, resolve
-from gpudoctor.safety.user_files import shown
 from gpudoctor.snapshot import Gpu, Snapshot
 
 VISIBLE = Code(

@@ -49,8 +49,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from gpudoctor.errors import shown
 from gpudoctor.records import Record, record
-from gpudoctor.safety.user_files import shown
 from gpudoctor.snapshot import Gpu, MigDevice, Snapshot, known
 
 PCI_BUS_ID = "PCI_BUS_ID"

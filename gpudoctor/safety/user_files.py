@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpudoctor.errors import shown as shown  # callers quote file values with it (defined with the errors)
+
 
 class UserFileError(ValueError):
     """Why a named file cannot be used, in a few words ("no such file", "not valid JSON: ...").
@@ -19,14 +21,6 @@ class UserFileError(ValueError):
     def __init__(self, message: str, *, untrusted: bool = False) -> None:
         super().__init__(message)
         self.untrusted = untrusted
-
-
-def shown(value: object, limit: int = 40) -> str:
-    """A value from a user's file or call, as a one-line message quotes it: its repr, cut short.
-
-    A 400-digit number or a megabyte string is not printed whole; its length is said instead."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 10]}... ({len(text)} characters)"
 
 
 # A policy or a saved report is kilobytes; a file this large is something else (a log, /dev/zero).
