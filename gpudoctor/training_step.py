@@ -368,6 +368,7 @@ class _NoOp:
 
 
 _NOOP = _NoOp()
+NESTED = -1.0  # a `with step():` entered inside another: not a step of its own
 
 
 class _Mark:
@@ -388,10 +389,15 @@ class _Mark:
         self._entered: float | None = None
 
     def __enter__(self) -> _Mark:
+        if self._pub.inside:  # inside another `with step():` (a helper that marks its own): one step, the outer
+            self._entered = NESTED
+            return self
         self._entered = self._pub.inside = time.monotonic()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._entered is NESTED:
+            return
         pub = self._pub
         entered = self._made if self._entered is None else self._entered
         if not pub.started:

@@ -145,6 +145,28 @@ def test_steps_of_a_job_process_arrive_per_rank_with_step_time_and_input_wait() 
         channel.close()
 
 
+def test_a_with_step_inside_another_is_one_step() -> None:
+    """Hostile review 2, L2: `with step(): with step():` (a helper that marks its own step, called
+    inside the loop's) counted 2 steps an iteration. The outer block is the step."""
+    code = (
+        "import time, gpudoctor\n"
+        "for i in range(30):\n"
+        "    with gpudoctor.step():\n"
+        "        with gpudoctor.step():\n"
+        "            time.sleep(0.002)\n"
+    )
+    channel = StepChannel()
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **channel.env, "RANK": "0"})
+        channel.accept = lambda pid: pid == proc.pid
+        assert proc.wait(timeout=60) == 0
+        wait_for(lambda: channel._ranks and next(iter(channel._ranks.values())).last_step == 30)
+        (r,) = channel.take()
+        assert (r.steps, r.last_step) == (30, 30)
+    finally:
+        channel.close()
+
+
 def test_a_forked_child_publishes_its_own_steps_from_its_own_count() -> None:
     """step() no longer calls getpid() (os.register_at_fork resets the publisher in the child): a child
     forked mid-loop counts its steps from 0 on its own socket, and the parent's count goes on."""
