@@ -356,7 +356,14 @@ class WatchedLoader:
         data.workers[self._role] = epoch.facts.get("workers")
         stream.claimed = self.indexed
         clock = time.perf_counter
-        it = iter(loader)
+        try:  # begun first: a loader with workers takes its first indices from the sampler in iter()
+            it = iter(loader)
+        except BaseException:  # not a loader, or one that cannot begin: no epoch was read (the error is the user's)
+            stream.claimed = False
+            if stream.epoch is epoch:
+                stream.epoch = None
+                data.epochs[self._role] = number
+            raise
         try:
             while True:
                 t = clock()

@@ -46,10 +46,12 @@ from typing import Any
 
 ENV = "GPUDOCTOR_STEPS"  # the per-run directory, set by `gpudoctor watch -- COMMAND`
 SOCKET_NAME = "steps.sock"
-MAGIC = b"GDS1"
+MAGIC = b"GDS2"
 # magic, rank (-1: unknown), pid, steps in this record, steps with a measured input wait, dropped records
-# before this one, number of the last step, its end (epoch s), sum and max of step times, sum of input waits.
-RECORD = struct.Struct("<4siIIIIQdddd")
+# before this one, number of the last step, its end (epoch s), sum and max of step times, sum of input waits,
+# sum of the step times of the steps that measured one (the input-wait share is over those steps alone:
+# a loop may mix `with step():` and plain `step()`, whose time has no measured wait).
+RECORD = struct.Struct("<4siIIIIQddddd")
 _ROLE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 EXIT_SEND_S = 0.2  # at exit, each datagram may wait this long for the watcher to take the ones before it
 FLUSH_S = 0.05  # steps faster than this travel together: at most ~20 records a second per rank
@@ -154,7 +156,7 @@ class _Publisher:
 
     def _reset(self) -> None:
         self.count = self.waited = 0
-        self.sum_step = self.max_step = self.sum_wait = 0.0
+        self.sum_step = self.max_step = self.sum_wait = self.sum_waited_step = 0.0
 
     def plain(self, ended: float, input_wait: float | None) -> None:
         """A plain `step()` call made at `ended` (monotonic): the step since the previous one ended."""
@@ -179,6 +181,7 @@ class _Publisher:
         if input_wait is not None and input_wait >= 0:
             self.waited += 1
             self.sum_wait += input_wait if input_wait < duration else duration
+            self.sum_waited_step += duration
         if ended - self.sent_mono >= FLUSH_S:
             self.flush(ended)
 
@@ -204,6 +207,7 @@ class _Publisher:
             self.sum_step,
             self.max_step,
             self.sum_wait,
+            self.sum_waited_step,
         )
         try:
             self.sock.send(record)
@@ -364,6 +368,7 @@ class _NoOp:
 
 
 _NOOP = _NoOp()
+NESTED = -1.0  # a `with step():` entered inside another: not a step of its own
 
 
 class _Mark:
@@ -384,10 +389,15 @@ class _Mark:
         self._entered: float | None = None
 
     def __enter__(self) -> _Mark:
+        if self._pub.inside:  # inside another `with step():` (a helper that marks its own): one step, the outer
+            self._entered = NESTED
+            return self
         self._entered = self._pub.inside = time.monotonic()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._entered is NESTED:
+            return
         pub = self._pub
         entered = self._made if self._entered is None else self._entered
         if not pub.started:

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from gpudoctor.cli.options import FILE_NAME
+from gpudoctor.cli.output import Verdict
 from gpudoctor.cli.types import FiniteFloat, OnceCommand
 from gpudoctor.errors import EXIT_HANGUP, EXIT_UNAVAILABLE, EXIT_USAGE, UserError
 from gpudoctor.safety import signals
@@ -496,15 +497,22 @@ def report(recording: str, as_json: bool, warmup: float | None, config_path: str
 
     th = thresholds(config_path, no_config, warmup_s=warmup)
     summary = summarize_recording(recording_path(recording), th)  # streamed: memory does not grow with it
-    if as_json:
-        doc = summary.to_json()
-        doc["command"] = "report"
-        click.echo(dumps(doc, indent=2))
-    else:
-        click.echo(render_text(summary), nl=False)  # a damaged recording is noted in the summary
-    if summary.unreadable:  # the samples before the damage are summarized (and the damage noted); still bad input
-        kept = f"the summary covers the {summary.samples} sample(s) it could read (see the note)"
-        click.echo(f"gpudoctor: recording {recording} is damaged: {kept}", err=True)
+    if summary.unreadable and not summary.samples:  # damaged or refused lines alone: nothing to summarize
+        raise UserError(f"recording {recording} has no usable sample: {summary.damage}", EXIT_USAGE, "input")
+    Verdict.code = EXIT_USAGE if summary.unreadable else 0  # what a reader that stops reading still gets
+    try:
+        if as_json:
+            doc = summary.to_json()
+            doc["command"] = "report"
+            click.echo(dumps(doc, indent=2))
+        else:
+            click.echo(render_text(summary), nl=False)  # a damaged recording is noted in the summary
+    finally:  # said even when stdout went away (exit 2 all the same)
+        if summary.unreadable:  # the samples before the damage are summarized (and the damage noted); still bad input
+            kept = f"the summary covers the {summary.samples} sample(s) it could read (see the note)"
+            with contextlib.suppress(OSError, ValueError):  # no stderr left to say it on: the exit code says it
+                click.echo(f"gpudoctor: recording {recording} is damaged: {kept}", err=True)
+    if summary.unreadable:
         sys.exit(EXIT_USAGE)
 
 

@@ -440,8 +440,8 @@ def rank_stats(win: Sequence[Sample], th: Thresholds = DEFAULT) -> dict[tuple[in
     out = {}
     for key, a in w.ranks.items():
         step_s = exact_mean(a.step_sum, a.timed) if a.timed else None
-        wait_s = exact_mean(a.wait_sum, a.waited) if a.waited else None
-        share = None if wait_s is None or not step_s else min(1.0, wait_s / step_s)
+        # The waited time over the time of the steps that measured a wait (a plain step() has none).
+        share = min(1.0, a.wait_sum / a.waited_step_sum) if a.waited and a.waited_step_sum else None
         late_n, late_sum, late_pos = a.late
         last = a.last
         ends = a.ends  # (step, end) of its readings in the window that had both, oldest first

@@ -63,10 +63,12 @@ RANK_RANGES: dict[str, tuple[float | None, float | None]] = {
     "step_s": (0, None),
     "step_max": (0, None),
     "wait_s": (0, None),
+    "waited": (0, None),
+    "wait_step_s": (0, None),
     "last_step": (0, None),
     "last_end": (0, None),
 }
-RANK_INTEGERS = {"steps", "last_step"}
+RANK_INTEGERS = {"steps", "waited", "last_step"}
 CPU_RANGE = (0, 100)  # host CPU busy, % of all cores
 # Whole-number readings: a recorded 4.0 reads as 4; a fraction (util 96.5, a bitmask 4.5) is not a reading.
 INTEGERS = {"util", "mem_util", "mem_used", "mem_total", "temp", "sm_clock", "pcie_rx", "pcie_tx", "throttle"}

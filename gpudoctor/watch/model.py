@@ -296,13 +296,24 @@ class RankReading:
     steps: int = 0  # steps finished in this interval
     step_s: float | None = None  # their mean duration (s)
     step_max: float | None = None  # the longest of them (s)
-    wait_s: float | None = None  # mean time per step spent waiting for input (s); None: not measured
+    wait_s: float | None = None  # mean input wait of the steps that measured one (s); None: not measured
+    waited: int | None = None  # how many steps measured an input wait (None, older recordings: all of them)
+    wait_step_s: float | None = None  # their mean step time (s) (None, older recordings: step_s)
     last_step: int | None = None  # the number of the last step finished (counted from 1 per process)
     last_end: float | None = None  # when it finished (epoch s); carried over while no step finishes
 
     @property
     def label(self) -> str:
         return f"rank {self.rank}" if self.rank is not None else f"PID {self.pid}"
+
+    def wait_totals(self) -> tuple[int, float, float]:
+        """(steps that measured an input wait, their input wait, their step time), in seconds: the
+        input-wait share is the second over the third, never over the time of steps that measured none."""
+        if self.wait_s is None or not self.steps:
+            return 0, 0.0, 0.0
+        n = self.steps if self.waited is None else min(self.waited, self.steps)
+        step_s = self.step_s if self.wait_step_s is None else self.wait_step_s
+        return n, self.wait_s * n, (step_s or 0.0) * n
 
     @property
     def key(self) -> tuple[int, int]:

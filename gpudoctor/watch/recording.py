@@ -199,6 +199,11 @@ def recording_path(arg: str) -> str:
 MAX_LINE = 4 * MIB
 MAX_CONTAINERS = 1 << 17
 MAX_BLANK = 1000  # blank lines in a row: `watch --record` writes none (a heuristic bound)
+# Damaged lines before the first sample: a file whose first MAX_DAMAGED_FIRST lines after its header
+# hold no sample is no recording (a heuristic bound: `watch --record` writes whole lines, and a damaged
+# stretch later in a long recording is read through, keeping the samples after it; cost stays linear
+# and memory fixed, as only a count and the first line numbers are kept).
+MAX_DAMAGED_FIRST = 1000
 TOO_LONG = f"\x00longer than {MAX_LINE // MIB} MiB"  # no JSON line can contain a NUL: never parsed
 
 
@@ -241,7 +246,8 @@ class RecordingStream:
     def __init__(self, path: str) -> None:
         self.path = path
         self.samples = 0  # yielded so far
-        self._skipped: list[int] = []  # damaged lines skipped (numbers)
+        self._skipped: list[int] = []  # damaged lines skipped: the first MAX_LISTED numbers
+        self._skipped_n = 0  # and how many in all
         self._first_skip = ""  # what was wrong with the first of them
         self._dropped = 0  # readings outside the physical range, dropped
         self._dropped_examples: list[str] = []
@@ -252,8 +258,11 @@ class RecordingStream:
         self.unreadable: str | None = None
         # Lines beyond the bounds of one machine (gpudoctor.watch.bounds): refused before their readings
         # are made, counted, said; input no machine wrote, so bad input too (report exits 2).
-        self.refused: list[int] = []
+        self.refused = 0
         self._first_refusal = ""
+        # The GPUs the recording has shown so far: a recording is one machine's, so more than MAX_GPUS
+        # distinct indices in all refuse the lines that bring them (the summary keeps one row per GPU).
+        self._gpus: set[int] = set()
         try:
             self._file: IO[str] = _open_text(path)  # closed in close()
             self._lines = _lines(self._file)
@@ -313,9 +322,8 @@ class RecordingStream:
                 blank = 0
                 dropped: list[str] = []
                 if text == TOO_LONG:
-                    if not self._skipped:
-                        self._first_skip = TOO_LONG[1:]
-                    self._skipped.append(number)
+                    if self._skip(number, TOO_LONG[1:]):
+                        return
                     continue
                 try:
                     containers = text.count("{") + text.count("[")  # a string's brackets count too: only more
@@ -324,12 +332,14 @@ class RecordingStream:
                     else:
                         doc = loads(text)
                         beyond = _beyond_bounds(doc)
+                    if beyond is None:
+                        sample = Sample.parse(doc, dropped)
+                        beyond = self._new_gpus(sample)
                     if beyond is not None:
                         if not self.refused:
                             self._first_refusal = f"line {number}: {beyond}"
-                        self.refused.append(number)
+                        self.refused += 1
                         continue
-                    sample = Sample.parse(doc, dropped)
                 except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
                     if not complete:  # the last line, cut off mid-write (a kill): the replay ends here
                         self._stopped = (
@@ -337,9 +347,8 @@ class RecordingStream:
                             f"kept the {plural(self.samples, 'sample')} before it"
                         )
                         return
-                    if not self._skipped:
-                        self._first_skip = "not JSON" if isinstance(exc, json.JSONDecodeError) else str(exc)[:120]
-                    self._skipped.append(number)
+                    if self._skip(number, "not JSON" if isinstance(exc, json.JSONDecodeError) else str(exc)[:120]):
+                        return
                     continue
                 if dropped:
                     self._dropped += len(dropped)
@@ -350,16 +359,48 @@ class RecordingStream:
         finally:
             self.close()
 
+    def _skip(self, number: int, why: str) -> bool:
+        """Count damaged line `number`; True: stop reading (no sample before MAX_DAMAGED_FIRST of them)."""
+        if not self._skipped_n:
+            self._first_skip = why
+        self._skipped_n += 1
+        if len(self._skipped) < MAX_LISTED:
+            self._skipped.append(number)
+        if self.samples or self._skipped_n < MAX_DAMAGED_FIRST:
+            return False
+        self._stopped = f"stopped reading {self.path} at line {number}: {MAX_DAMAGED_FIRST} damaged lines and no sample"
+        self.unreadable = "no sample"
+        return True
+
+    def _new_gpus(self, sample: Sample) -> str | None:
+        """Why `sample` is refused as beyond one machine over the whole recording (its GPUs would make
+        more than MAX_GPUS distinct GPUs in all), or None; its GPUs are then the recording's."""
+        seen = self._gpus
+        new = [g.index for g in sample.gpus if g.index not in seen]
+        if not new:
+            return None
+        fresh = set(new)
+        if len(seen) + len(fresh) > MAX_GPUS:
+            return f"GPU {min(fresh)} would be GPU {len(seen) + len(fresh)} of the recording, at most {MAX_GPUS}"
+        seen |= fresh
+        return None
+
+    @property
+    def usable(self) -> bool:
+        """The file held a sample, or nothing wrong: a recording of damaged or refused lines alone is
+        bad input (complete once iteration has ended)."""
+        return bool(self.samples) or not (self._skipped_n or self.refused or self.unreadable)
+
     @property
     def damage(self) -> str | None:
         """What was wrong with the file, in the user's words; None for a sound recording.
 
         Complete only once iteration has ended."""
         parts = []
-        if self._skipped:
-            shown = ", ".join(map(str, self._skipped[:MAX_LISTED]))
-            more = f" and {len(self._skipped) - MAX_LISTED} more" if len(self._skipped) > MAX_LISTED else ""
-            if len(self._skipped) == 1:
+        if self._skipped_n:
+            shown = ", ".join(map(str, self._skipped))
+            more = f" and {self._skipped_n - len(self._skipped)} more" if self._skipped_n > len(self._skipped) else ""
+            if self._skipped_n == 1:
                 parts.append(f"line {shown} of {self.path} is damaged ({self._first_skip}); skipped it")
             else:
                 parts.append(
@@ -371,10 +412,10 @@ class RecordingStream:
                 f"({'; '.join(self._dropped_examples)}{'; ...' if self._dropped > len(self._dropped_examples) else ''})"
             )
         if self.refused:
-            lines = "line" if len(self.refused) == 1 else "lines"
+            lines = "line" if self.refused == 1 else "lines"
             parts.append(
-                f"refused {len(self.refused)} {lines} beyond one machine's bounds "
-                f"({self._first_refusal}{'; ...' if len(self.refused) > 1 else ''})"
+                f"refused {self.refused} {lines} beyond one machine's bounds "
+                f"({self._first_refusal}{'; ...' if self.refused > 1 else ''})"
             )
         if self._stopped:
             parts.append(self._stopped)
@@ -383,8 +424,9 @@ class RecordingStream:
     @property
     def bad_input(self) -> bool:
         """The file is damaged input (`report` and `watch --replay` exit 2 after using what they could):
-        its bytes stopped reading, or lines were refused as beyond the bounds of one machine."""
-        return self.unreadable is not None or bool(self.refused)
+        its bytes stopped reading, lines were refused as beyond the bounds of one machine, or no line
+        held a sample though some were there."""
+        return self.unreadable is not None or bool(self.refused) or not self.usable
 
     def close(self) -> None:
         self._file.close()

@@ -299,7 +299,9 @@ def fake_from_env(interval: float, process_interval: float) -> SyntheticSource |
     return SyntheticSource(scenario, int(count or 8), interval, process_interval)
 
 
-MAX_REPLAY_WAIT_S = 2.0  # a longer hole in a recording (a suspended laptop, a stopped job) is skipped
+# No wait of a replay is longer than this, whatever the recording: a longer hole (a suspended laptop,
+# a stopped job), or a recording whose every sample is far from the last, is not waited out.
+MAX_REPLAY_WAIT_S = 2.0
 MAX_GAP_NOTES = 5  # gaps said one by one; later ones are counted
 
 
@@ -311,8 +313,9 @@ class ReplaySource:
     not wait for a long recording, and memory does not grow with it. What was damaged in the file is
     known at its end: `damage`, and a note then.
 
-    A wait is never longer than MAX_REPLAY_WAIT_S or one recorded interval at this speed, whichever
-    is longer: a hole in the recording is skipped, and `notes` says so (the session shows it).
+    A wait is never longer than MAX_REPLAY_WAIT_S, whatever the recording: a hole in the recording is
+    skipped, and a recording whose samples are further apart than that at this speed plays faster;
+    `notes` says so (the session shows it). Below the cap `--speed` sets the pace.
     """
 
     PEEK = 30  # samples read ahead to learn the recorded interval and the GPUs
@@ -334,6 +337,7 @@ class ReplaySource:
         self.interval = self.recorded_interval / speed  # the pace of playback
         self.notes: list[str] = []  # said once each, as they happen (skipped gaps, damage)
         self._gaps = 0
+        self._paced = False  # the recording's own interval was cut to the cap (said once)
         self._first: Sample | None = None
         self._previous: Sample | None = None
 
@@ -357,11 +361,19 @@ class ReplaySource:
         pass
 
     def _wait(self, gap: float) -> float:
-        """Seconds to wait for a recorded gap of `gap` seconds; a hole is skipped and said."""
+        """Seconds to wait for a recorded gap of `gap` seconds: at most MAX_REPLAY_WAIT_S, said."""
         wait = gap / self.speed
-        cap = max(MAX_REPLAY_WAIT_S, self.interval)
+        cap = MAX_REPLAY_WAIT_S
         if wait <= cap:
             return wait
+        if gap <= 2 * self.recorded_interval:  # the recording's own pace, not a hole in it
+            if not self._paced:
+                self._paced = True
+                self.notes.append(
+                    f"replay plays faster than recorded: its samples are {clock(gap)} apart "
+                    f"({wait:g} s at {self.speed:g}x); waits are capped at {cap:g} s"
+                )
+            return cap
         self._gaps += 1
         if self._gaps <= MAX_GAP_NOTES:
             assert self._first is not None and self._previous is not None

@@ -34,6 +34,10 @@ from gpudoctor.watch.model import RankReading, plural
 from gpudoctor.watch.sentinel import CHANNEL_PREFIX
 
 CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+# The step record before GDS2 (it had no step time of the waited steps): a job may import an older
+# gpudoctor than the watcher's. Its waited steps are taken at the record's mean step time.
+MAGIC_V1 = b"GDS1"
+RECORD_V1 = struct.Struct("<4siIIIIQdddd")
 WAKE = b"wake"  # sent to ourselves by close()
 ERROR_FILE = "torchelastic_error.json"  # torchrun's TORCHELASTIC_ERROR_FILE, in the same private directory
 MAX_STEPS_PER_RECORD = 1_000_000  # more than any loop runs between two records: a damaged record
@@ -43,6 +47,7 @@ MAX_STEPS_PER_RECORD = 1_000_000  # more than any loop runs between two records:
 MAX_STEP_S = 86_400.0
 MAX_CLOCK_SKEW_S = 86_400.0
 MAX_STEP_NUMBER = 2**53
+ROUNDING = 1 + 1e-9  # a part summed apart from its whole may round a hair above it
 MAX_RANK = 1 << 20  # torch's world sizes stay far below a million ranks
 # The publisher sends at most one record per FLUSH_S (~20 a second) plus a last one at exit; a process
 # sending more is flooding the watcher's thread: records beyond RATE a second (after a BURST) are
@@ -63,6 +68,7 @@ class _Acc:
     max_step: float = 0.0
     waited: int = 0
     sum_wait: float = 0.0
+    sum_waited_step: float = 0.0  # the step time of the steps that measured an input wait
     last_step: int | None = None
     last_end: float | None = None
 
@@ -75,6 +81,8 @@ class _Acc:
             step_s=None if step_s is None else round(step_s, 6),
             step_max=round(self.max_step, 6) if self.steps else None,
             wait_s=round(self.sum_wait / self.waited, 6) if self.waited else None,
+            waited=self.waited if self.waited else None,
+            wait_step_s=round(self.sum_waited_step / self.waited, 6) if self.waited else None,
             last_step=self.last_step,
             last_end=None if self.last_end is None else round(self.last_end, 6),
         )
@@ -143,7 +151,8 @@ class StepChannel:
 
     def _receive(self) -> None:
         """One datagram (raises TimeoutError / BlockingIOError when there is none)."""
-        size = max(RECORD.size, EVENT.size, MAX_PAYLOAD + 4) + 1  # one byte more: a longer datagram shows
+        # one byte more: a longer datagram shows
+        size = max(RECORD.size, RECORD_V1.size, EVENT.size, MAX_PAYLOAD + 4) + 1
         data, ancdata, _, _ = self.sock.recvmsg(size, socket.CMSG_SPACE(CREDENTIALS.size))
         if self._closed.is_set() and data == WAKE:
             return
@@ -157,7 +166,7 @@ class StepChannel:
                 self.rejected += 1
         elif len(data) == EVENT.size and data[:4] == EVENT_MAGIC:
             self._add_event(pid, data)
-        elif len(data) == RECORD.size:
+        elif len(data) in (RECORD.size, RECORD_V1.size):
             self._add(pid, data)
         else:
             self.rejected += 1
@@ -198,14 +207,22 @@ class StepChannel:
         return left >= 1
 
     def _add(self, pid: int, data: bytes) -> None:
-        magic, rank, _, count, waited, dropped, last, end, sum_step, max_step, sum_wait = RECORD.unpack(data)
+        if len(data) == RECORD.size:
+            magic, rank, _, count, waited, dropped, last, end, sum_step, max_step, sum_wait, waited_step = (
+                RECORD.unpack(data)
+            )
+            expected = MAGIC
+        else:
+            magic, rank, _, count, waited, dropped, last, end, sum_step, max_step, sum_wait = RECORD_V1.unpack(data)
+            waited_step = min(sum_step, max(sum_wait, sum_step * waited / count)) if count else 0.0
+            expected = MAGIC_V1
         now = time.time()
         if not self._within_rate(pid, self.clock()):
             self.flooded += 1
             return
-        numbers = (end, sum_step, max_step, sum_wait)
+        numbers = (end, sum_step, max_step, sum_wait, waited_step)
         sane = (
-            magic == MAGIC
+            magic == expected
             and 0 < count <= MAX_STEPS_PER_RECORD
             and waited <= count
             and dropped <= MAX_STEPS_PER_RECORD
@@ -217,6 +234,9 @@ class StepChannel:
             return
         if max_step > MAX_STEP_S or sum_step > count * MAX_STEP_S or sum_wait > waited * MAX_STEP_S:
             self.rejected += 1  # 1e308 is a float, not a step time: sums would overflow to inf
+            return
+        if waited_step > sum_step * ROUNDING or sum_wait > waited_step * ROUNDING:
+            self.rejected += 1  # a part of the steps' time (the waited steps', their wait) beyond its whole
             return
         if abs(end - now) > MAX_CLOCK_SKEW_S:
             self.rejected += 1
@@ -239,6 +259,7 @@ class StepChannel:
             acc.max_step = max(acc.max_step, max_step)
             acc.waited += waited
             acc.sum_wait += sum_wait
+            acc.sum_waited_step += waited_step
             acc.last_step, acc.last_end = last, end
 
     def take(self) -> tuple[RankReading, ...]:
@@ -248,7 +269,7 @@ class StepChannel:
             out = tuple(acc.reading() for _, acc in sorted(self._ranks.items(), key=lambda kv: _order(kv[0])))
             for acc in self._ranks.values():
                 acc.steps = acc.waited = 0
-                acc.sum_step = acc.max_step = acc.sum_wait = 0.0
+                acc.sum_step = acc.max_step = acc.sum_wait = acc.sum_waited_step = 0.0
         return out
 
     def take_data(self) -> tuple[DataReading, ...]:

@@ -69,6 +69,7 @@ class _RankStats:
     timed: int = 0
     wait_sum: float = 0.0
     waited: int = 0
+    waited_step_sum: float = 0.0  # the step time of the steps that measured an input wait
     last_step: int | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -77,9 +78,17 @@ class _RankStats:
             "pid": self.pid,
             "steps": self.steps,
             "mean_step_ms": round(1000 * self.step_sum / self.timed, 1) if self.timed else None,
-            "wait_share": round(self.wait_sum / self.step_sum, 3) if self.waited and self.step_sum else None,
+            "wait_share": self.wait_share,
             "last_step": self.last_step,
         }
+
+    @property
+    def wait_share(self) -> float | None:
+        """The input wait over the time of the steps that measured one (at most 1: a plain step() in the
+        same loop measures none, and its time is not the wait's whole)."""
+        if not self.waited or not self.waited_step_sum:
+            return None
+        return round(min(1.0, self.wait_sum / self.waited_step_sum), 3)
 
 
 @dataclass
@@ -368,9 +377,10 @@ class SummaryBuilder:
             if r.steps and r.step_s is not None:
                 rs.timed += r.steps
                 rs.step_sum += r.step_s * r.steps
-                if r.wait_s is not None:
-                    rs.waited += r.steps
-                    rs.wait_sum += r.wait_s * r.steps
+                waited, wait, waited_step = r.wait_totals()
+                rs.waited += waited
+                rs.wait_sum += wait
+                rs.waited_step_sum += waited_step
 
     def _track(self, t: float) -> None:
         current = {v.key: v for v in self.verdicts}

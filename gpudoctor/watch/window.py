@@ -112,7 +112,19 @@ class GpuTotals:
 class RankTotals:
     """One training rank over the window, from its step records."""
 
-    __slots__ = ("key", "readings", "steps", "timed", "step_sum", "waited", "wait_sum", "last", "late", "ends")
+    __slots__ = (
+        "key",
+        "readings",
+        "steps",
+        "timed",
+        "step_sum",
+        "waited",
+        "wait_sum",
+        "waited_step_sum",
+        "last",
+        "late",
+        "ends",
+    )
 
     def __init__(self, key: tuple[int | None, int]) -> None:
         self.key = key
@@ -122,6 +134,7 @@ class RankTotals:
         self.step_sum = 0  # exact sum of their step times
         self.waited = 0  # steps with an input wait
         self.wait_sum = 0
+        self.waited_step_sum = 0  # exact sum of their step times (the share's whole: not every step's)
         self.last: RankReading | None = None  # the latest reading in the window
         self.late = [0, 0, 0]  # lateness entries: count, exact sum, how many late (> 0)
         self.ends: deque[tuple[int, float]] = deque()  # (last step, its end) of readings that had both
@@ -130,8 +143,9 @@ class RankTotals:
 # What one sample holds, as added (and taken out again when it leaves):
 # per GPU (totals, alive, util, mem_used, thermal, power, judged throttle bits, xids);
 _GpuPart = tuple[GpuTotals, bool, "int | None", "int | None", bool, bool, int, tuple[int, ...]]
-# per rank (totals, steps, timed steps, exact step time sum, waited steps, exact wait sum, (step, end));
-_RankPart = tuple[RankTotals, int, int, int, int, int, "tuple[int, float] | None"]
+# per rank (totals, steps, timed steps, exact step time sum, waited steps, exact wait sum, exact step time
+# sum of the waited steps, (step, end));
+_RankPart = tuple[RankTotals, int, int, int, int, int, int, "tuple[int, float] | None"]
 # per rank judged late (totals, exact lateness, late at all).
 _LatePart = tuple[RankTotals, int, bool]
 
@@ -283,11 +297,10 @@ class Window(Sequence[Sample]):
             acc.last = r
             n = r.steps
             timed = n if n and r.step_s is not None else 0
-            waited = n if n and r.wait_s is not None else 0
+            waited, wait, waited_step = r.wait_totals()
             step_x = exact(r.step_s * n) if timed else 0  # type: ignore[operator]
-            wait_x = exact(r.wait_s * n) if waited else 0  # type: ignore[operator]
             end = (r.last_step, r.last_end) if r.last_step is not None and r.last_end is not None else None
-            parts.append((acc, n, timed, step_x, waited, wait_x, end))
+            parts.append((acc, n, timed, step_x, waited, exact(wait), exact(waited_step), end))
         entry.lates = self._lateness(s)
         entry.losses = sum(1 for d in s.data or () if d.loss is not None and d.loss.n and d.loss.sum is not None)
         entry.loaders = [(d.key, exact(d.loader.s)) for d in s.data or () if d.loader is not None and d.loader.batches]
@@ -343,7 +356,7 @@ class Window(Sequence[Sample]):
                     acc.low += sign
                 elif g2 >= gap2:
                     acc.high += sign
-        for acc, n, timed, step_x, waited, wait_x, end in e.ranks:
+        for acc, n, timed, step_x, waited, wait_x, waited_step_x, end in e.ranks:
             if end is not None:  # readings leave in the order they came: the oldest is this one
                 acc.ends.append(end) if sign > 0 else acc.ends.popleft()
             acc.readings += sign
@@ -354,6 +367,7 @@ class Window(Sequence[Sample]):
             if waited:
                 acc.waited += sign * waited
                 acc.wait_sum += sign * wait_x
+                acc.waited_step_sum += sign * waited_step_x
         self.losses += sign * e.losses
         loader = self.loader
         for key, x in e.loaders:

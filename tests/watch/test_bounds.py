@@ -7,6 +7,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -17,9 +20,10 @@ from hypothesis import strategies as st
 
 from gpudoctor.watch.bounds import MAX_GPUS, MAX_RANKS
 from gpudoctor.watch.model import GpuReading, HostReading, ProcReading, RankReading, Sample
-from gpudoctor.watch.recording import MAX_BLANK, MAX_CONTAINERS, MAX_LINE, RecordingStream
+from gpudoctor.watch.recording import MAX_BLANK, MAX_CONTAINERS, MAX_DAMAGED_FIRST, MAX_LINE, RecordingStream
 from gpudoctor.watch.synthetic import synthetic_run
 from tests.helpers.cli import run_cli
+from tests.helpers.processes import clean_env
 
 # Values that each rule of the strict checks has an opinion about: bools (not numbers), whole floats
 # in whole-number fields, fractions there, NaN and infinities, ints past the largest float, values at
@@ -229,3 +233,121 @@ def test_a_stream_of_blank_lines_ends_the_reading_as_bad_input(tmp_path: Path) -
         f.write("\n" * 10)
     stream = RecordingStream(str(short))
     assert len(list(stream)) == 1 and not stream.bad_input  # a few blank lines are nothing
+
+
+def test_a_recording_whose_gpus_keep_changing_is_refused_past_one_machine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hostile review 2, M2: each line within MAX_GPUS, but new GPU indices on every line: `report` kept
+    every GPU it ever saw (102,400 from 400 lines, 219 MB). A recording is one machine's: the lines that
+    bring it past MAX_GPUS distinct GPUs in all are refused (counted, the first named, exit 2)."""
+    base = synthetic_run("healthy", 10)
+    per = MAX_GPUS // 4
+    lines = [_wide(s, per) for s in base]
+    lines = [
+        dataclasses.replace(s, gpus=tuple(dataclasses.replace(g, index=i * per + g.index) for g in s.gpus))
+        for i, s in enumerate(lines)
+    ]
+    rec = _recording(tmp_path / "moving.jsonl", lines)
+    r = run_cli(capsys, "report", "--json", str(rec))
+    assert r.exit_code == 2 and "internal error" not in r.err and len(r.err.splitlines()) == 1
+    doc = json.loads(r.out)
+    assert doc["samples"] == 4 and len(doc["gpus"]) == MAX_GPUS
+    assert (
+        f"refused 6 lines beyond one machine's bounds (line 6: GPU {MAX_GPUS} would be GPU {MAX_GPUS + per} "
+        f"of the recording, at most {MAX_GPUS}; ...)" in doc["damage"]
+    )
+    replay = run_cli(capsys, "watch", "--replay", str(rec), "--no-tui", "--json", "--speed", "100000")
+    assert replay.exit_code == 2 and json.loads(replay.out.splitlines()[-1])["samples"] == 4
+    # The same GPUs line after line (and fewer on some lines): one machine, taken.
+    same = _recording(tmp_path / "same.jsonl", [_wide(s, MAX_GPUS if i % 2 else 8) for i, s in enumerate(base)])
+    r = run_cli(capsys, "report", "--json", str(same))
+    assert r.exit_code == 0 and json.loads(r.out)["samples"] == 10
+
+
+def _junk_after(path: Path, first: list[Any], junk: int) -> Path:
+    rec = _recording(path, first)
+    with rec.open("a") as f:
+        f.write("x\n" * junk)
+    return rec
+
+
+def _peak(path: Path) -> int:
+    stream = RecordingStream(str(path))
+    tracemalloc.start()
+    try:
+        list(stream)
+        _ = stream.damage
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_damaged_lines_are_counted_not_kept(tmp_path: Path) -> None:
+    """Hostile review 2, M3: every damaged line's number was kept (2 million junk lines, a 4 KB gzip:
+    99 MB). Now a count and the first few numbers: memory does not grow with the damage."""
+    sample = synthetic_run("healthy", 1)
+    few = _peak(_junk_after(tmp_path / "few.jsonl", sample, 1_000))
+    many_path = _junk_after(tmp_path / "many.jsonl", sample, 50_000)
+    many = _peak(many_path)
+    assert many < few + 256 * 1024, (few, many)  # the 49,000 more line numbers alone were ~1.7 MB
+    stream = RecordingStream(str(many_path))
+    assert len(list(stream)) == 1 and not stream.bad_input  # a sample and damage: read on to the end
+    assert "lines 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 and 49990 more of" in (stream.damage or "")
+
+
+def test_a_recording_with_no_usable_sample_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hostile review 2, M3: a recording whose every line was damaged exited 0 with "0 samples". It is
+    bad input: one line, exit 2; reading stops after MAX_DAMAGED_FIRST damaged lines with no sample."""
+    short = _junk_after(tmp_path / "short.jsonl", [], 5)
+    r = run_cli(capsys, "report", str(short))
+    assert r.exit_code == 2 and r.out == ""
+    assert r.err.strip().splitlines() == [
+        f"gpudoctor: recording {short} has no usable sample: lines 2, 3, 4, 5, 6 of {short} are damaged "
+        "(first: not JSON); skipped them"
+    ]
+    long = _junk_after(tmp_path / "long.jsonl", [], MAX_DAMAGED_FIRST * 10)
+    stream = RecordingStream(str(long))
+    assert list(stream) == [] and stream.bad_input
+    assert f"stopped reading {long} at line {MAX_DAMAGED_FIRST + 1}: {MAX_DAMAGED_FIRST} damaged lines" in (
+        stream.damage or ""
+    )
+    replay = run_cli(capsys, "watch", "--replay", str(short), "--no-tui", "--speed", "1000")
+    assert replay.exit_code == 2
+    # A header alone (a watch stopped before its first sample) is no damage: an empty summary, exit 0.
+    empty = _recording(tmp_path / "empty.jsonl", [])
+    assert run_cli(capsys, "report", str(empty)).exit_code == 0
+
+
+@pytest.mark.parametrize("closed", ["stdout", "stderr"])
+def test_a_closed_output_keeps_reports_exit_code(tmp_path: Path, closed: str) -> None:
+    """Hostile review 2, M6: with its reader gone, `report` of a damaged recording exited 0 (stdout) or 1
+    (stderr) instead of 2; it keeps its code as `check` does, and says why on the stream still open."""
+    run = synthetic_run("straggler", 3)
+    rec = _recording(tmp_path / "refused.jsonl", [run[0], _wide(run[1], n_gpus=MAX_GPUS + 1), run[2]])
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        streams = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, closed: write}
+        r = subprocess.run(
+            [sys.executable, "-m", "gpudoctor", "report", str(rec)], env=clean_env(), timeout=60, **streams
+        )
+    finally:
+        os.close(write)
+    assert r.returncode == 2
+    if closed == "stdout":
+        assert b"is damaged" in r.stderr and b"internal error" not in r.stderr
+    healthy = _recording(tmp_path / "healthy.jsonl", run)
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "gpudoctor", "report", str(healthy)],
+            env=clean_env(),
+            timeout=60,
+            stdout=write,
+            stderr=subprocess.PIPE,
+        )
+    finally:
+        os.close(write)
+    assert r.returncode == 0 and r.stderr == b""

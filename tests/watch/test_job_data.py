@@ -141,6 +141,23 @@ def test_a_loader_iterated_outside_the_wrapper_records_nothing_and_a_break_leave
     assert epochs_sent(sent)[("train", 1)]["final"]
 
 
+def test_a_loader_that_cannot_begin_begins_no_epoch() -> None:
+    """Hostile review 2, L8: a loader whose __iter__ raises (or None, or 5) counted an epoch begun, so
+    "5 epochs begun" when 2 loaders yielded. The error is still the user's."""
+
+    class Broken:
+        def __iter__(self) -> Any:
+            raise RuntimeError("no shards")
+
+    data, sent = collect()
+    for bad, error in ((Broken(), RuntimeError), (None, TypeError), (5, TypeError)):
+        with pytest.raises(error):
+            list(WatchedLoader(bad, "train", data))
+    assert data.epochs == {"train": 0}
+    assert len(list(WatchedLoader(DataLoader(Indexed(8), batch_size=4), "train", data))) == 2
+    assert list(epochs_sent(sent)) == [("train", 0)] and data.epochs == {"train": 1}
+
+
 def test_a_loader_without_a_batch_sampler_is_said_once_and_still_timed(capsys: pytest.CaptureFixture[str]) -> None:
     data, sent = collect()
     loader = DataLoader(Indexed(6), batch_size=None)

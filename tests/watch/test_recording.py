@@ -20,6 +20,7 @@ import pytest
 from gpudoctor.errors import UserError
 from gpudoctor.watch.follow import Job
 from gpudoctor.watch.headless import run_headless
+from gpudoctor.watch.model import clock as clock_text
 from gpudoctor.watch.recording import MAX_LINE, RecordWriter, read_recording
 from gpudoctor.watch.session import Session
 from gpudoctor.watch.sources import ReplaySource, SyntheticSource
@@ -336,6 +337,56 @@ def test_replay_skips_a_hole_in_the_recording_and_says_so(tmp_path: Path, gpudoc
     assert took < hole_wait_s / 4
     assert r.stdout.count("util% [") == 10
     assert "replay skipped a 1:00:01 gap in the recording at t+00:05 (no samples; waits are capped at 2 s)" in r.stderr
+
+
+class _Clock:
+    """A stop event whose waits are counted, not slept: what a replay would wait, at no cost."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def is_set(self) -> bool:
+        return False
+
+    def wait(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        return False
+
+
+def _spaced(tmp_path: Path, gap: float, count: int = 4) -> Path:
+    path = tmp_path / f"gap{gap:g}.jsonl"
+    writer = RecordWriter(str(path), {"interval": 1.0})
+    for i, s in enumerate(synthetic_run("healthy", count)):
+        writer.write(dataclasses.replace(s, t=1_700_000_000.0 + i * gap))
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("gap", [100.0, 3600.0, 1e7])
+def test_a_replay_of_samples_far_apart_waits_at_most_2_s_each_and_says_so(tmp_path: Path, gap: float) -> None:
+    # Every gap is the recording's own pace (its median), so a cap relative to it waited 100 s a frame.
+    for speed in (1.0, 1000.0):
+        source = ReplaySource.open_file(str(_spaced(tmp_path, gap)), speed=speed)
+        clock = _Clock()
+        played = [source.next(clock) for _ in range(5)]  # type: ignore[arg-type]
+        assert [s is not None for s in played] == [True] * 4 + [False]
+        assert clock.waits == [min(2.0, gap / speed)] * 3
+        if gap / speed > 2:
+            assert source.notes == [
+                f"replay plays faster than recorded: its samples are {clock_text(gap)} apart "
+                f"({gap / speed:g} s at {speed:g}x); waits are capped at 2 s"
+            ]
+        else:  # --speed still sets the pace below the cap
+            assert source.notes == []
+
+
+def test_a_replay_of_samples_100_s_apart_plays_in_seconds(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
+    start = time.monotonic()
+    r = gpudoctor_cli("watch", "--replay", str(_spaced(tmp_path, 100.0)), "--no-tui", timeout=150)
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - start < 100  # three 2 s waits and start-up, not 300 s of waiting
+    assert r.stdout.count("util% [") == 4
+    assert "replay plays faster than recorded: its samples are 01:40 apart (100 s at 1x)" in r.stderr
 
 
 def test_a_time_past_year_9999_is_a_damaged_line_not_a_crash(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.training_step import ENV, RECORD, SOCKET_NAME
+from gpudoctor.training_step import ENV, MAGIC, RECORD, SOCKET_NAME
 from gpudoctor.watch import analysis
 from gpudoctor.watch.analysis import Thresholds
 from gpudoctor.watch.model import RankReading, Sample
@@ -144,6 +145,28 @@ def test_steps_of_a_job_process_arrive_per_rank_with_step_time_and_input_wait() 
         channel.close()
 
 
+def test_a_with_step_inside_another_is_one_step() -> None:
+    """Hostile review 2, L2: `with step(): with step():` (a helper that marks its own step, called
+    inside the loop's) counted 2 steps an iteration. The outer block is the step."""
+    code = (
+        "import time, gpudoctor\n"
+        "for i in range(30):\n"
+        "    with gpudoctor.step():\n"
+        "        with gpudoctor.step():\n"
+        "            time.sleep(0.002)\n"
+    )
+    channel = StepChannel()
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **channel.env, "RANK": "0"})
+        channel.accept = lambda pid: pid == proc.pid
+        assert proc.wait(timeout=60) == 0
+        wait_for(lambda: channel._ranks and next(iter(channel._ranks.values())).last_step == 30)
+        (r,) = channel.take()
+        assert (r.steps, r.last_step) == (30, 30)
+    finally:
+        channel.close()
+
+
 def test_a_forked_child_publishes_its_own_steps_from_its_own_count() -> None:
     """step() no longer calls getpid() (os.register_at_fork resets the publisher in the child): a child
     forked mid-loop counts its steps from 0 on its own socket, and the parent's count goes on."""
@@ -182,7 +205,7 @@ def test_records_from_outside_the_job_or_forged_are_ignored_and_counted() -> Non
         r = python("import gpudoctor\nfor _ in range(3):\n    gpudoctor.step()\n", env=channel.env)
         assert r.returncode == 0
         # a process that writes to the socket itself, claiming another PID: the kernel's PID counts
-        forged = RECORD.pack(b"GDS1", 0, 1, 1, 0, 0, 1, time.time(), 0.1, 0.1, 0.0)
+        forged = RECORD.pack(MAGIC, 0, 1, 1, 0, 0, 1, time.time(), 0.1, 0.1, 0.0, 0.0)
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
             s.sendto(forged, channel.path)
             s.sendto(b"garbage", channel.path)
@@ -279,6 +302,72 @@ def test_a_rank_with_slower_steps_is_named_and_a_rank_waiting_for_input_too() ->
     assert verdicts(ranks_run(30, slow={1: 1.0})) == {"GD909": [(1,)]}
     assert verdicts(ranks_run(30, wait={3: 0.4})) == {"GD909": [(3,)]}  # only rank 3 waits: it holds the rest
     assert verdicts(ranks_run(30, wait={0: 0.4, 1: 0.4, 2: 0.35, 3: 0.45})) == {"GD910": [(0, 1, 2, 3)]}
+
+
+def _mixed(samples: list[Sample], wait_step_s: float) -> list[Sample]:
+    """Every rank's loop mixes `with step():` (its wait measured, the step `wait_step_s` long) and a
+    plain `step()` just after it (~0 s, no wait measured): half the steps measured a wait."""
+    out = []
+    for s in samples:
+        ranks = tuple(
+            dataclasses.replace(r, waited=r.steps // 2, wait_step_s=wait_step_s) if r.steps else r
+            for r in s.ranks or ()
+        )
+        out.append(dataclasses.replace(s, ranks=ranks))
+    return out
+
+
+def test_the_input_wait_share_is_over_the_steps_that_measured_a_wait() -> None:
+    """Hostile review 2, M1: the mean wait of the waited steps was multiplied by every step: 199%."""
+    # 10 ms of wait, then a 30 ms body, then a plain step(): 2 steps of 20 ms mean, one wait of 10 ms in 40.
+    run = _mixed(ranks_run(30, step_s=0.02, wait={r: 0.5 for r in range(4)}), wait_step_s=0.04)
+    shares = [st.wait_share for st in analysis.rank_stats(analysis.window(run, 30)).values()]
+    assert shares == [pytest.approx(0.25)] * 4
+    summary = summarize(run, "x", NO_WARMUP)
+    assert [r.to_json()["wait_share"] for r in summary.ranks.values()] == [0.25] * 4
+    # ...and no GD910 for the job when each waited step is mostly work (10 ms of wait in 50): 20%
+    calm = _mixed(ranks_run(30, step_s=0.025, wait={r: 0.4 for r in range(4)}), wait_step_s=0.05)
+    assert verdicts(calm) == {}
+    assert [r.to_json()["wait_share"] for r in summarize(calm, "x", NO_WARMUP).ranks.values()] == [0.2] * 4
+
+
+def test_a_loop_mixing_with_step_and_plain_step_waits_at_most_all_of_its_time(
+    gpudoctor_cli: GpudoctorCli,
+) -> None:
+    """Hostile review 2, M1, end to end: the reviewer's loop was summarized as 199% input wait."""
+    code = (
+        "import time, gpudoctor\n"
+        "for i in range(100):\n"
+        "    time.sleep(0.01)\n"
+        "    with gpudoctor.step():\n"
+        "        pass\n"
+        "    gpudoctor.step()\n"
+    )
+    r = gpudoctor_cli("watch", "--no-tui", "--json", "--", sys.executable, "-c", code, env=clean_env(RANK="0"))
+    assert r.returncode == 0, r.stderr
+    (rank,) = json.loads(r.stdout.splitlines()[-1])["ranks"]
+    assert rank["steps"] == 200
+    # The waited steps are their wait (an empty body): near 100%, never above.
+    assert 0.5 <= rank["wait_share"] <= 1.0
+
+
+def test_a_step_record_of_an_older_gpudoctor_is_still_taken() -> None:
+    """A job may import an older gpudoctor than the watcher's: its records (GDS1) still count."""
+    from gpudoctor.watch.steps import MAGIC_V1, RECORD_V1
+
+    channel = StepChannel()
+    try:
+        me = os.getpid()
+        channel.accept = lambda pid: pid == me
+        old = RECORD_V1.pack(MAGIC_V1, 0, 1, 4, 2, 0, 4, time.time(), 0.4, 0.1, 0.08)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.sendto(old, channel.path)
+        wait_for(lambda: channel._ranks)
+        (r,) = channel.take()
+        assert (r.steps, r.step_s, r.wait_s, r.waited) == (4, 0.1, 0.04, 2)
+        assert channel.rejected == 0
+    finally:
+        channel.close()
 
 
 def test_stalled_steps_name_the_rank_behind_after_the_deadline() -> None:
@@ -378,7 +467,7 @@ def test_a_real_gloo_job_names_its_slow_rank_from_its_steps(where: str, gpudocto
 def _record(rank: int = 0, end: float | None = None, step: float = 0.1, last: int = 1, **over: float) -> bytes:
     fields = {"count": 1, "waited": 0, "dropped": 0, "sum_wait": 0.0, **over}
     return RECORD.pack(
-        b"GDS1",
+        MAGIC,
         rank,
         1,
         fields["count"],
@@ -389,6 +478,7 @@ def _record(rank: int = 0, end: float | None = None, step: float = 0.1, last: in
         step,
         fields.get("max_step", step),
         fields["sum_wait"],
+        fields.get("waited_step", fields["sum_wait"]),
     )
 
 
