@@ -8,15 +8,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.processes import GpudoctorCli, clean_env, run_gpudoctor
-from tests.paths import FIXTURES, TESTS
+from tests.helpers.processes import GPUDOCTOR, GpudoctorCli, clean_env
+from tests.paths import FIXTURES, REPO, TESTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_orphans")]
 
@@ -69,12 +71,45 @@ class Run:
     marks: Path
 
 
-def run_job(tmp: Path, *job: str, warmup: str = "600", env: dict[str, str] | None = None) -> Run:
-    """watch_job in JSON, rank 0 marking when each epoch begins and ends in tmp/marks."""
-    marks = tmp / "marks"
-    rc, lines, err = watch_job(run_gpudoctor, *job, "--marks", str(marks), warmup=warmup, env=env)
-    assert isinstance(lines, list)
-    return Run(rc, lines, err, marks)
+def run_job(tmp: Path, release: str, *job: str, warmup: str = "600", env: dict[str, str] | None = None) -> Run:
+    """`gpudoctor watch --no-tui --json -- torchrun ... data_job.py JOB...`, read as it runs. Rank 0 marks its
+    epochs in tmp/marks; the ranks hold early in the second epoch (data_job.py --hold) until a sample
+    carries the verdict `release`. So "called within the second epoch" holds by construction, at any load,
+    when the verdict is called from part of the epoch; one that waited for the epoch's end would come after
+    the ranks gave up holding (data_job.HOLD_S) and after that end."""
+    marks, go = tmp / "marks", tmp / "go"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(JOB), *job]
+    torchrun += ["--marks", str(marks), "--hold", str(go)]
+    args = ["watch", "--no-tui", "--json", "--interval", "0.25", "--process-interval", "0.5", "--warmup", warmup]
+    proc = subprocess.Popen(
+        [*GPUDOCTOR, *args, "--", *torchrun],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=clean_env() if env is None else env,
+    )
+    err: list[str] = []
+    drain = threading.Thread(target=lambda: err.append(proc.stderr.read() if proc.stderr else ""), daemon=True)
+    drain.start()
+    timer = threading.Timer(400, proc.kill)
+    timer.start()
+    lines = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            doc = json.loads(line)
+            lines.append(doc)
+            if not go.exists() and any(v["code"] == release for v in doc.get("verdicts", ())):
+                go.touch()
+        rc = proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        drain.join(timeout=10)
+    return Run(rc, lines, "".join(err), marks)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +121,7 @@ def unsharded_apart_and_between_steps(tmp_path_factory: pytest.TempPathFactory) 
     judged; GD940 is a fact, judged warm-up or not."""
     job = ("--sampler", "none", "--feed", "loader", "--diverge-rank", "1", "--outside-rank", "0")
     job += ("--outside-s", "0.12", "--epochs", "2", "--step-s", "0.1")
-    return run_job(tmp_path_factory.mktemp("unsharded"), *job, warmup="0")
+    return run_job(tmp_path_factory.mktemp("unsharded"), "GD940", *job, warmup="0")
 
 
 @pytest.mark.parametrize(("sampler", "feed"), [("none", "loader"), ("unpassed", "samples")])
@@ -99,7 +134,7 @@ def test_ranks_reading_the_same_data_are_called_within_the_second_epoch(
         run = request.getfixturevalue("unsharded_apart_and_between_steps")
         others = {"GD946": [0, 1], "GD948": [0]}
     else:
-        run = run_job(tmp_path, "--sampler", sampler, "--feed", feed, "--epochs", "2", "--step-s", "0.15")
+        run = run_job(tmp_path, "GD940", "--sampler", sampler, "--feed", feed, "--epochs", "2", "--step-s", "0.15")
         others = {}
     assert run.rc == 0, run.err[-3000:]
     summary = run.lines[-1]
@@ -118,7 +153,7 @@ def test_missing_set_epoch_a_split_per_rank_and_eval_padding(tmp_path: Path) -> 
     """DistributedSampler without set_epoch, random_split without a generator in unseeded ranks, and an
     evaluation set of 33 samples on 2 ranks (DistributedSampler pads one)."""
     job = ("--no-set-epoch", "--split", "per-rank", "--eval-size", "33", "--epochs", "2", "--step-s", "0.15")
-    run = run_job(tmp_path, *job)
+    run = run_job(tmp_path, "GD941", *job)
     assert run.rc == 0, run.err[-3000:]
     lines, marks = run.lines, run.marks
     summary = lines[-1]
@@ -143,7 +178,7 @@ def same_order_and_a_stray_context(tmp_path_factory: pytest.TempPathFactory) -> 
     placement = tmp / "placement"
     placement.mkdir()
     job = ("--no-set-epoch", "--feed", "samples", "--epochs", "2", "--step-s", "0.15")
-    return run_job(tmp, *job, "--placement", str(placement), "--stray", env=fake_nvml(placement))
+    return run_job(tmp, "GD941", *job, "--placement", str(placement), "--stray", env=fake_nvml(placement))
 
 
 def test_set_epoch_missing_is_called_from_step_samples_too(same_order_and_a_stray_context: Run) -> None:
