@@ -4,7 +4,8 @@ gpudoctor/training_data.py (docs/watch.md, "What each rank reads").
 `DataBook` keeps, per rank, the first epoch and the latest few epochs of each loader role and each
 role's split fingerprint: bounded by ranks x roles x KEEP_EPOCHS x training_data.KEEP indices, whatever
 the run's length. A verdict, once found, holds to the end of the run (the cause does not go away by
-itself); it is judged again only when a new digest arrives.
+itself); it is judged again only when a new digest arrives. GD940, GD941 and GD944 widen as more ranks show
+them (under load one rank gets there samples before another), and never narrow.
 
 Comparing coordinated samples: two ranks' samples are compared at the larger of their shifts (each is
 filtered to the smaller limit), where each holds exactly the indices below that limit: an index both
@@ -110,6 +111,18 @@ class DataBook:
     def _hold(self, v: Verdict) -> None:
         self.found.setdefault(v.code, v)
 
+    def _names_all(self, code: Code) -> bool:
+        """The verdict of `code` is held and names every rank seen: nothing can widen it."""
+        held = self.found.get(code.code)
+        return held is not None and len(held.ranks) >= len(self.ranks)
+
+    def _widen(self, v: Verdict) -> None:
+        """Hold `v`, or let it replace the held verdict of its code when it names more ranks: under load
+        some ranks show a mistake samples before the others (it never narrows)."""
+        held = self.found.get(v.code)
+        if held is None or set(v.ranks) > set(held.ranks):
+            self.found[v.code] = v
+
     # -- judging -----------------------------------------------------------------------------------------
     def _by_epoch(self) -> dict[tuple[str, int], list[tuple[RankRef, EpochDigest]]]:
         out: dict[tuple[str, int], list[tuple[RankRef, EpochDigest]]] = {}
@@ -133,8 +146,9 @@ class DataBook:
         self._same_order()
 
     def _not_sharded(self, role: str, number: int, digests: list[tuple[RankRef, EpochDigest]]) -> None:
-        """GD940: ranks that read the same first indices, or of whose sample a share was read by another rank."""
-        if len(digests) < 2 or codes.DATA_NOT_SHARDED.code in self.found:
+        """GD940: ranks that read the same first indices, or of whose sample a share was read by another rank.
+        Judged again as more ranks have read enough, until it names every rank."""
+        if len(digests) < 2 or self._names_all(codes.DATA_NOT_SHARDED):
             return
         readable = [(ref, e) for ref, e in digests if not e.unreadable]
         same: dict[tuple[int, ...], list[RankRef]] = {}
@@ -172,11 +186,12 @@ class DataBook:
         )
         figure = Figure(share, template, unit="% shared")
         hint = "Pass a DistributedSampler to the DataLoader (sampler=), or shard the data per rank."
-        self._hold(_verdict(codes.DATA_NOT_SHARDED, figure, hint, named))
+        self._widen(_verdict(codes.DATA_NOT_SHARDED, figure, hint, named))
 
     def _uneven(self, role: str, number: int, digests: list[tuple[RankRef, EpochDigest]]) -> None:
-        """GD944: a rank ended the epoch with fewer batches than another rank has run in it."""
-        if len(digests) < 2 or codes.UNEVEN_SHARDS.code in self.found:
+        """GD944: a rank ended the epoch with fewer batches than another rank has run in it. Judged again as
+        more ranks' loaders are known, until it names every rank."""
+        if len(digests) < 2 or self._names_all(codes.UNEVEN_SHARDS):
             return
         planned = [e.expected for _, e in digests]
         if None not in planned and len(set(planned)) > 1:  # len(loader) differs: known as the epoch starts
@@ -196,7 +211,7 @@ class DataBook:
             f"{fewest} never join"
         )
         hint = "Give every rank the same number of batches (DistributedSampler, drop_last) or use model.join()."
-        self._hold(_verdict(codes.UNEVEN_SHARDS, message, hint, [ref for ref, _ in digests]))
+        self._widen(_verdict(codes.UNEVEN_SHARDS, message, hint, [ref for ref, _ in digests]))
 
     def _padding(self, role: str, number: int, digests: list[tuple[RankRef, EpochDigest]]) -> None:
         """GD943: an evaluation epoch whose ranks together read more samples than the data set holds, by

@@ -271,8 +271,9 @@ def test_bench_scaling_on_two_cpu_ranks_reports_both_models_and_the_split_adds_u
 ) -> None:
     """Run where numpy cannot be imported: torch's all_gather_object needs it, the ranks gather JSON
     instead (workloads/rank.py). (A test of its own ran `bench scaling` without numpy; this run answers it.)"""
-    # 30 steps: the medians hold on a shared CI host whose other jobs take the cores in slices.
-    args = ("bench", "scaling", "--device", "cpu", "--ranks", "2", "--steps", "30", "--json")
+    # The CPU default of 12 measured steps: what is asserted holds at any count and any load (the split
+    # adds up or GD726 says it does not); figures belong to benchmarks/scaling_overhead.py.
+    args = ("bench", "scaling", "--device", "cpu", "--ranks", "2", "--json")
     r = gpudoctor_cli(*args, env=hiding("numpy"), timeout=400)
     assert "Numpy is not available" not in r.stdout + r.stderr
     assert r.returncode == 0, r.stderr[-2000:]

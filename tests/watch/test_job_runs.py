@@ -8,14 +8,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.processes import GpudoctorCli, clean_env
-from tests.paths import FIXTURES, TESTS
+from tests.helpers.processes import GPUDOCTOR, GpudoctorCli, clean_env
+from tests.paths import FIXTURES, REPO, TESTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_orphans")]
 
@@ -60,36 +63,99 @@ def epoch_end(marks: Path, epoch: int) -> float:
     raise AssertionError(f"epoch {epoch} never ended: {marks.read_text()}")
 
 
+@dataclass(frozen=True)
+class Run:
+    rc: int
+    lines: list[dict[str, Any]]
+    err: str
+    marks: Path
+
+
+def run_job(tmp: Path, release: str, *job: str, warmup: str = "600", env: dict[str, str] | None = None) -> Run:
+    """`gpudoctor watch --no-tui --json -- torchrun ... data_job.py JOB...`, read as it runs. Rank 0 marks its
+    epochs in tmp/marks; the ranks hold early in the second epoch (data_job.py --hold) until a sample
+    carries the verdict `release`. So "called within the second epoch" holds by construction, at any load,
+    when the verdict is called from part of the epoch; one that waited for the epoch's end would come after
+    the ranks gave up holding (data_job.HOLD_S) and after that end."""
+    marks, go = tmp / "marks", tmp / "go"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(JOB), *job]
+    torchrun += ["--marks", str(marks), "--hold", str(go)]
+    args = ["watch", "--no-tui", "--json", "--interval", "0.25", "--process-interval", "0.5", "--warmup", warmup]
+    proc = subprocess.Popen(
+        [*GPUDOCTOR, *args, "--", *torchrun],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=clean_env() if env is None else env,
+    )
+    err: list[str] = []
+    drain = threading.Thread(target=lambda: err.append(proc.stderr.read() if proc.stderr else ""), daemon=True)
+    drain.start()
+    timer = threading.Timer(400, proc.kill)
+    timer.start()
+    lines = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            doc = json.loads(line)
+            lines.append(doc)
+            if not go.exists() and any(v["code"] == release for v in doc.get("verdicts", ())):
+                go.touch()
+        rc = proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        drain.join(timeout=10)
+    return Run(rc, lines, "".join(err), marks)
+
+
+@pytest.fixture(scope="module")
+def unsharded_apart_and_between_steps(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """One job, three independent mistakes, read by two tests: no DistributedSampler, so every rank reads
+    the whole data set (GD940, from the sample indices); rank 1's inputs scaled, so its loss stays apart
+    (GD946, from the losses); rank 0 working 0.12 s between steps (GD948, from the step and loader times).
+    None of the three reads what another one does. Without a warm-up, so that the two measurements are
+    judged; GD940 is a fact, judged warm-up or not."""
+    job = ("--sampler", "none", "--feed", "loader", "--diverge-rank", "1", "--outside-rank", "0")
+    job += ("--outside-s", "0.12", "--epochs", "2", "--step-s", "0.1")
+    return run_job(tmp_path_factory.mktemp("unsharded"), "GD940", *job, warmup="0")
+
+
 @pytest.mark.parametrize(("sampler", "feed"), [("none", "loader"), ("unpassed", "samples")])
 def test_ranks_reading_the_same_data_are_called_within_the_second_epoch(
-    sampler: str, feed: str, tmp_path: Path, gpudoctor_cli: GpudoctorCli
+    sampler: str, feed: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """No DistributedSampler (or one built and not passed): every rank reads the whole data set. Seen
     through watch_loader, or through step(samples=, epoch=), before the second epoch ends."""
-    marks = tmp_path / "marks"
-    job = ("--sampler", sampler, "--feed", feed, "--epochs", "3", "--step-s", "0.15", "--marks", str(marks))
-    rc, lines, err = watch_job(gpudoctor_cli, *job)
-    assert rc == 0, err[-3000:]
-    assert isinstance(lines, list)
-    summary = lines[-1]
-    assert named(summary) == {"GD940": [0, 1]}, summary["verdicts"]
-    (v,) = summary["verdicts"]
+    if sampler == "none":  # the job of test_a_rank_whose_loss_stays_apart_and_a_rank_working_between_steps
+        run = request.getfixturevalue("unsharded_apart_and_between_steps")
+        others = {"GD946": [0, 1], "GD948": [0]}
+    else:
+        run = run_job(tmp_path, "GD940", "--sampler", sampler, "--feed", feed, "--epochs", "2", "--step-s", "0.15")
+        others = {}
+    assert run.rc == 0, run.err[-3000:]
+    summary = run.lines[-1]
+    data = {code: ranks for code, ranks in named(summary).items() if code.startswith("GD94")}
+    assert data == {"GD940": [0, 1], **others}, summary["verdicts"]  # no other data verdict on top
+    (v,) = [v for v in summary["verdicts"] if v["code"] == "GD940"]
     # called on a partial epoch: the share is of what both had read by then (each reads all, in its own order)
     share = re.search(r"read the same samples in train epoch 0: (\d+)% of their sampled indices", v["message"])
     assert share and 5 <= int(share[1]) <= 100, v["message"]
     if feed == "loader":
         assert "(sampler: RandomSampler)" in v["message"]  # what the loader really used
-    assert first_seen(lines, "GD940") <= epoch_end(marks, 1)
+    assert first_seen(run.lines, "GD940") <= epoch_end(run.marks, 1)
 
 
-def test_missing_set_epoch_a_split_per_rank_and_eval_padding(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
+def test_missing_set_epoch_a_split_per_rank_and_eval_padding(tmp_path: Path) -> None:
     """DistributedSampler without set_epoch, random_split without a generator in unseeded ranks, and an
     evaluation set of 33 samples on 2 ranks (DistributedSampler pads one)."""
-    marks = tmp_path / "marks"
-    job = ("--no-set-epoch", "--split", "per-rank", "--eval-size", "33", "--epochs", "3", "--step-s", "0.15")
-    rc, lines, err = watch_job(gpudoctor_cli, *job, "--marks", str(marks))
-    assert rc == 0, err[-3000:]
-    assert isinstance(lines, list)
+    job = ("--no-set-epoch", "--split", "per-rank", "--eval-size", "33", "--epochs", "2", "--step-s", "0.15")
+    run = run_job(tmp_path, "GD941", *job)
+    assert run.rc == 0, run.err[-3000:]
+    lines, marks = run.lines, run.marks
     summary = lines[-1]
     assert named(summary) == {"GD941": [0, 1], "GD942": [0, 1], "GD943": [0, 1]}, summary["verdicts"]
     text = {v["code"]: v["message"] for v in summary["verdicts"]}
@@ -102,14 +168,24 @@ def test_missing_set_epoch_a_split_per_rank_and_eval_padding(tmp_path: Path, gpu
     assert "GD940" not in text
 
 
-def test_set_epoch_missing_is_called_from_step_samples_too(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
-    marks = tmp_path / "marks"
-    job = ("--no-set-epoch", "--feed", "samples", "--epochs", "3", "--step-s", "0.15", "--marks", str(marks))
-    rc, lines, err = watch_job(gpudoctor_cli, *job)
-    assert rc == 0, err[-3000:]
-    assert isinstance(lines, list)
-    assert named(lines[-1]) == {"GD941": [0, 1]}, lines[-1]["verdicts"]
-    assert first_seen(lines, "GD941") <= epoch_end(marks, 1)
+@pytest.fixture(scope="module")
+def same_order_and_a_stray_context(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """One job, two independent mistakes, read by two tests: the DistributedSampler's set_epoch is never
+    called and the batches' sample indices reach gpudoctor through step(samples=, epoch=) (GD941); rank 1
+    made a CUDA context on GPU 0 before set_device (GD947, from the fake NVML's process list). Neither
+    verdict reads what the other does (the order of the indices; the GPUs each PID holds memory on)."""
+    tmp = tmp_path_factory.mktemp("same_order_and_stray")
+    placement = tmp / "placement"
+    placement.mkdir()
+    job = ("--no-set-epoch", "--feed", "samples", "--epochs", "2", "--step-s", "0.15")
+    return run_job(tmp, "GD941", *job, "--placement", str(placement), "--stray", env=fake_nvml(placement))
+
+
+def test_set_epoch_missing_is_called_from_step_samples_too(same_order_and_a_stray_context: Run) -> None:
+    run = same_order_and_a_stray_context
+    assert run.rc == 0, run.err[-3000:]
+    assert named(run.lines[-1]) == {"GD941": [0, 1], "GD947": [1]}, run.lines[-1]["verdicts"]
+    assert first_seen(run.lines, "GD941") <= epoch_end(run.marks, 1)
 
 
 def test_uneven_shards_a_nan_loss_and_workers_beyond_the_cpus(gpudoctor_cli: GpudoctorCli) -> None:
@@ -132,14 +208,12 @@ def test_uneven_shards_a_nan_loss_and_workers_beyond_the_cpus(gpudoctor_cli: Gpu
     assert "2 DataLoader workers" in text["GD949"]["message"] and "on 1 CPU" in text["GD949"]["message"]
 
 
-def test_a_rank_whose_loss_stays_apart_and_a_rank_working_between_steps(gpudoctor_cli: GpudoctorCli) -> None:
+def test_a_rank_whose_loss_stays_apart_and_a_rank_working_between_steps(unsharded_apart_and_between_steps: Run) -> None:
     """Rank 1's inputs scaled (normalized with its own statistics): its loss stays below rank 0's. Rank 0
     sleeps 0.12 s between steps (its evaluation or logging): rank 1 waits for it in the next all-reduce."""
-    job = ("--diverge-rank", "1", "--outside-rank", "0", "--outside-s", "0.12", "--epochs", "4", "--step-s", "0.1")
-    rc, lines, err = watch_job(gpudoctor_cli, *job, warmup="0")
-    assert rc == 0, err[-3000:]
-    assert isinstance(lines, list)
-    summary = lines[-1]
+    run = unsharded_apart_and_between_steps
+    assert run.rc == 0, run.err[-3000:]
+    summary = run.lines[-1]
     found = named(summary)
     assert found.get("GD946") == [0, 1] and found.get("GD948") == [0], summary["verdicts"]
     text = {v["code"]: v["message"] for v in summary["verdicts"]}
@@ -167,20 +241,18 @@ def test_a_clean_short_job_says_what_was_seen(tmp_path: Path, gpudoctor_cli: Gpu
     )
 
 
-def test_a_context_on_another_ranks_gpu_is_named(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
+def test_a_context_on_another_ranks_gpu_is_named(same_order_and_a_stray_context: Run) -> None:
     """Rank 1 made a CUDA context on GPU 0 before set_device (518 MiB, as measured on an H200): named from
     NVML's process list with the PID its step records came from."""
-    placement = tmp_path / "placement"
-    placement.mkdir()
-    job = ("--epochs", "3", "--step-s", "0.1", "--placement", str(placement), "--stray")
-    rc, lines, err = watch_job(gpudoctor_cli, *job, env=fake_nvml(placement))
-    assert rc == 0, err[-3000:]
-    assert isinstance(lines, list)
-    summary = lines[-1]
-    assert named(summary) == {"GD947": [1]}, summary["verdicts"]
-    (v,) = summary["verdicts"]
+    run = same_order_and_a_stray_context
+    assert run.rc == 0, run.err[-3000:]
+    summary = run.lines[-1]
+    assert named(summary) == {"GD941": [0, 1], "GD947": [1]}, summary["verdicts"]
+    (v,) = [v for v in summary["verdicts"] if v["code"] == "GD947"]
     assert v["gpus"] == [0]
     assert "holds 518 MiB on GPU 0 (rank 0's); its own GPU is GPU 1" in v["message"]
+    pid = next(p["pid"] for p in summary["job"]["placement"] if p["rank"] == 1)
+    assert v["ranks"] == [{"rank": 1, "pid": pid}]
 
 
 def fake_nvml(placement: Path) -> dict[str, str]:

@@ -136,6 +136,38 @@ def test_a_missing_set_epoch_seen_on_one_rank_first_widens_to_the_other_in_the_s
     assert (span.start, span.end) == (1_700_000_001.0, 1_700_000_004.0)  # from when rank 0 showed it
 
 
+def named_live(steps: list[dict[int, list[EpochDigest]]], code: str) -> tuple[list[Any], SummaryBuilder]:
+    """Each step's digests, rank by rank, as the samples of a live run: whom `code` names at each sample."""
+    live = SummaryBuilder("x", TH)
+    named = []
+    for i, per_rank in enumerate(steps):
+        data = tuple(DataReading(1000 + r, r, epochs=tuple(es)) for r, es in per_rank.items())
+        named.append(codes(list(live.add(Sample(1_700_000_000.0 + i, (), data=data)))).get(code))
+    return named, live
+
+
+def test_ranks_reading_everything_seen_two_first_then_the_third_are_all_named_in_one_span() -> None:
+    """GD941's race (190fba1) in GD940: under load two of three ranks had read enough to be judged first, and
+    the verdict was held naming them alone to the end of the run. It now widens as more ranks show it."""
+    n = 10_000
+    orders = {r: list(RandomSampler(range(n), generator=torch.Generator().manual_seed(r))) for r in range(3)}
+    part = {r: digest(orders[r][: n // 3], final=False) for r in range(3)}
+    named, live = named_live([{0: [part[0]], 1: [part[1]]}, {}, {2: [part[2]]}, {}], "GD940")
+    assert named == [[0, 1], [0, 1], [0, 1, 2], [0, 1, 2]]
+    (span,) = [sp for sp in live.summary().spans if sp.verdict.code == "GD940"]
+    assert [r.rank for r in span.verdict.ranks] == [0, 1, 2] and span.start == 1_700_000_000.0
+    assert span.message.startswith("ranks 0,1,2 read the same samples in train epoch 0")
+
+
+def test_uneven_loaders_seen_two_first_then_the_third_are_all_named_in_one_span() -> None:
+    """The same race in GD944: the third rank's loader length arrives a sample later."""
+    planned = {r: digest([r], final=False, expected=9 if r == 0 else 8) for r in range(3)}
+    named, live = named_live([{0: [planned[0]], 1: [planned[1]]}, {2: [planned[2]]}, {}], "GD944")
+    assert named == [[0, 1], [0, 1, 2], [0, 1, 2]]
+    (span,) = [sp for sp in live.summary().spans if sp.verdict.code == "GD944"]
+    assert "(rank 0 9, rank 1 8, rank 2 8)" in span.message and span.start == 1_700_000_000.0
+
+
 @pytest.mark.parametrize(("n", "extra"), [(33, 1), (35, 1), (64, 0)])
 def test_evaluation_padding_is_counted_exactly(n: int, extra: int) -> None:
     world = 2

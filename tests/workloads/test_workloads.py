@@ -12,7 +12,7 @@ import pytest
 
 from gpudoctor.knowledge.known_errors import classify
 from gpudoctor.launch.faults import FaultSpecError, parse
-from gpudoctor.launch.results import Task
+from gpudoctor.launch.results import LaunchResult, Task
 from gpudoctor.launch.supervise import KILL_SEQUENCE_S, launch
 from tests.conftest import RANK_MARK, leftover_ranks
 
@@ -42,8 +42,17 @@ def test_the_orphan_scan_sees_a_rank_that_is_no_child_of_ours() -> None:
     assert leftover_ranks(within=5.0) == []
 
 
-def test_three_ranks_run_both_workloads_in_one_group() -> None:
-    result = launch(SMALL, device="cpu", ranks=3, timeout_s=300)
+@pytest.fixture(scope="module")
+def three_ranks_with_an_invalid_master_port() -> LaunchResult:
+    """One healthy 3-rank run of both workloads, MASTER_PORT set to "abc" (meant for the user's training),
+    read by two tests: what the ranks compute, and that the port does not stop them."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MASTER_PORT", "abc")
+        return launch(SMALL, device="cpu", ranks=3, timeout_s=300)
+
+
+def test_three_ranks_run_both_workloads_in_one_group(three_ranks_with_an_invalid_master_port: LaunchResult) -> None:
+    result = three_ranks_with_an_invalid_master_port
     assert result.ok, [r.to_json() for r in result.ranks]
     assert [r.state for r in result.ranks] == ["done"] * 3
     sweep = result.results("allreduce")
@@ -80,13 +89,15 @@ def test_an_import_that_never_ends_is_reported_as_an_import_not_a_join(monkeypat
     assert result.elapsed_s < 8 + AFTER_DEADLINE_S
 
 
-def test_a_local_run_needs_no_master_port(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_local_run_needs_no_master_port(three_ranks_with_an_invalid_master_port: LaunchResult) -> None:
     """The single-node store is a file in the private directory (review3 S3): an invalid MASTER_PORT,
     meant for the user's training (GD221/GD223 judge it), does not stop the ranks. A busy one is
-    tested on the ddp check's run (tests/checks/active/test_ddp.py), which asserts the same."""
-    monkeypatch.setenv("MASTER_PORT", "abc")
-    result = launch([Task("ddp", {})], device="cpu", ranks=2, timeout_s=300)
+    tested on the ddp check's run (tests/checks/active/test_ddp.py), which asserts the same. (This
+    test had a 2-rank run of its own; the 3-rank run of test_three_ranks_run_both_workloads_in_one_group
+    is made with the invalid port.)"""
+    result = three_ranks_with_an_invalid_master_port
     assert result.setup_error is None and result.ok and result.rendezvous == "file"
+    assert [r.state for r in result.ranks] == ["done"] * 3
 
 
 def test_fault_spec_is_validated() -> None:

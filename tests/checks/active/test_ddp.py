@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import socket
+from dataclasses import dataclass, replace
+from typing import Any
 
 import pytest
 
@@ -11,13 +13,13 @@ from gpudoctor.checks.active.allreduce import allreduce
 from gpudoctor.checks.active.common import Plan
 from gpudoctor.checks.active.ddp import ddp_sanity, failure_findings
 from gpudoctor.engine import CheckOptions
-from gpudoctor.findings import Status
+from gpudoctor.findings import Finding, Status
 from gpudoctor.launch.results import LaunchResult, RankOutcome
 from gpudoctor.launch.supervise import KILL_SEQUENCE_S
 from gpudoctor.snapshot import Snapshot
 from tests.helpers.findings import by_code
 from tests.helpers.processes import HANG_TIMEOUT_S, cut_hangs
-from tests.helpers.snapshots import SnapshotOf
+from tests.helpers.snapshots import load
 from tests.paths import shipped_schema
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_orphans")]
@@ -31,29 +33,48 @@ def run_check(ranks: int = 2, timeout_s: float = 300, progress: list[str] | None
     return findings
 
 
-def test_corrupted_gradients_and_a_wrong_sum_fail_and_name_their_ranks(
-    monkeypatch: pytest.MonkeyPatch, snapshot_of: SnapshotOf
-) -> None:
+@dataclass(frozen=True)
+class FaultyRun:
+    progress: list[str]
+    findings: list[Finding]  # the DDP check's
+    details: dict[str, Any]
+    sums: list[Finding]  # the all-reduce check's, read on the same run
+    result: LaunchResult
+
+
+@pytest.fixture(scope="module")
+def faulty_ranks_on_a_busy_port() -> FaultyRun:
     """Real ranks (gloo on CPU): rank 1 adds a wrong value to what it all-reduces, rank 2 sends wrong DDP
-    gradients; the all-reduce and DDP checks read the one run they share, as in `gpudoctor check`.
-    (Three runs before, one per fault and layer: test_allreduce's wrongsum end to end and
-    test_workloads' wrong values counted by the launch asserted the same on runs of their own.)"""
-    monkeypatch.setenv("GPUDOCTOR_FAULT", "1:wrongsum,2:corrupt")
-    progress: list[str] = []
-    ctx = context(snapshot_of("no_driver"), CheckOptions(device="cpu", ranks=3, timeout_s=300), progress.append)
-    findings, _ = ddp_sanity(ctx)
-    assert any(m.startswith("running ddp (") and m.endswith(" s)") for m in progress)  # what runs, how long
-    bad = [f for f in findings if f.code == "GD704"]
+    gradients, and MASTER_PORT is a port another socket listens on. Two independent things, read by two
+    tests: the faults are in what the ranks compute, the port in how they meet (in a file, not on it)."""
+    with pytest.MonkeyPatch.context() as env, socket.socket() as sock:
+        env.setenv("GPUDOCTOR_FAULT", "1:wrongsum,2:corrupt")
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        env.setenv("MASTER_PORT", str(sock.getsockname()[1]))
+        progress: list[str] = []
+        ctx = context(load("no_driver"), CheckOptions(device="cpu", ranks=3, timeout_s=300), progress.append)
+        findings, details = ddp_sanity(ctx)
+        sums, _ = allreduce(ctx)  # the same run
+        return FaultyRun(progress, findings, details, sums, ctx.run("active"))
+
+
+def test_corrupted_gradients_and_a_wrong_sum_fail_and_name_their_ranks(faulty_ranks_on_a_busy_port: FaultyRun) -> None:
+    """The all-reduce and DDP checks read the one run they share, as in `gpudoctor check`. (Three runs
+    before, one per fault and layer: test_allreduce's wrongsum end to end and test_workloads' wrong values
+    counted by the launch asserted the same on runs of their own.)"""
+    run = faulty_ranks_on_a_busy_port
+    assert any(m.startswith("running ddp (") and m.endswith(" s)") for m in run.progress)  # what runs, how long
+    bad = [f for f in run.findings if f.code == "GD704"]
     assert [(f.status, f.subject) for f in bad] == [(Status.FAIL, "rank:2")]
-    assert [f.status for f in findings if f.code == "GD703"] == [Status.PASS]
-    sums, _ = allreduce(ctx)  # the same run
-    (f,) = by_code(sums, "GD602")
+    assert [f.status for f in run.findings if f.code == "GD703"] == [Status.PASS]
+    (f,) = by_code(run.sums, "GD602")
     assert (f.status, f.subject) == (Status.FAIL, "rank:1")
     assert "rank 1 sent values that differ from its pattern" in f.message
     assert f.evidence["ranks"] == [1]
     # What the launch itself counted: every size summed wrong, rank 2's gradients named, and every rank
     # applied the same (wrong) average.
-    result = ctx.run("active")
+    result = run.result
     assert result.ok and len(result.ranks) == 3
     assert all(row["wrong"] > 0 for row in result.results("allreduce")["rows"])
     ddp = result.results("ddp")
@@ -124,20 +145,16 @@ def test_a_failed_gpu_rank_is_sent_to_run_its_gpu_alone_by_uuid() -> None:
     assert "CUDA_VISIBLE_DEVICES" not in cpu.hint and "not a GPU" in cpu.hint
 
 
-def test_a_busy_master_port_does_not_stop_the_local_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """gpudoctor's own ranks meet in a file, not on MASTER_PORT; a port that joining finds in use
-    (the launcher's, under torchrun) is still GD712. (The launch-level test of a busy MASTER_PORT,
-    tests/workloads/test_workloads.py, had a run of its own for the same; this run answers both.)"""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]))
-        findings, details = ddp_sanity(context(EMPTY, CheckOptions(device="cpu", ranks=2, timeout_s=300)))
-    assert findings and {f.status for f in findings} == {Status.PASS}
-    launched = details["launch"]
+def test_a_busy_master_port_does_not_stop_the_local_run(faulty_ranks_on_a_busy_port: FaultyRun) -> None:
+    """gpudoctor's own ranks meet in a file, not on MASTER_PORT: no setup error, and every DDP finding passes
+    but the fault of the run (a healthy run of its own, and the launch-level test of a busy MASTER_PORT
+    in tests/workloads/test_workloads.py, asserted the same before). A port that joining finds in use (the
+    launcher's, under torchrun) is still GD712."""
+    run = faulty_ranks_on_a_busy_port
+    launched = run.details["launch"]
     assert launched["setup_error"] is None and launched["rendezvous"] == "file"
+    failing = {(f.code, f.subject) for f in run.findings if f.status is not Status.PASS}
+    assert run.findings and failing == {("GD704", "rank:2")}, failing  # the DDP check's, as a healthy run's
     bind_failed = RankOutcome(0, 0, None, state="error", phase="join", error_kind="port_in_use")
     bind_failed.error = "DistNetworkError: failed to bind to [::]:29500 (errno: 98 - Address already in use)"
     (f,) = failure_findings(LaunchResult("cpu", "gloo", 1, [bind_failed], 1.0, "env"), Plan("cpu", 1, []))
