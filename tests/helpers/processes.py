@@ -104,3 +104,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def reap(proc: subprocess.Popen[Any], timer: Any, drain: Any) -> None:
+    """The end of a followed `gpudoctor watch`: its deadline timer cancelled, the process killed if it is
+    still running, and the thread draining its stderr joined."""
+    timer.cancel()
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    drain.join(timeout=10)

@@ -27,7 +27,7 @@ import pytest
 
 from gpudoctor.probe import stacks
 from tests.conftest import SESSION_VAR
-from tests.helpers.processes import GPUDOCTOR, clean_env, free_port
+from tests.helpers.processes import GPUDOCTOR, clean_env, free_port, reap
 from tests.paths import FIXTURES, REPO
 
 DEADLINE_S = 420.0  # two ranks importing torch on a loaded 2-core machine take minutes; found sooner, it ends sooner
@@ -124,11 +124,7 @@ def watch(
                 out.summary = doc
         out.code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
-        timer.cancel()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        drain.join(timeout=10)
+        reap(proc, timer, drain)
     out.stderr = "".join(err)
     assert out.summary is not None, out.stderr[-3000:]
     if until is not None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.processes import GPUDOCTOR, GpudoctorCli, clean_env
+from tests.helpers.processes import GPUDOCTOR, GpudoctorCli, clean_env, reap
 from tests.paths import FIXTURES, REPO, TESTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_orphans")]
@@ -104,11 +104,7 @@ def run_job(tmp: Path, release: str, *job: str, warmup: str = "600", env: dict[s
                 go.touch()
         rc = proc.wait()
     finally:
-        timer.cancel()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        drain.join(timeout=10)
+        reap(proc, timer, drain)
     return Run(rc, lines, "".join(err), marks)
 
 
