@@ -54,6 +54,10 @@ MAGIC = b"GDS2"
 RECORD = struct.Struct("<4siIIIIQddddd")
 _ROLE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 EXIT_SEND_S = 0.2  # at exit, each datagram may wait this long for the watcher to take the ones before it
+# ...and the last steps are tried again until this long has passed: under load the watcher's thread may be
+# seconds behind a queue of 10 datagrams (net.unix.max_dgram_qlen), and steps lost at exit would read as
+# a rank that stopped early (CI at stop 28: 34 of 40 steps). Only a live, slow watcher makes a job wait.
+EXIT_WAIT_S = 3.0
 FLUSH_S = 0.05  # steps faster than this travel together: at most ~20 records a second per rank
 
 # The arrival/stall event: magic, pid, rank (as RECORD's), torch.distributed rank and world size (-1: not
@@ -137,8 +141,11 @@ class _Publisher:
             self.sock.settimeout(EXIT_SEND_S)
         except OSError:
             return
-        if self.count:
-            self.flush(time.monotonic())
+        deadline = time.monotonic() + EXIT_WAIT_S
+        while self.count and _publisher is self and time.monotonic() < deadline:
+            self.flush(time.monotonic())  # sent: count is 0; the watcher gone: not the publisher any more
+        if _publisher is not self:
+            return
         self.data.flush(time.monotonic(), final=True)
         failed = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         flags = EXITING | (FAILED if failed is not None else 0)
@@ -211,7 +218,7 @@ class _Publisher:
         )
         try:
             self.sock.send(record)
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, TimeoutError):
             self.dropped += 1  # the watcher is behind: these steps travel with the next record
             return
         except OSError:

@@ -91,6 +91,41 @@ def test_a_channel_that_is_not_private_is_refused_once_and_steps_stay_silent(tmp
         assert r.stderr.count("gpudoctor.step:") == 1 and why in r.stderr and "not publishing steps" in r.stderr
 
 
+def test_the_last_steps_wait_for_a_watcher_that_is_behind_rather_than_vanish(tmp_path: Path) -> None:
+    """CI at stop 28 summarized 34 of a job's 40 steps: under load the watcher's thread was behind its queue
+    of 10 datagrams when the job exited, and the last record (carrying every step since the last one that
+    got through) timed out after 0.2 s and was dropped. Here the watcher reads nothing until the job has
+    printed its last line, and 0.5 s more: every step still arrives."""
+    directory = tmp_path / "channel"
+    directory.mkdir(mode=0o700)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(directory / SOCKET_NAME))
+    code = (
+        "import time, gpudoctor\nfor _ in range(40):\n    with gpudoctor.step():\n        time.sleep(0.06)\n"
+        "print('done', flush=True)"
+    )  # a record a step: the queue is full long before the end
+    job = subprocess.Popen(
+        [sys.executable, "-c", code], env=clean_env(**{ENV: str(directory)}), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "done"
+        time.sleep(0.5)  # the job is in its exit now, its queue full: it must wait, not drop
+        sock.settimeout(10)
+        steps = 0
+        while steps < 40:  # (a record lost: the read times out and the count says so)
+            try:
+                data = sock.recv(65536)
+            except TimeoutError:
+                break
+            if len(data) == RECORD.size and data[:4] == MAGIC:
+                steps += RECORD.unpack(data)[3]
+        assert steps == 40
+    finally:
+        job.kill()
+        job.wait()
+        sock.close()
+
+
 # -- the channel ---------------------------------------------------------------------------------------
 
 
