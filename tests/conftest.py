@@ -86,7 +86,30 @@ def usable_gpus() -> int:
     return GPU_COUNT if visible is None else min(GPU_COUNT, len([v for v in visible.split(",") if v.strip()]))
 
 
+SHARED_SCOPES = ("module", "class", "package")
+
+
+def shared_fixtures(item: pytest.Item) -> list[str]:
+    """The fixtures of wider than test scope that `item` reads (a launch shared by a module's tests)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    return sorted(
+        f"{d.baseid or '.'}::{name}"
+        for name, defs in info.name2fixturedefs.items()
+        for d in defs[-1:]
+        if d.scope in SHARED_SCOPES
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Under pytest-xdist (the README runs `-n 2 --dist loadgroup`), the tests that read one shared launch
+    # run on one worker, so the launch is made once; every other test goes to whichever worker is free.
+    for item in items:
+        shared = shared_fixtures(item)
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
     if HAVE_GPU:
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (none found by NVML)")

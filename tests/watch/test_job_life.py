@@ -54,7 +54,8 @@ def _left() -> list[str]:
     for p in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
             line = " ".join(p.cmdline())
-            if str(JOBS) in line and p.status() != psutil.STATUS_ZOMBIE and p.environ().get(SESSION_VAR):
+            mine = p.environ().get(SESSION_VAR) == os.environ[SESSION_VAR]  # not another session's (xdist)
+            if str(JOBS) in line and p.status() != psutil.STATUS_ZOMBIE and mine:
                 found.append(line)
     return found
 

@@ -123,12 +123,12 @@ def unsharded_apart_and_between_steps(tmp_path_factory: pytest.TempPathFactory) 
 
 @pytest.mark.parametrize(("sampler", "feed"), [("none", "loader"), ("unpassed", "samples")])
 def test_ranks_reading_the_same_data_are_called_within_the_second_epoch(
-    sampler: str, feed: str, tmp_path: Path, request: pytest.FixtureRequest
+    sampler: str, feed: str, tmp_path: Path, unsharded_apart_and_between_steps: Run
 ) -> None:
     """No DistributedSampler (or one built and not passed): every rank reads the whole data set. Seen
     through watch_loader, or through step(samples=, epoch=), before the second epoch ends."""
     if sampler == "none":  # the job of test_a_rank_whose_loss_stays_apart_and_a_rank_working_between_steps
-        run = request.getfixturevalue("unsharded_apart_and_between_steps")
+        run = unsharded_apart_and_between_steps
         others = {"GD946": [0, 1], "GD948": [0]}
     else:
         run = run_job(tmp_path, "GD940", "--sampler", sampler, "--feed", feed, "--epochs", "2", "--step-s", "0.15")

@@ -529,6 +529,8 @@ def _record(rank: int = 0, end: float | None = None, step: float = 0.1, last: in
         _record(dropped=2**31),
         _record(rank=2**31 - 1),
     ],
+    # Named, not shown: a record holds the time it was built, and xdist's workers must collect the same ids.
+    ids=["step", "max_step", "sum_wait", "end", "end_in_ten_days", "last", "dropped", "rank"],
 )
 def test_a_step_record_with_values_no_training_loop_sends_is_ignored_and_counted(record: bytes) -> None:
     """Issue 24: step records accepted 1e308; the watcher's sums turned to inf."""
