@@ -419,7 +419,9 @@ class WatchApp(App[str]):
             parts.append(("waiting for the first reading", "", False))
         recorded = getattr(source, "recorded_interval", None)
         speed = getattr(source, "speed", 1.0)
-        if recorded is not None:  # a replay or a demo: what the recording says, and how fast it plays
+        if getattr(source, "capped", False):  # the recording's pace at this speed waits longer than a replay does
+            parts.append((f"every {recorded:g} s, played every {source.interval:g} s (capped)", "", False))
+        elif recorded is not None:  # a replay or a demo: what the recording says, and how fast it plays
             parts.append((f"every {recorded:g} s" + (f" at {speed:g}x" if speed != 1 else ""), "", False))
         else:
             parts.append((f"every {source.interval:g} s", "", False))
