@@ -334,7 +334,9 @@ class ReplaySource:
         ts = [s.t for s in self._ahead]
         gaps = [b - a for a, b in zip(ts, ts[1:], strict=False) if b > a]
         self.recorded_interval = sorted(gaps)[len(gaps) // 2] if gaps else 1.0
-        self.interval = self.recorded_interval / speed  # the pace of playback
+        # The pace of playback: the recorded interval at this speed, but never a wait past the cap.
+        self.capped = self.recorded_interval / speed > MAX_REPLAY_WAIT_S
+        self.interval = MAX_REPLAY_WAIT_S if self.capped else self.recorded_interval / speed
         self.notes: list[str] = []  # said once each, as they happen (skipped gaps, damage)
         self._gaps = 0
         self._paced = False  # the recording's own interval was cut to the cap (said once)

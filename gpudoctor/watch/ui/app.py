@@ -3,19 +3,15 @@
 Samples arrive from the session's queue through a thread worker (so a stalled NVML call
 never blocks the UI); the only timer runs once per interval to notice stale readings.
 
-Layout, top to bottom: the status line, the host line, the GPUs, the training ranks (when the job
-publishes steps), the verdicts (the balance figures and the event log), the processes, the keys.
-Heights are shared out on every resize and whenever what must be shown changes: the status, host
-and key lines first, then the verdicts that hold now (never lost to the process table), then the
-GPUs (one line each, or the compact mode where that does not fit; the list scrolls past that), the
-ranks, the rest of the event log and its hints, and what is left to the processes.
+Beside it: layout.py shares out the height between the panels, widgets.py makes their lines,
+screens.py holds the key bar, the help and the question before a signal, and process_signal.py
+says which process a key may signal.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import queue
 import signal
 import sys
@@ -24,14 +20,12 @@ from collections import deque
 from typing import Any
 
 import psutil
-from rich.markup import escape
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
@@ -41,7 +35,11 @@ from gpudoctor.watch.model import ProcReading, Sample
 from gpudoctor.watch.session import End, Session, Update
 from gpudoctor.watch.sources import Notice
 from gpudoctor.watch.terminal import TerminalOutput
+from gpudoctor.watch.ui.layout import Heights, share_heights
 from gpudoctor.watch.ui.lines import Lines
+from gpudoctor.watch.ui.process_signal import may_signal, signal_target
+from gpudoctor.watch.ui.screens import HELP as HELP  # re-exported: tests/watch read the help from here
+from gpudoctor.watch.ui.screens import KEYS, ConfirmSignal, HelpScreen
 from gpudoctor.watch.ui.widgets import (
     HISTORY,
     SORTS,
@@ -50,7 +48,6 @@ from gpudoctor.watch.ui.widgets import (
     event_lines,
     gpu_grid,
     gpu_rows,
-    grid_height,
     host_line,
     marks_for,
     rank_rows,
@@ -58,42 +55,6 @@ from gpudoctor.watch.ui.widgets import (
 )
 
 INTERRUPTED = "interrupted"  # what the app returns on Ctrl-C: gpudoctor exits 130, as without a dashboard
-MIN_PROCS = 4  # fewer lines than this for the process table: it is hidden
-KEYS = Text.assemble(
-    *(
-        part
-        for key, what in (
-            ("q", "quit"),
-            ("p", "pause"),
-            ("c", "compact"),
-            ("s", "sort"),
-            ("t", "SIGTERM"),
-            ("?", "help"),
-        )
-        for part in ((f" {key} ", "bold reverse"), (f" {what} ", ""))
-    )
-)
-
-# Key lines fit the help's 74 columns at 80x24 (no wrap under a key); the paragraph is one line of
-# source that Textual wraps to the width it gets. All of it fits 24 rows (tests/watch/ui).
-HELP = """\
-[b]gpudoctor watch[/b]: are all my GPUs working evenly?
-
-  [b]q[/b]        quit (a command gpudoctor started is stopped too)
-  [b]ctrl+c[/b]   interrupt: stop the command, exit 130
-  [b]p[/b]        pause / resume drawing (sampling and --record go on)
-  [b]c[/b]        compact GPU rows (several GPUs a line) / one row per GPU
-  [b]s[/b]        sort processes: GPU memory, SM%, CPU%, PID, GPU
-  [b]up/down[/b]  select a process (the selection follows it)
-  [b]t[/b] / [b]i[/b]    SIGTERM / SIGINT the selected process (asks first; yours only)
-  [b]?[/b]        this help
-
-GPU and rank numbers marked [yellow]*[/] are named by a verdict, [red]![/] by a failing one; a GPU \
-that reported an XID or was lost keeps its [red]![/] to the end. A dimmed row is stale: NVML did not \
-answer in time. n/a: not reported. The verdicts panel lists every verdict that fired, held ones \
-first. `gpudoctor explain GD901` ... GD911.
-
-Press any key to close."""
 
 
 class SampleArrived(Message):
@@ -114,29 +75,6 @@ class SourceEnded(Message):
         self.end = end
 
 
-class HelpScreen(ModalScreen[None]):
-    def compose(self) -> ComposeResult:
-        yield Static(HELP, id="help")
-
-    def on_key(self) -> None:
-        self.dismiss()
-
-
-class ConfirmSignal(ModalScreen[bool]):
-    """Send this signal to this process? y sends, anything else does not."""
-
-    def __init__(self, question: str) -> None:
-        super().__init__()
-        self.question = question
-
-    def compose(self) -> ComposeResult:
-        yield Static(f"{escape(self.question)}\n\n[b]y[/b] send it    any other key: do not", id="confirm")
-
-    def on_key(self, event: Any) -> None:
-        event.stop()
-        self.dismiss(event.key == "y")
-
-
 def terminal_driver(output: TerminalOutput) -> Any:
     """Textual's Linux driver writing through `output` (None elsewhere: Textual's own)."""
     if sys.platform == "win32":
@@ -149,32 +87,6 @@ def terminal_driver(output: TerminalOutput) -> Any:
             self._file = output
 
     return Driver
-
-
-def signal_target(p: ProcReading) -> psutil.Process | str:
-    """The process a key may signal, or why not: only the user's own, and only the very process the
-    table shows (its start time read, and the same now: a PID may have gone to another process)."""
-    if p.note or not p.command:
-        return f"PID {p.pid} is not visible here"
-    if p.started is None:
-        return f"PID {p.pid}: its start time could not be read, so it cannot be told from a process that took its PID"
-    try:
-        proc = psutil.Process(p.pid)  # psutil's send_signal checks this object's start time again
-        if abs(proc.create_time() - p.started) > 0.05:
-            return f"PID {p.pid} is another process now"
-        if os.geteuid() != 0 and proc.uids().real != os.getuid():
-            return f"PID {p.pid} belongs to {proc.username()}, not to you"
-    except psutil.NoSuchProcess:
-        return f"PID {p.pid} has ended"
-    except psutil.Error as exc:
-        return f"PID {p.pid}: {exc}"
-    return proc
-
-
-def may_signal(p: ProcReading) -> str | None:
-    """Why the user may not signal this process (None: they may)."""
-    target = signal_target(p)
-    return target if isinstance(target, str) else None
 
 
 class WatchApp(App[str]):
@@ -342,32 +254,21 @@ class WatchApp(App[str]):
         events = builder.events()
         active = [e for e in events if e.active]
         n_gpus, ranks = len(sample.gpus), sample.ranks or ()
-        # Heights: status, host, keys; the held verdicts; GPUs; ranks; the rest of the log; processes.
-        free = height - 3
-        verdict_min = 2 + 1 + max(1, len(active))
-        gpu_full = 3 + n_gpus if n_gpus else 0
-        gpu_compact = 2 + grid_height(n_gpus, inner) if n_gpus else 0
-        rank_need = 3 + len(ranks) if ranks else 0
-        rank_min = min(rank_need, 5)
-        mode = self.mode
-        if mode == "auto":
-            mode = "full" if gpu_full <= free - verdict_min - rank_min else "compact"
-        gpu_need = gpu_full if mode == "full" else gpu_compact
-        gpu_h = max(min(gpu_need, free - verdict_min - rank_min), min(gpu_need, 4))
-        rank_h = max(0, min(rank_need, free - verdict_min - gpu_h))
-        left = free - gpu_h - rank_h
-        extra_log = len(events) - len(active)
-        verdict_h = max(verdict_min, min(left, verdict_min + extra_log + len(active)))
-        procs_h = left - verdict_h
-        if not n_gpus and not self.procs:  # no GPU, and no job whose processes to list
-            procs_h = 0
-        elif procs_h < MIN_PROCS:
-            verdict_h, procs_h = left, 0
-        hints = verdict_h - 3 >= len(events) + len(active)
-        self._set_heights(gpu_h, rank_h, verdict_h, procs_h)
+        heights = share_heights(
+            height,
+            inner,
+            n_gpus=n_gpus,
+            n_ranks=len(ranks),
+            n_events=len(events),
+            n_active=len(active),
+            any_procs=bool(self.procs),
+            mode=self.mode,
+        )
+        mode = heights.mode
+        self._set_heights(heights)
         if n_gpus:
             if mode == "full":  # where the list scrolls, its scrollbar takes a column from the rows
-                row_w = inner - (gpu_need > gpu_h)
+                row_w = inner - heights.gpus_scroll
                 lines = gpu_rows(sample.gpus, self.history, gpu_marks, sticky, row_w, self.stale)
             else:
                 lines = gpu_grid(sample.gpus, gpu_marks, inner)
@@ -380,18 +281,23 @@ class WatchApp(App[str]):
         if ranks:
             rows = rank_rows(ranks, builder.balance.ranks, rank_marks, sample.t, inner)
             self.query_one("#rank-lines", Lines).show(rows)
-        room = max(1, verdict_h - 3)
+        room = max(1, heights.verdicts - 3)
         log = [balance_line(builder.balance, self.session.thresholds.window_s, inner)]
         if not events:
             text = "no verdicts yet" if builder.balance.warming is not None else "balanced: no verdicts"
             if builder.balance.idle:
                 text = "no verdicts: the GPUs are idle"
             log.append(Text(text, style="green"))
-        log += event_lines(events, inner, builder.start or sample.t, room, hints)
+        log += event_lines(events, inner, builder.start or sample.t, room, heights.hints)
         self.query_one("#verdicts", Lines).show(log)
 
-    def _set_heights(self, gpu_h: int, rank_h: int, verdict_h: int, procs_h: int) -> None:
-        wanted = {"#gpus": gpu_h, "#ranks": rank_h, "#verdicts": verdict_h, "#procs": procs_h}
+    def _set_heights(self, heights: Heights) -> None:
+        wanted = {
+            "#gpus": heights.gpus,
+            "#ranks": heights.ranks,
+            "#verdicts": heights.verdicts,
+            "#procs": heights.procs,
+        }
         for selector, h in wanted.items():
             if self._heights.get(selector) == h:
                 continue
@@ -419,7 +325,9 @@ class WatchApp(App[str]):
             parts.append(("waiting for the first reading", "", False))
         recorded = getattr(source, "recorded_interval", None)
         speed = getattr(source, "speed", 1.0)
-        if recorded is not None:  # a replay or a demo: what the recording says, and how fast it plays
+        if getattr(source, "capped", False):  # the recording's pace at this speed waits longer than a replay does
+            parts.append((f"every {recorded:g} s, played every {source.interval:g} s (capped)", "", False))
+        elif recorded is not None:  # a replay or a demo: what the recording says, and how fast it plays
             parts.append((f"every {recorded:g} s" + (f" at {speed:g}x" if speed != 1 else ""), "", False))
         else:
             parts.append((f"every {source.interval:g} s", "", False))

@@ -347,6 +347,20 @@ async def test_replay_status_shows_the_recorded_interval_and_the_speed() -> None
         assert "every 1 s at 10x" in status and "every 0.1 s" not in status
 
 
+async def test_replay_status_says_a_slow_recording_plays_at_the_capped_pace() -> None:
+    """Samples a minute apart are played 2 s apart (no wait of a replay is longer): the status line says
+    so, not "every 60 s" (nor "at 10x", which would still wait 6 s) as if that were the pace."""
+    rec = read_recording(str(RECORDINGS / "straggler.jsonl"))
+    t0 = rec.samples[0].t
+    rec.samples = [dataclasses.replace(s, t=t0 + 60.0 * i) for i, s in enumerate(rec.samples[:5])]
+    for speed in (1, 10):
+        app = WatchApp(Session(ReplaySource(rec, speed=speed)), live=False, preload=rec.samples[:3])
+        async with app.run_test(size=SIZE):
+            status = text_of(app.query_one("#status"))
+            assert "every 60 s, played every 2 s (capped)" in status, status
+            assert "at 10x" not in status
+
+
 async def test_idle_gpus_are_idle_not_balanced() -> None:
     run = synthetic_run("idle", 40)
     rec = read_recording(str(RECORDINGS / "healthy.jsonl"))
