@@ -5,7 +5,8 @@ GD942), so that a sample costs what it brings: issue 22's per-sample cost linear
   (at the largest shift among them, training_data's coordinated sample) another rank also read. Brought up to
   date when asked, recounting only the ranks whose digest changed: O(KEEP) a changed digest. Recounted whole
   when the largest shift changes (about log2(samples / KEEP) times an epoch as the samples grow, or when the
-  rank holding it leaves) and dropped once every digest is final (kept memory: the open epochs only).
+  rank holding it leaves); dropped once every digest is final, until digests start leaving (memory: the open
+  epochs and the one leaving KEEP_EPOCHS).
 - `SplitOverlap`: one role's Subset digests by rank and whether two differ but share an index (GD942), from
   each index's count of distinct filtered sets: no pair of ranks is compared.
 - `largest_leak`: the evaluation split with the most samples inside another rank's training split. The exact
@@ -129,11 +130,13 @@ class EpochShares:
         self.digests: dict[RankRef, EpochDigest] = {}
         self._counts: _Counts | None = None
         self._stale: set[RankRef] = set()
+        self._leaving = False  # a digest left: the others follow (KEEP_EPOCHS), counted one by one
 
     def put(self, ref: RankRef, e: EpochDigest | None) -> None:
         """`ref`'s digest is now `e` (None: it has none)."""
         if e is None:
             self.digests.pop(ref, None)
+            self._leaving = True
         else:
             self.digests[ref] = e
         if self._counts is not None:
@@ -148,9 +151,10 @@ class EpochShares:
         return self._counts
 
     def settle(self) -> None:
-        """Drop the counts once every digest is final: a finished epoch rarely changes (a rank restarting, an
-        epoch leaving KEEP_EPOCHS), and is counted again if it does."""
-        if self._counts is not None and all(e.final for e in self.digests.values()):
+        """Drop the counts once every digest is final: a finished epoch changes again when it leaves the ranks'
+        KEEP_EPOCHS (or a rank restarts), counted again then and kept while its digests leave, one rank after
+        another."""
+        if self._counts is not None and not self._leaving and all(e.final for e in self.digests.values()):
             self._counts = None
             self._stale.clear()
 
