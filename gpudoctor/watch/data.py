@@ -224,7 +224,7 @@ class DataBook:
         padding = max([len(digests) - 1] + [e.replicas - 1 for e in digests.values() if e.replicas])
         ratios = {}
         for ref, e in readable:
-            shared, size = counts.shared(ref), counts.size[ref]
+            shared, size = counts.shared(ref), counts.size(ref)
             if shared > padding and (size >= MIN_EVIDENCE or e.final):
                 ratios[ref] = shared / size
         named = sorted(

@@ -53,10 +53,10 @@ class _Counts:
         self._shared: dict[int, int] = {}  # holder id -> its indices another rank holds too
         self._ids: dict[RankRef, int] = {}
         self._next = 0  # ids are never reused: an index's sum of holder ids names its last holder
-        self.size: dict[RankRef, int] = {}  # readable ref -> its indices at the shift
+        self._sets: dict[RankRef, tuple[int, ...]] = {}  # readable ref -> its indices at the shift (not filtered again)
         for ref, e in self.counted.items():
             s = filtered(e.kept, self.shift)
-            self.size[ref] = len(s)
+            self._sets[ref] = tuple(s)
             self._give(self._id(ref), s)
 
     def _id(self, ref: RankRef) -> int:
@@ -67,6 +67,10 @@ class _Counts:
 
     def shared(self, ref: RankRef) -> int:
         return self._shared.get(self._ids[ref], 0)
+
+    def size(self, ref: RankRef) -> int:
+        """`ref`'s sampled indices at the shift."""
+        return len(self._sets[ref])
 
     def update(self, ref: RankRef, e: EpochDigest | None) -> None:
         old = self.counted.pop(ref, None)
@@ -85,15 +89,15 @@ class _Counts:
             self.shift = shift
             self._recount()
             return
-        a = filtered(old.kept, shift) if old is not None else set()
+        a = set(self._sets.pop(ref, ()))
         b = filtered(new.kept, shift) if new is not None else set()
         x = self._id(ref)
         self._take(x, a - b)
         self._give(x, b - a)
         if new is not None:
-            self.size[ref] = len(b)
+            self._sets[ref] = tuple(b)
         else:
-            del self.size[ref], self._ids[ref], self._shared[x]
+            del self._ids[ref], self._shared[x]
 
     def _give(self, x: int, indices: Iterable[int]) -> None:
         held, shared, bump, mine = self._held, self._shared, 1 | (x << 32), 0
