@@ -190,6 +190,10 @@ class DataBook:
 
     # -- judging -----------------------------------------------------------------------------------------
     def _judge(self) -> None:
+        # An epoch whose digests did not change gives the verdict it gave: GD940 and GD944 replace a held one only
+        # by a strict superset, and held ones only grow, so what did not widen it then cannot now (GD943 is held
+        # once). GD941 may replace one role's verdict by another's, so its pass runs in full (from each rank's
+        # cached repeat); GD942 depends on the splits alone.
         if self._splits_dirty:
             self._splits_dirty = False
             self._judge_splits()
