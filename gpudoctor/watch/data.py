@@ -7,6 +7,12 @@ the run's length. A verdict, once found, holds to the end of the run (the cause 
 itself); it is judged again only when a new digest arrives. GD940, GD941 and GD944 widen as more ranks show
 them (under load one rank gets there samples before another), and never narrow.
 
+What a sample costs (issue 22): only the (role, epoch)s that got or lost a digest since the last judgement
+are judged again (the others would give what they gave), each from an index kept up to date as digests
+arrive (watch/data_overlap.py: no pair of ranks is compared); GD941 keeps each rank's repeat per role,
+GD942 is judged when a split arrives or leaves. tests/watch/test_data_incremental.py holds the verdicts
+to those of judging everything every time; benchmarks/data_verdicts.py measures both.
+
 Comparing coordinated samples: two ranks' samples are compared at the larger of their shifts (each is
 filtered to the smaller limit), where each holds exactly the indices below that limit: an index both
 hold was read by both (no false overlap); see training_data's docstring for the chance of a miss.
@@ -19,28 +25,24 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpudoctor.engine.codes import Code
-from gpudoctor.training_data import M64, MULT
 from gpudoctor.watch import data_codes as codes
 from gpudoctor.watch.analysis import Figure, RankRef, Thresholds, Verdict
 from gpudoctor.watch.data_model import DataReading, EpochDigest, Hello, SplitDigest
+from gpudoctor.watch.data_overlap import EpochShares, SplitOverlap, filtered, largest_leak
 from gpudoctor.watch.model import plural
+
+__all__ = ["DataBook", "RankData", "filtered", "is_eval", "ranks_text"]
 
 KEEP_EPOCHS = 3  # latest epochs kept per rank and role, besides the first
 EVAL_ROLES = frozenset({"eval", "val", "valid", "validation", "test"})
 MIN_EVIDENCE = 16  # sampled indices a rank needs before its overlap is judged (unless its epoch is complete)
 MIN_PREFIX = 8  # identical first indices that prove the same order (or the same samples)
 
+Repeat = tuple[int, int, int | None]  # GD941 on one rank: the later epoch, identical first indices, stuck epoch
+
 
 def is_eval(role: str) -> bool:
     return role in EVAL_ROLES
-
-
-def filtered(kept: Iterable[int], shift: int) -> set[int]:
-    """The indices of a coordinated sample still kept at `shift` (a larger shift keeps fewer)."""
-    if shift == 0:
-        return set(kept)
-    limit = 1 << (64 - shift)
-    return {i for i in kept if (i * MULT) & M64 < limit}
 
 
 def ranks_text(refs: Sequence[RankRef]) -> str:
@@ -63,19 +65,42 @@ class RankData:
     epochs: dict[str, dict[int, EpochDigest]] = field(default_factory=dict)  # role -> epoch -> digest
     splits: dict[str, SplitDigest] = field(default_factory=dict)
 
-    def add(self, r: DataReading) -> None:
+    def add(self, r: DataReading) -> list[tuple[str, int]]:
+        """Keep `r`'s digests; returns the (role, epoch)s whose digest was set or dropped."""
         self.hello = r.hello or self.hello
+        changed = []
         for e in r.epochs:
             kept = self.epochs.setdefault(e.role, {})
             old = kept.get(e.epoch)
             if old is not None and old.final and not e.final:
                 continue  # a late partial digest never replaces a complete one
             kept[e.epoch] = e
+            changed.append((e.role, e.epoch))
             later = sorted(n for n in kept if n != min(kept))
             for n in later[:-KEEP_EPOCHS]:
                 del kept[n]
+                changed.append((e.role, n))
         for s in r.splits:
             self.splits[s.role] = s
+        return changed
+
+
+def repeat_of(epochs: dict[int, EpochDigest]) -> Repeat | None:
+    """GD941 on one rank and role: its first later epoch that starts with the same (shuffled) indices as its
+    first epoch, how many, and the sampler's epoch when it stayed the first's."""
+    if len(epochs) < 2:
+        return None
+    first = epochs[min(epochs)]
+    for n, e in sorted(epochs.items()):
+        if n == min(epochs) or e.unreadable or first.unreadable:
+            continue
+        m = min(len(first.prefix), len(e.prefix))
+        enough = m >= MIN_PREFIX or (e.final and first.final and m == e.n == first.n and m > 1)
+        shuffled = not (first.ascending and e.ascending) and first.shuffle is not False
+        if enough and shuffled and first.prefix[:m] == e.prefix[:m]:
+            stuck = e.sampler_epoch if e.sampler_epoch is not None and e.sampler_epoch == first.sampler_epoch else None
+            return n, m, stuck
+    return None
 
 
 class DataBook:
@@ -86,6 +111,12 @@ class DataBook:
         self.ranks: dict[tuple[int | None, int], RankData] = {}
         self.found: dict[str, Verdict] = {}  # code -> the first verdict of that code, held to the end
         self._changed = False
+        self._epochs: dict[tuple[str, int], EpochShares] = {}  # (role, epoch) -> its digests by rank
+        self._dirty: set[tuple[str, int]] = set()  # (role, epoch)s to judge again
+        self._repeats: dict[str, dict[RankRef, Repeat]] = {}  # role -> the ranks repeating their first order
+        self._splits: dict[str, SplitOverlap] = {}  # role -> its splits by rank
+        self._splits_dirty = False
+        self._differing: set[str] = set()  # the roles whose splits differ (GD940 is not judged on them)
 
     def add(self, readings: Iterable[DataReading]) -> None:
         for r in readings:
@@ -94,10 +125,45 @@ class DataBook:
             if rd is None:
                 if r.rank is not None:  # a new process for a rank seen before (a restarted job): the old is done
                     for old in [k for k in self.ranks if k[0] == r.rank]:
-                        del self.ranks[old]
+                        self._forget(self.ranks.pop(old))
                 rd = self.ranks[key] = RankData(RankRef(r.rank, r.pid))
-            rd.add(r)
+            self._index(rd, rd.add(r), r.splits)
             self._changed = self._changed or bool(r.epochs or r.splits)
+
+    def _index(self, rd: RankData, changed: list[tuple[str, int]], splits: Iterable[SplitDigest]) -> None:
+        for role, n in changed:
+            shares = self._epochs.get((role, n))
+            if shares is None:
+                shares = self._epochs[role, n] = EpochShares()
+            shares.put(rd.ref, rd.epochs[role].get(n))
+            if not shares.digests:
+                del self._epochs[role, n]
+            self._dirty.add((role, n))
+        for role in {role for role, _ in changed}:
+            repeat = repeat_of(rd.epochs[role])
+            repeats = self._repeats.setdefault(role, {})
+            if repeat is None:
+                repeats.pop(rd.ref, None)
+            else:
+                repeats[rd.ref] = repeat
+        for s in splits:
+            self._splits.setdefault(s.role, SplitOverlap()).put(rd.ref, s)
+            self._splits_dirty = True
+
+    def _forget(self, rd: RankData) -> None:
+        """A restarted rank's old process: its digests leave every index."""
+        for role, epochs in rd.epochs.items():
+            for n in epochs:
+                self._epochs[role, n].put(rd.ref, None)
+                if not self._epochs[role, n].digests:
+                    del self._epochs[role, n]
+                self._dirty.add((role, n))
+            self._repeats.get(role, {}).pop(rd.ref, None)
+        for role in rd.splits:
+            self._splits[role].put(rd.ref, None)
+            if not self._splits[role].splits:
+                del self._splits[role]
+            self._splits_dirty = True
 
     def hellos(self) -> dict[tuple[int | None, int], Hello]:
         return {k: rd.hello for k, rd in self.ranks.items() if rd.hello is not None}
@@ -116,69 +182,64 @@ class DataBook:
         held = self.found.get(code.code)
         return held is not None and len(held.ranks) >= len(self.ranks)
 
-    def _widen(self, v: Verdict) -> None:
-        """Hold `v`, or let it replace the held verdict of its code when it names more ranks: under load
-        some ranks show a mistake samples before the others (it never narrows)."""
-        held = self.found.get(v.code)
-        if held is None or set(v.ranks) > set(held.ranks):
-            self.found[v.code] = v
+    def _widens(self, code: Code, refs: Iterable[RankRef]) -> bool:
+        """A verdict of `code` naming `refs` would be held: none is, or it names more ranks than the one held
+        (under load some ranks show a mistake samples before the others; a verdict never narrows)."""
+        held = self.found.get(code.code)
+        return held is None or set(refs) > set(held.ranks)
 
     # -- judging -----------------------------------------------------------------------------------------
-    def _by_epoch(self) -> dict[tuple[str, int], list[tuple[RankRef, EpochDigest]]]:
-        out: dict[tuple[str, int], list[tuple[RankRef, EpochDigest]]] = {}
-        for rd in self.ranks.values():
-            for role, epochs in rd.epochs.items():
-                for n, e in epochs.items():
-                    out.setdefault((role, n), []).append((rd.ref, e))
-        return out
-
     def _judge(self) -> None:
-        differing = self._splits()
-        by_epoch = self._by_epoch()
-        for (role, number), digests in sorted(by_epoch.items()):
-            digests.sort(key=lambda x: _order(x[0]))
+        # An epoch whose digests did not change gives the verdict it gave: GD940 and GD944 replace a held one only
+        # by a strict superset, and held ones only grow, so what did not widen it then cannot now (GD943 is held
+        # once). GD941 may replace one role's verdict by another's, so its pass runs in full (from each rank's
+        # cached repeat); GD942 depends on the splits alone.
+        if self._splits_dirty:
+            self._splits_dirty = False
+            self._judge_splits()
+        dirty, self._dirty = self._dirty, set()
+        for role, number in sorted(dirty):
+            shares = self._epochs.get((role, number))
+            if shares is None or len(shares.digests) < 2:
+                continue
             if is_eval(role):
-                self._padding(role, number, digests)
+                self._padding(role, number, shares.digests)
             else:
-                if role not in differing:
-                    self._not_sharded(role, number, digests)
-                self._uneven(role, number, digests)
+                if role not in self._differing:
+                    self._not_sharded(role, number, shares)
+                self._uneven(role, number, shares.digests)
+            shares.settle()
         self._same_order()
 
-    def _not_sharded(self, role: str, number: int, digests: list[tuple[RankRef, EpochDigest]]) -> None:
+    def _not_sharded(self, role: str, number: int, shares: EpochShares) -> None:
         """GD940: ranks that read the same first indices, or of whose sample a share was read by another rank.
         Judged again as more ranks have read enough, until it names every rank."""
+        digests = shares.digests
         if len(digests) < 2 or self._names_all(codes.DATA_NOT_SHARDED):
             return
-        readable = [(ref, e) for ref, e in digests if not e.unreadable]
+        readable = [(ref, e) for ref, e in digests.items() if not e.unreadable]
         same: dict[tuple[int, ...], list[RankRef]] = {}
         for ref, e in readable:
             if len(e.prefix) >= MIN_PREFIX or (e.final and e.prefix and len(e.prefix) == e.n):
                 same.setdefault(e.prefix[: max(MIN_PREFIX, 1)], []).append(ref)
         twins = [refs for refs in same.values() if len(refs) > 1]
-        shift = max((e.shift for _, e in readable), default=0)
-        sets = {ref: filtered(e.kept, shift) for ref, e in readable}
-        count: dict[int, int] = {}
-        for s in sets.values():
-            for i in s:
-                count[i] = count.get(i, 0) + 1
+        counts = shares.counts()
         # DistributedSampler reads at most world - 1 indices twice (its padding): more shared is proof.
-        padding = max([len(digests) - 1] + [e.replicas - 1 for _, e in digests if e.replicas])
-        shares = {}
+        padding = max([len(digests) - 1] + [e.replicas - 1 for e in digests.values() if e.replicas])
+        ratios = {}
         for ref, e in readable:
-            s = sets[ref]
-            shared = sum(1 for i in s if count[i] > 1)
-            if shared > padding and (len(s) >= MIN_EVIDENCE or e.final):
-                shares[ref] = shared / len(s)
+            shared, size = counts.shared(ref), counts.size(ref)
+            if shared > padding and (size >= MIN_EVIDENCE or e.final):
+                ratios[ref] = shared / size
         named = sorted(
-            {ref for refs in twins for ref in refs} | {r for r, x in shares.items() if x >= self.th.overlap_share},
+            {ref for refs in twins for ref in refs} | {r for r, x in ratios.items() if x >= self.th.overlap_share},
             key=_order,
         )
-        if len(named) < 2:
+        if len(named) < 2 or not self._widens(codes.DATA_NOT_SHARDED, named):
             return
-        seen = [shares[r] for r in named if r in shares]
+        seen = [ratios[r] for r in named if r in ratios]
         share = 100 * statistics.mean(seen) if seen else 100.0
-        facts = [e for ref, e in digests if ref in named]
+        facts = [digests[ref] for ref in named]
         how = "read the same first samples in the same order" if twins else "read the same samples"
         template = (
             f"{ranks_text(named)} {how} in {role} epoch {number}: {{}}% of their sampled indices were also read by "
@@ -186,87 +247,73 @@ class DataBook:
         )
         figure = Figure(share, template, unit="% shared")
         hint = "Pass a DistributedSampler to the DataLoader (sampler=), or shard the data per rank."
-        self._widen(_verdict(codes.DATA_NOT_SHARDED, figure, hint, named))
+        self.found[codes.DATA_NOT_SHARDED.code] = _verdict(codes.DATA_NOT_SHARDED, figure, hint, named)
 
-    def _uneven(self, role: str, number: int, digests: list[tuple[RankRef, EpochDigest]]) -> None:
+    def _uneven(self, role: str, number: int, digests: dict[RankRef, EpochDigest]) -> None:
         """GD944: a rank ended the epoch with fewer batches than another rank has run in it. Judged again as
         more ranks' loaders are known, until it names every rank."""
         if len(digests) < 2 or self._names_all(codes.UNEVEN_SHARDS):
             return
-        planned = [e.expected for _, e in digests]
+        planned = [e.expected for e in digests.values()]
         if None not in planned and len(set(planned)) > 1:  # len(loader) differs: known as the epoch starts
-            counts = [(ref, e.expected or 0) for ref, e in digests]
+            counts = {ref: e.expected or 0 for ref, e in digests.items()}
             how = "the ranks' loaders give different numbers of batches"
         else:  # counted: a rank ended the epoch with fewer batches than another has run in it
-            ended = [e.batches for _, e in digests if e.final]
-            counts = [(ref, e.batches) for ref, e in digests]
-            if not ended or max(n for _, n in counts) <= min(ended):
+            ended = [e.batches for e in digests.values() if e.final]
+            counts = {ref: e.batches for ref, e in digests.items()}
+            if not ended or max(counts.values()) <= min(ended):
                 return
-            so_far = "" if all(e.final for _, e in digests) else " so far"
+            so_far = "" if all(e.final for e in digests.values()) else " so far"
             how = f"the ranks ran different numbers of batches{so_far}"
-        most, fewest = max(n for _, n in counts), min(n for _, n in counts)
-        shown = ", ".join(f"{ref.label} {n}" for ref, n in counts)
+        if not self._widens(codes.UNEVEN_SHARDS, digests):
+            return
+        most, fewest = max(counts.values()), min(counts.values())
+        shown = ", ".join(f"{ref.label} {counts[ref]}" for ref in sorted(digests, key=_order))
         message = (
             f"{role} epoch {number}: {how} ({shown}): the rank with {most} waits in collectives the ranks with "
             f"{fewest} never join"
         )
         hint = "Give every rank the same number of batches (DistributedSampler, drop_last) or use model.join()."
-        self._widen(_verdict(codes.UNEVEN_SHARDS, message, hint, [ref for ref, _ in digests]))
+        self.found[codes.UNEVEN_SHARDS.code] = _verdict(codes.UNEVEN_SHARDS, message, hint, list(digests))
 
-    def _padding(self, role: str, number: int, digests: list[tuple[RankRef, EpochDigest]]) -> None:
+    def _padding(self, role: str, number: int, digests: dict[RankRef, EpochDigest]) -> None:
         """GD943: an evaluation epoch whose ranks together read more samples than the data set holds, by
         less than one per rank (DistributedSampler's padding, not every rank reading everything)."""
-        if len(digests) < 2 or not all(e.final for _, e in digests) or codes.EVAL_PADDING.code in self.found:
+        values = list(digests.values())
+        if len(values) < 2 or codes.EVAL_PADDING.code in self.found or not all(e.final for e in values):
             return
-        sizes = {e.len for _, e in digests}
-        if len(sizes) != 1 or None in sizes or any(e.drop_last for _, e in digests):
+        sizes = {e.len for e in values}
+        if len(sizes) != 1 or None in sizes or any(e.drop_last for e in values):
             return
         size = sizes.pop()
         assert size is not None
-        total = sum(e.n for _, e in digests)
+        total = sum(e.n for e in values)
         extra = total - size
-        if not 0 < extra < len(digests):
+        if not 0 < extra < len(values):
             return
-        sampler = _sampler_text([e for _, e in digests])
         message = (
-            f"{role} epoch {number}: the {len(digests)} ranks read {total} samples of a {size}-sample data set: "
-            f"{plural(extra, 'sample')} padded by the sampler{sampler}, counted twice in a metric reduced over ranks"
+            f"{role} epoch {number}: the {len(values)} ranks read {total} samples of a {size}-sample data set: "
+            f"{plural(extra, 'sample')} padded by the sampler{_sampler_text(values)}, counted twice in a metric "
+            "reduced over ranks"
         )
         hint = "Evaluate the remainder on its own (imagenet's drop_last=True sampler plus a remainder loader)."
-        self._hold(_verdict(codes.EVAL_PADDING, message, hint, [ref for ref, _ in digests]))
+        self._hold(_verdict(codes.EVAL_PADDING, message, hint, list(digests)))
 
     def _same_order(self) -> None:
         """GD941: a rank whose later epoch starts with the same (shuffled) indices as its first. Judged again
         as more ranks reach their second epoch: under load one rank gets there well before the others, and the
         verdict widens to name each rank that repeats its order (it never narrows)."""
         code = codes.SAME_ORDER_EVERY_EPOCH.code
-        for role in sorted({role for rd in self.ranks.values() for role in rd.epochs}):
+        for role in sorted(role for role, repeats in self._repeats.items() if repeats):
             held = self.found.get(code)
             if held is not None and len(held.ranks) == len(self.ranks):
                 return
-            named: list[RankRef] = []
-            stuck: set[int] = set()
-            later = same = 0
-            for rd in self.ranks.values():
-                epochs = rd.epochs.get(role, {})
-                if len(epochs) < 2:
-                    continue
-                first = epochs[min(epochs)]
-                for n, e in sorted(epochs.items()):
-                    if n == min(epochs) or e.unreadable or first.unreadable:
-                        continue
-                    m = min(len(first.prefix), len(e.prefix))
-                    enough = m >= MIN_PREFIX or (e.final and first.final and m == e.n == first.n and m > 1)
-                    shuffled = not (first.ascending and e.ascending) and first.shuffle is not False
-                    if enough and shuffled and first.prefix[:m] == e.prefix[:m]:
-                        named.append(rd.ref)
-                        later, same = max(later, n), max(same, m)
-                        if e.sampler_epoch is not None and e.sampler_epoch == first.sampler_epoch:
-                            stuck.add(e.sampler_epoch)
-                        break
-            if not named or (held is not None and set(named) <= set(held.ranks)):
+            repeats = self._repeats[role]
+            if held is not None and repeats.keys() <= set(held.ranks):
                 continue
-            named.sort(key=_order)
+            named = sorted(repeats, key=_order)
+            later, same = max(r[0] for r in repeats.values()), max(r[1] for r in repeats.values())
+            stuck = [r[2] for r in repeats.values() if r[2] is not None]
             why = f"; the sampler's epoch stayed {min(stuck)}: set_epoch() is not called" if stuck else ""
             message = (
                 f"{ranks_text(named)} read {role} epoch {later} in the same order as epoch 0 (the first "
@@ -275,55 +322,29 @@ class DataBook:
             hint = "Call sampler.set_epoch(epoch) at the start of every epoch, before iterating the loader."
             self.found[code] = _verdict(codes.SAME_ORDER_EVERY_EPOCH, message, hint, named)
 
-    def _splits(self) -> set[str]:
-        """GD942: ranks whose Subsets of one data set differ but overlap. Returns the roles concerned."""
-        differing: set[str] = set()
-        roles = {role for rd in self.ranks.values() for role in rd.splits}
-        for role in sorted(roles):
-            have = sorted(
-                ((rd.ref, rd.splits[role]) for rd in self.ranks.values() if role in rd.splits),
-                key=lambda x: _order(x[0]),
-            )
-            if len(have) < 2 or len({s.base for _, s in have}) != 1 or len({s.hash for _, s in have}) == 1:
-                continue
-            shift = max(s.shift for _, s in have)
-            sets = [(ref, filtered(s.kept, shift), s) for ref, s in have]
-            overlap = any(
-                a & b and (a != b or sa.n != sb.n) for i, (_, a, sa) in enumerate(sets) for _, b, sb in sets[i + 1 :]
-            )
-            if overlap:
-                differing.add(role)
+    def _judge_splits(self) -> None:
+        """GD942: ranks whose Subsets of one data set differ but overlap; the roles concerned are not judged for
+        GD940 (their ranks read different data sets on purpose or not, told here)."""
+        differing = {role for role, overlap in self._splits.items() if overlap.differs()}
+        for role in differing ^ self._differing:  # GD940 of that role's epochs is judged again (or not)
+            self._dirty.update(key for key in self._epochs if key[0] == role)
+        self._differing = differing
         held = self.found.get(codes.SPLIT_DIFFERS.code)
         if not differing or (held is not None and "evaluation samples" in held.message):
-            return differing  # told already, with the leak (a split seen later may add the leak to it)
+            return  # told already, with the leak (a split seen later may add the leak to it)
         refs = sorted({rd.ref for rd in self.ranks.values() if set(rd.splits) & differing}, key=_order)
-        leak = self._leak()
-        detail = "" if leak is None else f"; {leak}"
+        evals = [(rd.ref, s) for rd in self.ranks.values() for r, s in rd.splits.items() if is_eval(r)]
+        trains = [(rd.ref, s) for rd in self.ranks.values() for r, s in rd.splits.items() if not is_eval(r)]
+        leak = largest_leak(evals, trains)
+        detail = ""
+        if leak is not None:
+            estimate, eref, tref, size, shift = leak
+            count = f"{min(estimate, size)}" if shift == 0 else f"about {min(estimate, size)}"  # exact at shift 0
+            detail = f"; {count} of {eref.label}'s {size} evaluation samples are in {tref.label}'s training split"
         roles = " and ".join(sorted(differing))
         message = f"{ranks_text(refs)} split the data set differently (their {roles} splits differ){detail}"
         hint = "Seed random_split the same on every rank: generator=torch.Generator().manual_seed(42)."
         self.found[codes.SPLIT_DIFFERS.code] = _verdict(codes.SPLIT_DIFFERS, message, hint, refs)
-        return differing
-
-    def _leak(self) -> str | None:
-        """How many of one rank's evaluation samples another rank's training split holds (the most found)."""
-        evals = [(rd.ref, s) for rd in self.ranks.values() for r, s in rd.splits.items() if is_eval(r)]
-        trains = [(rd.ref, s) for rd in self.ranks.values() for r, s in rd.splits.items() if not is_eval(r)]
-        best: tuple[int, RankRef, RankRef, int, int] | None = None
-        for eref, es in evals:
-            for tref, ts in trains:
-                if tref == eref or es.base != ts.base:
-                    continue
-                shift = max(es.shift, ts.shift)
-                common = len(filtered(es.kept, shift) & filtered(ts.kept, shift))
-                estimate = common * (1 << shift)
-                if common and (best is None or estimate > best[0]):
-                    best = (estimate, eref, tref, es.n, shift)
-        if best is None:
-            return None
-        estimate, eref, tref, size, shift = best
-        count = f"{min(estimate, size)}" if shift == 0 else f"about {min(estimate, size)}"  # exact at shift 0
-        return f"{count} of {eref.label}'s {size} evaluation samples are in {tref.label}'s training split"
 
 
 def _sampler_text(digests: Sequence[EpochDigest]) -> str:
