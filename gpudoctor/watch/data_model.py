@@ -20,7 +20,6 @@ from typing import Any
 
 from gpudoctor.safety.safe_text import printable
 from gpudoctor.training_data import DATA_MAGIC, KEEP, PREFIX
-from gpudoctor.watch.bounds import MAX_RANKS
 
 MAX_INT = 2**63 - 1
 MAX_COUNT = 2**53  # counts stay exact in a JSON number
@@ -380,27 +379,26 @@ class _Acc:
 class DataInbox:
     """The interval's data per rank, filled by the step channel's thread, taken with each sample."""
 
+    MAX_RANKS = 4096  # more senders than this in one interval: the rest wait for the next
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._accs: dict[tuple[int | None, int], _Acc] = {}
         self._rank_of: dict[int, int | None] = {}  # a process has one rank (training_step reads it once)
 
-    def add(self, pid: int, payload: bytes) -> bool:
+    def add(self, pid: int, payload: bytes) -> None:
         """A datagram from the job's process `pid` (raises ValueError when damaged, or when the process
-        claims another rank than before: one process cannot fill the watcher with made-up ranks).
-        False: not taken, as the job has had MAX_RANKS processes sending data already (the bound of
-        gpudoctor.watch.bounds, over the whole job: each is a rank the summary keeps)."""
+        claims another rank than before: one process cannot fill the watcher with made-up ranks)."""
         reading = parse_datagram(pid, payload)
         with self._lock:
-            if pid not in self._rank_of and len(self._rank_of) >= MAX_RANKS:
-                return False
             if self._rank_of.setdefault(pid, reading.rank) != reading.rank:
                 raise ValueError(f"PID {pid} changed its rank")
             acc = self._accs.get(reading.key)
-            if acc is None:  # one per process of _rank_of: at most MAX_RANKS
+            if acc is None:
+                if len(self._accs) >= self.MAX_RANKS:
+                    raise ValueError("too many senders in one interval")
                 acc = self._accs[reading.key] = _Acc(pid, reading.rank)
             acc.add(reading)
-        return True
 
     def take(self) -> tuple[DataReading, ...]:
         with self._lock:

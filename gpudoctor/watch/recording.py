@@ -260,11 +260,9 @@ class RecordingStream:
         # are made, counted, said; input no machine wrote, so bad input too (report exits 2).
         self.refused = 0
         self._first_refusal = ""
-        # The GPUs and the training processes (rank, PID) the recording has shown so far: a recording is
-        # one machine's, so more than MAX_GPUS distinct GPUs, or MAX_RANKS distinct processes, in all
-        # refuse the lines that bring them (the summary keeps a row per GPU and per process).
+        # The GPUs the recording has shown so far: a recording is one machine's, so more than MAX_GPUS
+        # distinct indices in all refuse the lines that bring them (the summary keeps one row per GPU).
         self._gpus: set[int] = set()
-        self._ranks: set[tuple[int | None, int]] = set()
         try:
             self._file: IO[str] = _open_text(path)  # closed in close()
             self._lines = _lines(self._file)
@@ -336,7 +334,7 @@ class RecordingStream:
                         beyond = _beyond_bounds(doc)
                     if beyond is None:
                         sample = Sample.parse(doc, dropped)
-                        beyond = self._beyond_recording(sample)
+                        beyond = self._new_gpus(sample)
                     if beyond is not None:
                         if not self.refused:
                             self._first_refusal = f"line {number}: {beyond}"
@@ -374,23 +372,17 @@ class RecordingStream:
         self.unreadable = "no sample"
         return True
 
-    def _beyond_recording(self, sample: Sample) -> str | None:
+    def _new_gpus(self, sample: Sample) -> str | None:
         """Why `sample` is refused as beyond one machine over the whole recording (its GPUs would make
-        more than MAX_GPUS distinct GPUs in all, or its ranks, step and data readings alike, more than
-        MAX_RANKS distinct processes), or None; its GPUs and ranks are then the recording's."""
-        gpus, ranks = self._gpus, self._ranks
-        new_gpus = {g.index for g in sample.gpus if g.index not in gpus}
-        if len(gpus) + len(new_gpus) > MAX_GPUS:
-            return f"GPU {min(new_gpus)} would be GPU {len(gpus) + len(new_gpus)} of the recording, at most {MAX_GPUS}"
-        keys = [(r.rank, r.pid) for r in sample.ranks or ()] + [d.key for d in sample.data or ()]
-        new_ranks = {k for k in keys if k not in ranks}
-        if len(ranks) + len(new_ranks) > MAX_RANKS:
-            rank, pid = min(new_ranks, key=lambda k: (k[0] is None, k[0] or 0, k[1]))
-            who = f"PID {pid}" if rank is None else f"rank {rank} (PID {pid})"
-            n = len(ranks) + len(new_ranks)
-            return f"{who} would be rank {n} of the recording, at most {MAX_RANKS}"
-        gpus |= new_gpus
-        ranks |= new_ranks
+        more than MAX_GPUS distinct GPUs in all), or None; its GPUs are then the recording's."""
+        seen = self._gpus
+        new = [g.index for g in sample.gpus if g.index not in seen]
+        if not new:
+            return None
+        fresh = set(new)
+        if len(seen) + len(fresh) > MAX_GPUS:
+            return f"GPU {min(fresh)} would be GPU {len(seen) + len(fresh)} of the recording, at most {MAX_GPUS}"
+        seen |= fresh
         return None
 
     @property

@@ -51,10 +51,8 @@ ROUNDING = 1 + 1e-9  # a part summed apart from its whole may round a hair above
 MAX_RANK = 1 << 20  # torch's world sizes stay far below a million ranks
 # The publisher sends at most one record per FLUSH_S (~20 a second) plus a last one at exit; a process
 # sending more is flooding the watcher's thread: records beyond RATE a second (after a BURST) are
-# dropped and counted. Ranks followed: the job's processes, each one key (rank, PID), at most MAX_RANKS
-# distinct keys over the whole job, not only at once: the summary keeps a row for every key it was
-# given, so a process announcing ever-new rank numbers would grow it without end (gpudoctor.watch.bounds:
-# a recording is held to the same bound, line by line and over the file).
+# dropped and counted. Ranks followed at once: the job's processes, each one key, at most MAX_RANKS
+# (gpudoctor.watch.bounds: a recorded sample with more is refused too).
 RATE = 100.0
 BURST = 200.0
 
@@ -114,11 +112,10 @@ class StepChannel:
         self.path = os.path.join(self.directory, SOCKET_NAME)
         self._lock = threading.Lock()
         self._ranks: dict[tuple[int | None, int], _Acc] = {}
-        self._seen: set[tuple[int | None, int]] = set()  # every key followed so far (at most MAX_RANKS)
         self._heard: dict[int, Heard] = {}  # the latest arrival/stall event of each process (by kernel PID)
         self.rejected = 0  # records from outside the job, or damaged
         self.dropped = 0  # records the ranks could not send (our queue was full)
-        self.flooded = 0  # records beyond RATE a second from one process, or from ranks past MAX_RANKS
+        self.flooded = 0  # records beyond RATE a second from one process, or from ranks beyond MAX_RANKS
         self._budget: dict[int, tuple[float, float]] = {}  # pid -> (records it may still send, when)
         self._closed = threading.Event()
         self.data = DataInbox()  # what the ranks say about their data, loss and loader (training_data)
@@ -164,8 +161,7 @@ class StepChannel:
             self.rejected += 1
         elif is_data(data):
             try:
-                if not self.data.add(pid, data[4:]):
-                    self.flooded += 1
+                self.data.add(pid, data[4:])
             except ValueError:
                 self.rejected += 1
         elif len(data) == EVENT.size and data[:4] == EVENT_MAGIC:
@@ -181,9 +177,6 @@ class StepChannel:
             self.rejected += 1
             return
         with self._lock:
-            if pid not in self._heard and len(self._heard) >= MAX_RANKS:
-                self.flooded += 1  # a job past MAX_RANKS processes: as for their steps
-                return
             self._heard[pid] = got
             for key, acc in self._ranks.items():  # steps a fast loop had not sent yet when it stopped
                 if key[1] == pid and got.step > (acc.last_step or 0):
@@ -257,11 +250,9 @@ class StepChannel:
                 # a process that now says another rank number is that rank now (one key per process).
                 for old in [k for k in self._ranks if (k[0] is not None and k[0] == key[0]) or k[1] == pid]:
                     del self._ranks[old]
-                if key not in self._seen:
-                    if len(self._seen) >= MAX_RANKS:
-                        self.flooded += 1
-                        return
-                    self._seen.add(key)
+                if len(self._ranks) >= MAX_RANKS:
+                    self.flooded += 1
+                    return
                 acc = self._ranks[key] = _Acc(key[0], pid)
             acc.steps += count
             acc.sum_step += sum_step
@@ -296,7 +287,7 @@ class StepChannel:
         if self.flooded:
             parts.append(
                 f"ignored {plural(self.flooded, 'step record')} beyond {RATE:.0f} a second from one process "
-                f"(or past {MAX_RANKS} ranks over the job)"
+                f"(or beyond {MAX_RANKS} ranks)"
             )
         return "; ".join(parts) or None
 
