@@ -55,6 +55,7 @@ from gpudoctor.watch.ui.widgets import (
 )
 
 INTERRUPTED = "interrupted"  # what the app returns on Ctrl-C: gpudoctor exits 130, as without a dashboard
+STALE_CHECK_S = 0.25  # how often the app asks whether samples stopped (stale_after is 2 s at least)
 
 
 class SampleArrived(Message):
@@ -163,7 +164,9 @@ class WatchApp(App[str]):
         self._draw()
         if self.live:
             self._pump()
-            self.set_interval(self.session.source.interval, self._check_stale)
+            # Never more often than STALE_CHECK_S: a replay at a high --speed has an interval of microseconds,
+            # and a timer that short starves the event loop (keys, signals) of the dashboard.
+            self.set_interval(max(self.session.source.interval, STALE_CHECK_S), self._check_stale)
             if self.duration is not None:
                 self.set_timer(self.duration, lambda: self.exit("duration"))
 

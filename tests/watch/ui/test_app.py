@@ -386,3 +386,28 @@ async def test_gpu_rows_that_scroll_fit_beside_the_scrollbar() -> None:
         lines = text_of(rows).rstrip("\n").splitlines()
         assert len(lines) == 33 and all(len(line) <= rows.size.width for line in lines)
         assert all("▁" in line or "█" in line or "▅" in line for line in lines[1:])  # each with its history
+
+
+async def test_a_replay_at_a_high_speed_does_not_flood_the_dashboard_with_timers() -> None:
+    """`watch --replay FILE --speed 1000000`: the sample interval is a microsecond; the staleness timer ran at
+    that interval and starved the event loop (a blank screen that ignored q and SIGTERM). It now runs at most
+    every STALE_CHECK_S, and keys are answered."""
+    rec = read_recording(str(RECORDINGS / "healthy.jsonl"))
+    session = Session(ReplaySource(rec, speed=1e6), thresholds=NO_WARMUP)  # not started: nothing is fed
+    assert session.source.interval < 1e-5
+    session.last_arrival = time.monotonic()
+    app = WatchApp(session, live=True)
+    checks = 0
+
+    def count() -> None:
+        nonlocal checks
+        checks += 1
+
+    app._check_stale = count  # type: ignore[method-assign]
+    async with app.run_test(size=SIZE) as pilot:
+        start = time.monotonic()
+        await pilot.pause(1.0)
+        took = time.monotonic() - start
+        await pilot.press("p")
+        await wait_for(pilot, lambda: app.paused)
+    assert checks <= took / 0.25 + 2, (checks, took)  # thousands a second before
