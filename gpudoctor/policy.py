@@ -30,9 +30,9 @@ from typing import Any
 
 from gpudoctor.engine.options import BUSBW, BY_POLICY_KEY
 from gpudoctor.engine.values import SEVERITIES, _choice, _number, parse_busbw, reader
-from gpudoctor.errors import EXIT_USAGE, UserError
+from gpudoctor.errors import EXIT_USAGE, UserError, shown
 from gpudoctor.records import Record, record
-from gpudoctor.safety.user_files import owner_name, shown
+from gpudoctor.safety.user_files import owner_name
 
 
 def _toml() -> Any:

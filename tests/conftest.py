@@ -91,15 +91,17 @@ SHARED_SCOPES = ("module", "class", "package")
 
 def shared_fixtures(item: pytest.Item) -> list[str]:
     """The fixtures of wider than test scope that `item` reads (a launch shared by a module's tests)."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
+    # pytest's own records (not public API): where they differ in another pytest, no group is made and a shared
+    # launch may run once per process, which costs time, not correctness.
+    try:
+        return sorted(
+            f"{d.baseid or '.'}::{name}"
+            for name, defs in item._fixtureinfo.name2fixturedefs.items()  # type: ignore[attr-defined]
+            for d in defs[-1:]
+            if d.scope in SHARED_SCOPES
+        )
+    except AttributeError:
         return []
-    return sorted(
-        f"{d.baseid or '.'}::{name}"
-        for name, defs in info.name2fixturedefs.items()
-        for d in defs[-1:]
-        if d.scope in SHARED_SCOPES
-    )
 
 
 @pytest.hookimpl(tryfirst=True)

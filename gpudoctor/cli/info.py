@@ -105,6 +105,6 @@ def explain(code: str, as_json: bool) -> None:
 
 def _unknown(code: str, by_code: bool) -> UserError:
     what = "finding code" if by_code else "finding code or check"
-    from gpudoctor.safety.user_files import shown
+    from gpudoctor.errors import shown
 
     return UserError(f"unknown {what} {shown(code, 60)} (see `gpudoctor list-checks`)", EXIT_USAGE, "usage")

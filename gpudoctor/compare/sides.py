@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.errors import EXIT_USAGE, UserError
+from gpudoctor.errors import EXIT_USAGE, UserError, shown
 from gpudoctor.findings import REPORT_SCHEMA_VERSION
 from gpudoctor.knowledge.facts import facts_from_snapshot, measurements_from_checks
-from gpudoctor.safety.user_files import shown
 
 if TYPE_CHECKING:
     from gpudoctor.snapshot import Snapshot

@@ -18,8 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpudoctor.engine.options import BUSBW, CHOICE, COLLECTIVES, FLAG, INT, NAMES, PATH, REAL, SHARE, TEXT, Option
-from gpudoctor.errors import EXIT_USAGE, UserError
-from gpudoctor.safety.user_files import shown
+from gpudoctor.errors import EXIT_USAGE, UserError, shown
 
 
 class ArgumentError(UserError, ValueError):

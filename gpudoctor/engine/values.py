@@ -20,7 +20,7 @@ from gpudoctor.engine.options import (
     TEXT,
     Option,
 )
-from gpudoctor.safety.user_files import shown
+from gpudoctor.errors import shown
 
 SEVERITIES = ("warn", "fail")  # what a policy's [severity] table may set a code to
 

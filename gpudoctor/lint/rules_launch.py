@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import ast
 
+from gpudoctor.errors import shown
 from gpudoctor.lint.codes import ERROR, WARNING
 from gpudoctor.lint.context import SPAWN, TORCHRUN, Context, Hit
 from gpudoctor.lint.names import argument, constant, keyword, text
 from gpudoctor.lint.ranks import Origin, env_key
 from gpudoctor.lint.source import FUNCTION_TYPES, Source, is_main_guard
-from gpudoctor.safety.user_files import shown
 
 _TORCHRUN_ENV = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpudoctor.safety.user_files import shown
+from gpudoctor.errors import shown
 
 _KEYWORDS = {
     "type",

@@ -10,8 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.errors import shown as shown  # callers quote file values with it (defined with the errors)
-
 
 class UserFileError(ValueError):
     """Why a named file cannot be used, in a few words ("no such file", "not valid JSON: ...").

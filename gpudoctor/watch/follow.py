@@ -34,10 +34,9 @@ import time
 
 import psutil
 
-from gpudoctor.errors import EXIT_USAGE, UserError
+from gpudoctor.errors import EXIT_USAGE, UserError, shown
 from gpudoctor.probe.processes import command_line  # one line, secrets redacted: it goes into recordings
 from gpudoctor.safety.procs import terminate_group
-from gpudoctor.safety.user_files import shown
 from gpudoctor.watch.output import StderrTail
 
 PR_SET_PDEATHSIG = 1

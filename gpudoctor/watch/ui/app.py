@@ -1,7 +1,8 @@
 """The Textual dashboard. It draws what the session hands it and decides nothing itself.
 
 Samples arrive from the session's queue through a thread worker (so a stalled NVML call
-never blocks the UI); the only timer runs once per interval to notice stale readings.
+never blocks the UI); the only timer runs once per interval (at most every STALE_CHECK_S) to notice
+stale readings.
 
 Beside it: layout.py shares out the height between the panels, widgets.py makes their lines,
 screens.py holds the key bar, the help and the question before a signal, and process_signal.py
