@@ -5,7 +5,7 @@ One classifier for gpudoctor's own ranks (`check`'s workloads: `classify`) and f
 how many clients joined). The first kind whose pattern matches wins, so specific causes come before the
 generic "timeout". Each pattern matches the stable core of the message (tracebacks carry `[rankN]:`
 prefixes; wording drifts between torch versions) and says where torch (or NCCL, or CUDA) prints it; the
-texts were reproduced or found as listed in tests/reference/runtime_errors.md.
+texts were reproduced or found as listed in tests/fixtures/runtime_errors/README.md.
 """
 
 from __future__ import annotations
@@ -158,6 +158,21 @@ KINDS: list[Kind] = [
         "the rank was killed (SIGKILL): usually the host's out-of-memory killer",
         "Look at `dmesg` / the cgroup's memory events for an OOM kill; lower host memory use (DataLoader "
         "workers x ranks, pinned memory, a dataset loaded whole in every rank) or raise the job's memory limit.",
+    ),
+    Kind(
+        "cpp_abort",
+        # libstdc++'s std::terminate handler, called with no exception in flight: a joinable std::thread
+        # destroyed, or a thread unwound through a C++ destructor. With torch it is mostly the exit-time
+        # abort reproduced in tests/fixtures/runtime_errors/gloo_exit_abort.log (torch 2.13, gloo, DDP;
+        # https://github.com/pytorch/pytorch/pull/179291 describes it): gloo's worker threads outlive
+        # destroy_process_group() and free a collective's tensor while Python shuts down.
+        _re(r"terminate called without an active exception"),
+        "the process aborted in C++ (std::terminate)",
+        "If the rank had finished its work, this is torch's exit-time abort: with a DistributedDataParallel "
+        "model, gloo's threads outlive destroy_process_group() and free a collective's tensor while Python "
+        "shuts down. Wait for every async collective (work.wait()) before the script ends, and end it with "
+        "os._exit(0) after saving and flushing. If it came mid-run, get the C++ stack: "
+        "`gdb -batch -ex run -ex bt --args python script.py`.",
     ),
     Kind(
         "timeout",

@@ -185,11 +185,14 @@ def from_torchrun(text: str, error_file: str | None, rank_text: Callable[[int], 
         )
         if t
     )
-    if not own:  # no traceback, no prefixed lines: what the command printed before torchrun's summary
-        own = text[: text.rfind("ChildFailedError")] if "ChildFailedError" in text else text[: text.rfind(ROOT)]
+    before = text[: text.rfind("ChildFailedError")] if "ChildFailedError" in text else text[: text.rfind(ROOT)]
+    own = own or before  # no traceback, no prefixed lines: what the command printed before torchrun's summary
     known, error = classified(own)
     if known is None and code == -9:
         known = identify("Signal 9 (SIGKILL)")
+    if known is None and code == -6:  # a C++ abort writes to the process's stderr, past torchrun's [rankN] tee
+        found, _ = classified(before)
+        known = found if found is not None and found.kind == "cpp_abort" else None
     victims = tuple(
         r
         for o in others

@@ -156,8 +156,8 @@ RANK_FAILED = Code(
     "uncaught exception (" + STEP_API + "). It classifies that rank's error from its own output (the "
     "`[rankN]:` lines torch prefixes, or the traceback) with the classifier gpudoctor's own ranks use "
     "(gpudoctor/knowledge/known_errors.py: out of memory, unused parameters, port in use, invalid device "
-    "ordinal, duplicate GPU, NCCL errors, timeouts, a rank killed by SIGKILL, sampler misuse) and gives "
-    "that error's fix.",
+    "ordinal, duplicate GPU, NCCL errors, timeouts, a rank killed by SIGKILL, sampler misuse, a C++ abort "
+    "(std::terminate) such as torch's gloo ranks meet at exit) and gives that error's fix.",
     why="When one rank fails, torchrun stops the others (SIGTERM) and every rank's output ends in errors: "
     "the cause is in one rank's lines, buried among the victims' (`Connection closed by peer`, timeouts, "
     "SIGTERM).",

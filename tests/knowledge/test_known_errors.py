@@ -28,6 +28,7 @@ def log(name: str) -> str:
         ("torchrun_overwrites_port", "timeout", "could not reach the store at 127.0.0.1, 29614"),
         ("sampler_and_shuffle", "sampler_shuffle", ""),
         ("sampler_no_pg", "no_process_group", ""),
+        ("gloo_exit_abort", "cpp_abort", ""),
     ],
 )
 def test_real_failures_are_known_with_what_they_say(name: str, kind: str, detail: str) -> None:

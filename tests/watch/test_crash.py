@@ -62,6 +62,26 @@ def test_the_failing_ranks_own_prefixed_lines_are_classified_with_the_fix() -> N
     assert v.ranks and v.ranks[0].rank == f.rank
 
 
+def test_a_cpp_abort_at_exit_is_read_from_the_unprefixed_output() -> None:
+    """torch's gloo exit abort (both ranks SIGABRT; reproduced, gloo_exit_abort.py): the only text is
+    libstdc++'s line, which C++ writes to the rank's stderr outside torch's `[rankN]:` prefix."""
+    f = failure_of("gloo_exit_abort")
+    assert (f.source, f.rank, f.exit_code, f.signal) == ("torchrun", 0, -6, "SIGABRT")
+    assert f.known is not None and f.known.kind == "cpp_abort"
+    assert f.line == "rank 0 failed first (killed by SIGABRT): the process aborted in C++ (std::terminate)"
+    assert "destroy_process_group()" in f.known.fix and "os._exit(0)" in f.known.fix
+
+
+def test_a_sigabrt_without_that_line_stays_unexplained() -> None:
+    """Only libstdc++'s own line names a C++ abort: another rank's known error printed before torchrun's
+    summary is not pinned on the aborted rank."""
+    text = (LOGS / "gloo_exit_abort.log").read_text(encoding="utf-8")
+    text = text.replace("terminate called without an active exception", "RuntimeError: CUDA out of memory")
+    tail = tail_of(text)
+    f = diagnose(tail.text(), None, (), tail.rank_text, 1)
+    assert f is not None and f.known is None
+
+
 def test_nccls_duplicate_gpu_is_named_from_an_h200_run() -> None:
     f = failure_of("gpu_dup")
     assert f.rank == 0 and f.known is not None and f.known.kind == "duplicate_gpu"
