@@ -225,6 +225,17 @@ class StepChannel:
         if got.exiting:  # its data came before its exit (one socket, in order); its PID may be reused
             self.data.forget(pid)
 
+    def forget_gone(self, keep: set[int], before: float) -> None:
+        """The job's process tree, read after `before` (epoch s), holds `keep` (and the tracker lists them):
+        a process heard before it and not there is gone without saying so (killed): what it said, and the
+        rank it claimed, are forgotten. One heard since may be newer than the tree: kept until the next."""
+        with self._lock:
+            gone = [pid for pid, h in self._heard.items() if pid not in keep and h.at < before]
+            for pid in gone:
+                del self._heard[pid]
+        for pid in gone:
+            self.data.forget(pid)
+
     def heard(self) -> dict[int, Heard]:
         """The latest event of each process that sent one (arrival, joining, a state that held)."""
         with self._lock:
