@@ -104,6 +104,7 @@ def _held(path: Path) -> SummaryBuilder:
         for s in stream:
             builder.add(s)
             assert builder.held_ranks <= MAX_RANKS
+            assert len(builder._window.ranks) <= MAX_RANKS  # what a sample's analysis reads
     return builder
 
 
