@@ -146,7 +146,8 @@ class _Publisher:
             self.flush(time.monotonic())  # sent: count is 0; the watcher gone: not the publisher any more
         if _publisher is not self:
             return
-        self.data.flush(time.monotonic(), final=True)
+        if not _loader_worker():  # a worker has no data of its own: only its exit is said (it is forgotten)
+            self.data.flush(time.monotonic(), final=True)
         failed = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         flags = EXITING | (FAILED if failed is not None else 0)
         _say(self, _joined(), (self.step, self.inside), _child(), time.time(), flags)
@@ -290,6 +291,16 @@ def _joined() -> tuple[int, int] | None:
     except Exception:  # noqa: BLE001  (mid-initialisation or torn down: not joined now)
         pass
     return None
+
+
+def _loader_worker() -> bool:
+    """A DataLoader worker: torch sets its worker info in the worker process, for good. One started with
+    spawn imports the script (and gpudoctor) and exits through sys.exit, so its atexit runs: it said hello
+    every epoch, a new process each time, and is no rank. Its exit is still said, as a multiprocessing
+    child's (known by then: not while the script is imported), so that the watcher forgets it
+    (gpudoctor/watch/steps.py)."""
+    worker = sys.modules.get("torch.utils.data._utils.worker")
+    return getattr(worker, "_worker_info", None) is not None
 
 
 def _child() -> bool:

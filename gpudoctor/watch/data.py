@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpudoctor.engine.codes import Code
 from gpudoctor.watch import data_codes as codes
 from gpudoctor.watch.analysis import Figure, RankRef, Thresholds, Verdict
+from gpudoctor.watch.bounds import MAX_RANKS
 from gpudoctor.watch.data_model import DataReading, EpochDigest, Hello, SplitDigest
 from gpudoctor.watch.data_overlap import EpochShares, SplitOverlap, filtered, largest_leak
 from gpudoctor.watch.model import plural
@@ -109,6 +110,10 @@ class DataBook:
     def __init__(self, th: Thresholds) -> None:
         self.th = th
         self.ranks: dict[tuple[int | None, int], RankData] = {}
+        # rank -> a newer process that said hello alone while another held the rank: a spawned DataLoader
+        # worker says hello as it exits, every epoch, and is no rank. It takes the rank once it sends more
+        # (or steps); one held per rank number.
+        self._pending: dict[int, DataReading] = {}
         self.found: dict[str, Verdict] = {}  # code -> the first verdict of that code, held to the end
         self._changed = False
         self._epochs: dict[tuple[str, int], EpochShares] = {}  # (role, epoch) -> its digests by rank
@@ -120,15 +125,34 @@ class DataBook:
 
     def add(self, readings: Iterable[DataReading]) -> None:
         for r in readings:
-            key = r.key
-            rd = self.ranks.get(key)
-            if rd is None:
-                if r.rank is not None:  # a new process for a rank seen before (a restarted job): the old is done
-                    for old in [k for k in self.ranks if k[0] == r.rank]:
-                        self._forget(self.ranks.pop(old))
-                rd = self.ranks[key] = RankData(RankRef(r.rank, r.pid))
-            self._index(rd, rd.add(r), r.splits)
-            self._changed = self._changed or bool(r.epochs or r.splits)
+            rd = self.ranks.get(r.key)
+            if rd is None and r.rank is not None and any(k[0] == r.rank for k in self.ranks):
+                pending = self._pending.pop(r.rank, None)
+                if not (r.epochs or r.splits or r.loss or r.loader):
+                    self._pending[r.rank] = r  # a hello alone: a DataLoader worker, or the rank's next process
+                    continue
+                if pending is not None and pending.pid == r.pid:
+                    r = replace(r, hello=r.hello or pending.hello)
+            self._take(r, rd)
+
+    def _take(self, r: DataReading, rd: RankData | None) -> None:
+        if rd is None:
+            if r.rank is not None:  # a new process for a rank seen before (a restarted job): the old is done
+                for old in [k for k in self.ranks if k[0] == r.rank]:
+                    self._forget(self.ranks.pop(old))
+            elif len(self.ranks) >= MAX_RANKS:  # processes without a rank number: the earliest go first
+                self._forget(self.ranks.pop(next(iter(self.ranks))))
+            rd = self.ranks[r.key] = RankData(RankRef(r.rank, r.pid))
+        self._index(rd, rd.add(r), r.splits)
+        self._changed = self._changed or bool(r.epochs or r.splits)
+
+    def stepping(self, pids: set[int]) -> None:
+        """These processes step (they are ranks): one that only said hello for a rank another process held
+        takes it now (a restarted rank that sends no data), not a DataLoader worker (it never steps)."""
+        for rank, r in list(self._pending.items()):
+            if r.pid in pids:
+                del self._pending[rank]
+                self._take(r, None)
 
     def _index(self, rd: RankData, changed: list[tuple[str, int]], splits: Iterable[SplitDigest]) -> None:
         for role, n in changed:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -384,21 +385,40 @@ class DataInbox:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._accs: dict[tuple[int | None, int], _Acc] = {}
-        self._rank_of: dict[int, int | None] = {}  # a process has one rank (training_step reads it once)
+        # A process has one rank (training_step reads it once): held while it lives (forget() at its exit),
+        # at most MAX_RANKS processes, the least recently heard forgotten first (one killed without a word).
+        self._rank_of: OrderedDict[int, int | None] = OrderedDict()
+        self.crowded = 0  # datagrams not taken: MAX_RANKS processes had sent data in the interval already
 
     def add(self, pid: int, payload: bytes) -> None:
         """A datagram from the job's process `pid` (raises ValueError when damaged, or when the process
         claims another rank than before: one process cannot fill the watcher with made-up ranks)."""
         reading = parse_datagram(pid, payload)
         with self._lock:
-            if self._rank_of.setdefault(pid, reading.rank) != reading.rank:
+            rank = self._rank_of.get(pid, reading.rank)
+            if rank != reading.rank:
                 raise ValueError(f"PID {pid} changed its rank")
             acc = self._accs.get(reading.key)
             if acc is None:
                 if len(self._accs) >= self.MAX_RANKS:
-                    raise ValueError("too many senders in one interval")
+                    self.crowded += 1
+                    return
                 acc = self._accs[reading.key] = _Acc(pid, reading.rank)
+            self._rank_of[pid] = rank
+            self._rank_of.move_to_end(pid)
+            if len(self._rank_of) > self.MAX_RANKS:
+                self._rank_of.popitem(last=False)
             acc.add(reading)
+
+    def forget(self, pid: int) -> None:
+        """Process `pid` exited: its number may be another process's next."""
+        with self._lock:
+            self._rank_of.pop(pid, None)
+
+    def held(self) -> int:
+        """Processes held now (their rank), at most MAX_RANKS."""
+        with self._lock:
+            return len(self._rank_of)
 
     def take(self) -> tuple[DataReading, ...]:
         with self._lock:

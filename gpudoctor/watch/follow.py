@@ -78,7 +78,7 @@ class Job:
         self._sentinel: subprocess.Popen[bytes] | None = None
         self._sentinel_pipe: int | None = None  # the write end; closed (EOF) only if gpudoctor dies
         self.adopting = False  # gpudoctor is the subreaper of the job's orphans
-        self._known: dict[int, psutil.Process] = {}  # every descendant seen (psutil checks the start time)
+        self._known: dict[int, psutil.Process] = {}  # descendants seen that still run (psutil checks the start time)
         self._told: set[int] = set()  # descendants outside the group already told to the sentinel
         self.stderr: StderrTail | None = None  # the command's stderr, passed through, its tail kept
         self.token = ""  # the job's mark in its environment (sentinel.JOB_ENV); "" for an attached PID
@@ -226,6 +226,16 @@ class Job:
             self._tree = frozenset(tree)
             for p in procs:
                 self._known.setdefault(p.pid, p)
+            outside = [p for pid, p in self._known.items() if pid not in tree]
+        # A descendant seen before and no longer in the tree is held while it runs (it may have left the
+        # job, and stop() still stops it); one that ended is forgotten: a job whose processes come and go
+        # (a DataLoader's spawned workers every epoch) is held by those alive, not by all it ever had.
+        ended = [p.pid for p in outside if not _running(p)]
+        if ended:
+            with self._lock:
+                for pid in ended:
+                    self._known.pop(pid, None)
+                    self._told.discard(pid)
         self._reap_adopted()
         if self._popen is not None:
             self._tell_sentinel([p for p in procs if p.pid != self.root.pid])
@@ -258,6 +268,11 @@ class Job:
                 with contextlib.suppress(psutil.Error, ChildProcessError, OSError):
                     if child.status() == psutil.STATUS_ZOMBIE:
                         os.waitpid(child.pid, os.WNOHANG)
+
+    def held(self) -> int:
+        """Descendants held now: those alive (in the tree or not), never all the job ever had."""
+        with self._lock:
+            return len(self._known)
 
     def _tell_sentinel(self, procs: list[psutil.Process]) -> None:
         """Descendants outside the job's group: the sentinel's killpg would miss them, so it gets their
@@ -346,3 +361,11 @@ class Job:
         self._reap_adopted()
         self._release_sentinel()  # not when stopping failed: then the sentinel's EOF stops the group
         self.poll()
+
+
+def _running(p: psutil.Process) -> bool:
+    """`p` still runs (the same process: psutil compares the start time), a zombie included."""
+    try:
+        return p.is_running()
+    except psutil.Error:
+        return True  # unknown: kept, as before

@@ -34,6 +34,8 @@ class JobBook:
     def add(self, s: Sample) -> None:
         if s.data:
             self.add_data(s.data)
+        if s.ranks:
+            self.data.stepping({r.pid for r in s.ranks if r.steps})
         if s.procs:  # each rank's GPUs as last seen (the reading after the job ended lists none)
             pids = {key[1]: key for key in self.data.hellos()}
             seen: dict[tuple[int | None, int], dict[int, int | None]] = {}
@@ -42,6 +44,16 @@ class JobBook:
                 if key is not None:
                     seen.setdefault(key, {})[p.gpu] = p.gpu_mem
             self.placement.update(seen)
+            self._prune()
+
+    def _prune(self) -> None:
+        """Hold the workers and placement of the processes that hold a rank now (a restarted rank's old
+        process, or one folded past MAX_RANKS, leaves them too)."""
+        held = self.data.ranks
+        if len(self.placement) > len(held):
+            self.placement = {k: v for k, v in self.placement.items() if k in held}
+        if len(self.workers) > len(held):
+            self.workers = {k: v for k, v in self.workers.items() if k in held}
 
     def add_data(self, readings: Iterable[DataReading]) -> None:
         readings = list(readings)
@@ -50,6 +62,7 @@ class JobBook:
         for r in readings:
             if r.loader is not None:
                 self.workers[r.key] = r.loader.workers
+        self._prune()
 
     def verdicts(
         self,

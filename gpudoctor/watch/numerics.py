@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from gpudoctor.watch import data_codes as codes
 from gpudoctor.watch.analysis import Figure, RankRef, Thresholds, Verdict
+from gpudoctor.watch.bounds import MAX_RANKS
 from gpudoctor.watch.data_model import DataReading
 from gpudoctor.watch.model import Sample
 from gpudoctor.watch.window import Window
@@ -39,6 +40,8 @@ class LossBook:
             if loss is None:
                 continue
             ref = RankRef(r.rank, r.pid)
+            if ref not in self.finite and len(self.finite) >= MAX_RANKS:
+                self._forget(next(iter(self.finite)))  # the earliest process: a job restarted past MAX_RANKS times
             self.finite[ref] = self.finite.get(ref, 0) + loss.n
             self.bad[ref] = self.bad.get(ref, 0) + loss.bad
             if loss.first_bad is not None and loss.bad_kind is not None:
@@ -50,6 +53,15 @@ class LossBook:
             if loss.min is not None and loss.max is not None:
                 lo, hi = self.range.get(ref, (loss.min, loss.max))
                 self.range[ref] = (min(lo, loss.min), max(hi, loss.max))
+
+    def _forget(self, ref: RankRef) -> None:
+        """Past MAX_RANKS processes that sent losses, the earliest goes (its first NaN with it): held are
+        the processes of the latest ranks, not all a long restarted job ever had."""
+        self.first_bad.pop(ref, None)
+        self.last.pop(ref, None)
+        self.finite.pop(ref, None)
+        self.bad.pop(ref, None)
+        self.range.pop(ref, None)
 
     def not_finite(self) -> list[Verdict]:
         """GD945: the first rank (by loss number) whose loss was NaN or infinite, and those that followed."""

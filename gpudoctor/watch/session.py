@@ -141,10 +141,13 @@ class Session:
         if self.tracker is not None and self.job is not None:
             if self.last_arrival - self._tracked >= TRACK_EVERY_S or raw.procs is not None:
                 self._tracked = self._refreshed = self.last_arrival
+                before = time.time()
                 tree = self.job.refresh()
                 self.job_gpus.update(p.gpu for p in raw.procs or () if p.pid in tree)
                 heard = self.steps.heard() if self.steps is not None else {}
                 self._job_now = self.tracker.observe(tree, raw.ranks, heard, raw.t)
+                if self.steps is not None:  # what the killed said is held no longer than the tracker holds them
+                    self.steps.forget_gone(set(tree) | {p.pid for p in self._job_now}, before)
             raw = replace(raw, job=self._job_now)
         if self._writer is not None:
             self._writer.write(raw)  # the raw sample: a recording keeps every GPU

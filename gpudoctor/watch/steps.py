@@ -23,6 +23,7 @@ import struct
 import tempfile
 import threading
 import time
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -52,9 +53,17 @@ MAX_RANK = 1 << 20  # torch's world sizes stay far below a million ranks
 # The publisher sends at most one record per FLUSH_S (~20 a second) plus a last one at exit; a process
 # sending more is flooding the watcher's thread: records beyond RATE a second (after a BURST) are
 # dropped and counted. Ranks followed at once: the job's processes, each one key, at most MAX_RANKS
-# (gpudoctor.watch.bounds: a recorded sample with more is refused too).
+# (gpudoctor.watch.bounds: a recorded sample with more is refused too); past them the least recently
+# heard rank is forgotten (it sent nothing since), so a job whose processes come and go is never refused.
 RATE = 100.0
 BURST = 200.0
+# What each process last said (arrival, joining, exit) is held while it lives and, once it said it exited,
+# for the latest MAX_ENDED processes (gpudoctor/watch/tracker.py keeps as many ended ranks): how a rank
+# ended is the clue to a failed job. A multiprocessing child that exits without having joined a group or
+# stepped (a DataLoader worker started with spawn imports the script: each sends an exit) is no rank:
+# nothing of it is held once it exited.
+MAX_ENDED = 256
+STEP, DATA, EVENTS = "step record", "data datagram", "event record"  # what the channel may ignore
 
 
 @dataclass
@@ -111,11 +120,15 @@ class StepChannel:
         self.directory = tempfile.mkdtemp(prefix=CHANNEL_PREFIX, dir=_private_base())
         self.path = os.path.join(self.directory, SOCKET_NAME)
         self._lock = threading.Lock()
-        self._ranks: dict[tuple[int | None, int], _Acc] = {}
-        self._heard: dict[int, Heard] = {}  # the latest arrival/stall event of each process (by kernel PID)
-        self.rejected = 0  # records from outside the job, or damaged
+        # Least recently heard first (a rank past MAX_RANKS replaces the first that has nothing pending).
+        self._ranks: OrderedDict[tuple[int | None, int], _Acc] = OrderedDict()
+        # The latest arrival/stall event of each live process, and of the latest processes that exited (by
+        # kernel PID; least recently heard first): see MAX_ENDED.
+        self._heard: OrderedDict[int, Heard] = OrderedDict()
+        self._ended: OrderedDict[int, Heard] = OrderedDict()
+        self.ignored: Counter[str] = Counter()  # STEP, DATA, EVENTS from outside the job, or damaged
         self.dropped = 0  # records the ranks could not send (our queue was full)
-        self.flooded = 0  # records beyond RATE a second from one process, or from ranks beyond MAX_RANKS
+        self.flooded = 0  # step records beyond RATE a second from one process, or beyond MAX_RANKS at once
         self._budget: dict[int, tuple[float, float]] = {}  # pid -> (records it may still send, when)
         self._closed = threading.Event()
         self.data = DataInbox()  # what the ranks say about their data, loss and loader (training_data)
@@ -130,6 +143,17 @@ class StepChannel:
             raise
         self._thread = threading.Thread(target=self._run, name="gpudoctor-steps", daemon=True)
         self._thread.start()
+
+    @property
+    def rejected(self) -> int:
+        """Datagrams ignored as from outside the job or damaged, of every kind."""
+        return sum(self.ignored.values())
+
+    def held(self) -> dict[str, int]:
+        """What the channel holds per process now (bounded by the processes alive, not those ever seen)."""
+        with self._lock:
+            ranks, heard, ended = len(self._ranks), len(self._heard), len(self._ended)
+        return {"ranks": ranks, "heard": heard, "ended": ended, "data": self.data.held()}
 
     @property
     def env(self) -> dict[str, str]:
@@ -157,37 +181,65 @@ class StepChannel:
         if self._closed.is_set() and data == WAKE:
             return
         pid = _sender(ancdata)
+        if is_data(data):
+            kind = DATA
+        elif len(data) == EVENT.size and data[:4] == EVENT_MAGIC:
+            kind = EVENTS
+        else:
+            kind = STEP
         if pid is None or not self._accepted(pid):
-            self.rejected += 1
-        elif is_data(data):
+            self.ignored[kind] += 1
+        elif kind == DATA:
             try:
                 self.data.add(pid, data[4:])
             except ValueError:
-                self.rejected += 1
-        elif len(data) == EVENT.size and data[:4] == EVENT_MAGIC:
+                self.ignored[kind] += 1
+        elif kind == EVENTS:
             self._add_event(pid, data)
         elif len(data) in (RECORD.size, RECORD_V1.size):
             self._add(pid, data)
         else:
-            self.rejected += 1
+            self.ignored[kind] += 1
 
     def _add_event(self, pid: int, data: bytes) -> None:
         got = heard(pid, data)  # the kernel's PID, not the record's
         if got is None:
-            self.rejected += 1
+            self.ignored[EVENTS] += 1
             return
         with self._lock:
-            self._heard[pid] = got
+            self._heard.pop(pid, None)
+            self._ended.pop(pid, None)
+            if not got.exiting:
+                self._heard[pid] = got
+                if len(self._heard) > MAX_RANKS:
+                    self._heard.popitem(last=False)  # a process silent the longest (killed without a word)
+            elif got.joined or got.step or got.failed or not got.child:
+                self._ended[pid] = got
+                if len(self._ended) > MAX_ENDED:
+                    self._ended.popitem(last=False)
             for key, acc in self._ranks.items():  # steps a fast loop had not sent yet when it stopped
                 if key[1] == pid and got.step > (acc.last_step or 0):
                     acc.last_step = got.step
                     if got.inside is False:
                         acc.last_end = got.since
+        if got.exiting:  # its data came before its exit (one socket, in order); its PID may be reused
+            self.data.forget(pid)
+
+    def forget_gone(self, keep: set[int], before: float) -> None:
+        """The job's process tree, read after `before` (epoch s), holds `keep` (and the tracker lists them):
+        a process heard before it and not there is gone without saying so (killed): what it said, and the
+        rank it claimed, are forgotten. One heard since may be newer than the tree: kept until the next."""
+        with self._lock:
+            gone = [pid for pid, h in self._heard.items() if pid not in keep and h.at < before]
+            for pid in gone:
+                del self._heard[pid]
+        for pid in gone:
+            self.data.forget(pid)
 
     def heard(self) -> dict[int, Heard]:
         """The latest event of each process that sent one (arrival, joining, a state that held)."""
         with self._lock:
-            return dict(self._heard)
+            return {**self._heard, **self._ended}
 
     def _accepted(self, pid: int) -> bool:
         accept = self.accept
@@ -230,16 +282,16 @@ class StepChannel:
             and rank < MAX_RANK
         )
         if not sane or not all(math.isfinite(x) and x >= 0 for x in numbers):
-            self.rejected += 1
+            self.ignored[STEP] += 1
             return
         if max_step > MAX_STEP_S or sum_step > count * MAX_STEP_S or sum_wait > waited * MAX_STEP_S:
-            self.rejected += 1  # 1e308 is a float, not a step time: sums would overflow to inf
+            self.ignored[STEP] += 1  # 1e308 is a float, not a step time: sums would overflow to inf
             return
         if waited_step > sum_step * ROUNDING or sum_wait > waited_step * ROUNDING:
-            self.rejected += 1  # a part of the steps' time (the waited steps', their wait) beyond its whole
+            self.ignored[STEP] += 1  # a part of the steps' time (the waited steps', their wait) beyond its whole
             return
         if abs(end - now) > MAX_CLOCK_SKEW_S:
-            self.rejected += 1
+            self.ignored[STEP] += 1
             return
         key = (None if rank < 0 else rank, pid)  # the kernel's PID, not the record's
         with self._lock:
@@ -251,9 +303,14 @@ class StepChannel:
                 for old in [k for k in self._ranks if (k[0] is not None and k[0] == key[0]) or k[1] == pid]:
                     del self._ranks[old]
                 if len(self._ranks) >= MAX_RANKS:
-                    self.flooded += 1
-                    return
+                    oldest = next(iter(self._ranks.values()))
+                    if oldest.steps:  # MAX_RANKS ranks stepped since the last take: more at once than a job has
+                        self.flooded += 1
+                        return
+                    self._ranks.popitem(last=False)  # the rank heard the least recently: gone quiet
                 acc = self._ranks[key] = _Acc(key[0], pid)
+            else:
+                self._ranks.move_to_end(key)
             acc.steps += count
             acc.sum_step += sum_step
             acc.max_step = max(acc.max_step, max_step)
@@ -280,14 +337,20 @@ class StepChannel:
     def note(self) -> str | None:
         """What went wrong with the channel, in the user's words (None: nothing)."""
         parts = []
-        if self.rejected:
-            parts.append(f"ignored {plural(self.rejected, 'step record')} from outside the job or damaged")
+        if self.ignored:
+            kinds = [plural(n, kind) for kind, n in sorted(self.ignored.items())]
+            parts.append(f"ignored {' and '.join(kinds)} from outside the job or damaged")
+        if self.data.crowded:
+            parts.append(
+                f"ignored {plural(self.data.crowded, DATA)} from processes beyond the "
+                f"{self.data.MAX_RANKS} that had sent data in the same interval"
+            )
         if self.dropped:
             parts.append(f"{plural(self.dropped, 'step record')} could not be sent in time (the watcher was behind)")
         if self.flooded:
             parts.append(
                 f"ignored {plural(self.flooded, 'step record')} beyond {RATE:.0f} a second from one process "
-                f"(or beyond {MAX_RANKS} ranks)"
+                f"(or from more than {MAX_RANKS} ranks stepping at once)"
             )
         return "; ".join(parts) or None
 

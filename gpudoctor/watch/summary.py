@@ -26,6 +26,7 @@ from gpudoctor.watch.data_model import DataReading
 from gpudoctor.watch.job import job_verdicts
 from gpudoctor.watch.jobbook import JobBook, seen
 from gpudoctor.watch.model import LOST, RankReading, Sample, clock, plural
+from gpudoctor.watch.rank_rows import Earlier, RankRow, RankRows
 from gpudoctor.watch.recording import RecordingStream
 from gpudoctor.watch.window import Window
 
@@ -58,37 +59,6 @@ class _GpuStats:
             if seen >= need:
                 return value
         return 100
-
-
-@dataclass
-class _RankStats:
-    rank: int | None
-    pid: int
-    steps: int = 0
-    step_sum: float = 0.0
-    timed: int = 0
-    wait_sum: float = 0.0
-    waited: int = 0
-    waited_step_sum: float = 0.0  # the step time of the steps that measured an input wait
-    last_step: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "pid": self.pid,
-            "steps": self.steps,
-            "mean_step_ms": round(1000 * self.step_sum / self.timed, 1) if self.timed else None,
-            "wait_share": self.wait_share,
-            "last_step": self.last_step,
-        }
-
-    @property
-    def wait_share(self) -> float | None:
-        """The input wait over the time of the steps that measured one (at most 1: a plain step() in the
-        same loop measures none, and its time is not the wait's whole)."""
-        if not self.waited or not self.waited_step_sum:
-            return None
-        return round(min(1.0, self.wait_sum / self.waited_step_sum), 3)
 
 
 @dataclass
@@ -180,12 +150,13 @@ class Summary:
     spans: list[VerdictSpan]
     damage: str | None = None
     exit_code: int | None = None  # the followed command's
-    ranks: dict[tuple[int | None, int], _RankStats] = field(default_factory=dict)
+    ranks: dict[tuple[int | None, int], RankRow] = field(default_factory=dict)
     warmup_s: float = 0.0
     idle_util: float = DEFAULT.idle_util
     unreadable: bool = False  # bad input: the bytes stopped reading (corrupt), or lines refused: `report` exits 2
     failure: dict[str, Any] | None = None  # how the followed command failed: the first rank, why (crash.Failure)
     job: dict[str, Any] | None = None  # the job's data, losses, GPU placement (watch/jobbook.py)
+    earlier: Earlier | None = None  # ranks folded into one row (more than MAX_RANKS held at once)
 
     @property
     def duration_s(self) -> float:
@@ -237,6 +208,7 @@ class Summary:
                 for idx, g in sorted(self.gpus.items())
             ],
             "ranks": [r.to_json() for _, r in sorted(self.ranks.items(), key=lambda kv: _rank_order(kv[0]))],
+            "earlier_ranks": self.earlier.to_json() if self.earlier is not None else None,
             "failure": self.failure,
             "job": self.job,
             "verdicts": [
@@ -282,7 +254,7 @@ class SummaryBuilder:
         self.th = th
         self._window = Window(th, th.window_s)
         self._gpus: dict[int, _GpuStats] = {}
-        self._ranks: dict[tuple[int | None, int], _RankStats] = {}
+        self._ranks = RankRows()  # one row per rank number, its processes folded in (watch/rank_rows.py)
         self._open: dict[tuple[Any, ...], VerdictSpan] = {}
         self._last: dict[tuple[Any, ...], VerdictSpan] = {}  # each verdict's latest span
         self._count: dict[tuple[Any, ...], int] = {}  # spans listed per verdict
@@ -370,17 +342,12 @@ class SummaryBuilder:
 
     def add_ranks(self, ranks: Iterable[RankReading]) -> None:
         """Count steps into the per-rank totals (each sample's, and the last ones a job sent as it ended)."""
-        for r in ranks:
-            rs = self._ranks.setdefault((r.rank, r.pid), _RankStats(r.rank, r.pid))
-            rs.steps += r.steps
-            rs.last_step = r.last_step if r.last_step is not None else rs.last_step
-            if r.steps and r.step_s is not None:
-                rs.timed += r.steps
-                rs.step_sum += r.step_s * r.steps
-                waited, wait, waited_step = r.wait_totals()
-                rs.waited += waited
-                rs.wait_sum += wait
-                rs.waited_step_sum += waited_step
+        self._ranks.add(ranks)
+
+    @property
+    def held_ranks(self) -> int:
+        """The rank rows held now (at most MAX_RANKS, whatever the run showed)."""
+        return len(self._ranks.rows)
 
     def _track(self, t: float) -> None:
         current = {v.key: v for v in self.verdicts}
@@ -456,10 +423,11 @@ class SummaryBuilder:
             list(self._spans),
             damage,
             exit_code,
-            dict(self._ranks),
+            {(rs.rank, rs.pid): rs for rs in self._ranks.rows.values()},
             self.th.warmup,
             self.th.idle_util,
             job=self.book.to_json(),
+            earlier=self._ranks.earlier,
         )
 
     @property
@@ -500,13 +468,15 @@ def _subject(sp: VerdictSpan) -> str:
 def render_text(summary: Summary) -> str:
     what = [plural(len(summary.gpus), "GPU") if summary.gpus else "no GPU"]
     if summary.ranks:
-        what.append(plural(len(summary.ranks), "rank"))
+        what.append(plural(len(summary.ranks) + (summary.earlier.ranks if summary.earlier else 0), "rank"))
     lines = [
         f"gpudoctor watch summary: {', '.join(what)}, {plural(summary.samples, 'sample')} over "
         f"{clock(summary.duration_s)} ({summary.source})"
     ]
     if summary.damage:
         lines.append(f"note: {summary.damage}")
+    if summary.earlier is not None:
+        lines.append(f"note: {summary.earlier.note}")
     if summary.exit_code is not None:
         failed = summary.failure.get("line") if summary.failure else None
         lines.append(f"command exit code: {summary.exit_code}" + (f" ({failed})" if failed else ""))
@@ -529,7 +499,14 @@ def render_text(summary: Summary) -> str:
             step = f"{doc['mean_step_ms']:.0f} ms" if doc["mean_step_ms"] is not None else "n/a"
             wait = f"{100 * doc['wait_share']:.0f}%" if doc["wait_share"] is not None else "n/a"
             rank = "?" if r.rank is None else str(r.rank)
-            lines.append(f"{rank:>5}  {r.pid:>8} {r.steps:>7} {step:>10} {wait:>10}")
+            more = f"  ({r.processes} processes, the latest shown)" if r.processes > 1 else ""
+            lines.append(f"{rank:>5}  {r.pid:>8} {r.steps:>7} {step:>10} {wait:>10}{more}")
+        if summary.earlier is not None:
+            doc = summary.earlier.to_json()
+            step = f"{doc['mean_step_ms']:.0f} ms" if doc["mean_step_ms"] is not None else "n/a"
+            wait = f"{100 * doc['wait_share']:.0f}%" if doc["wait_share"] is not None else "n/a"
+            label = f"earlier ({plural(summary.earlier.ranks, 'rank')})"
+            lines.append(f"{'...':>5}  {'':>8} {doc['steps']:>7} {step:>10} {wait:>10}  {label}")
     elif not summary.gpus:
         lines.append("")
         lines.append("no GPU and no step records: nothing was measured")

@@ -17,11 +17,12 @@ run's figures never drift, and a window's figures do not depend on what came bef
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from gpudoctor.knowledge import clock_reasons
+from gpudoctor.watch.bounds import MAX_RANKS
 from gpudoctor.watch.model import RankReading, Sample
 
 if TYPE_CHECKING:
@@ -179,7 +180,9 @@ class Window(Sequence[Sample]):
         self._entries: deque[_Entry] = deque()
         self._seq = 0  # the number of the next sample
         self.gpus: dict[int, GpuTotals] = {}  # in the order they came
-        self.ranks: dict[tuple[int | None, int], RankTotals] = {}
+        # The ranks in the window, the least recently seen first; at most MAX_RANKS (a line's bound): a
+        # recording whose ranks change line to line costs a sample its own ranks, not window x line ranks.
+        self.ranks: OrderedDict[tuple[int | None, int], RankTotals] = OrderedDict()
         # Per rank that wraps its loader (gpudoctor.watch_loader): [readings, exact time inside next(loader)].
         self.loader: dict[tuple[int | None, int], list[int]] = {}
         self.losses = 0  # data readings in the window that gave losses
@@ -294,6 +297,11 @@ class Window(Sequence[Sample]):
             acc = ranks.get(key)
             if acc is None:
                 acc = ranks[key] = RankTotals(key)
+                if len(ranks) > MAX_RANKS:  # ranks that change sample to sample: the least recently seen goes
+                    old, _ = ranks.popitem(last=False)  # (its entries still count into the orphan, unread)
+                    self._prev.pop(old, None)
+            else:
+                ranks.move_to_end(key)
             acc.last = r
             n = r.steps
             timed = n if n and r.step_s is not None else 0

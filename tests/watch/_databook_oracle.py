@@ -1,13 +1,16 @@
 """The DataBook of gpudoctor/watch/data.py as of 5552faf (before issue 22's incremental judging), kept word for
 word as the oracle: tests/watch/test_data_incremental.py asserts that today's DataBook gives the same verdicts
 after every feed, and benchmarks/data_verdicts.py measures both. Only the pure helpers it shares with today's
-module (unchanged since) are imported. Do not edit: it is the behaviour the new code must keep."""
+module (unchanged since) are imported. Do not edit: it is the behaviour the new code must keep. One change
+since, on purpose, in `add` (which process holds a rank): a newer process that says nothing but hello while
+another holds the rank does not take it until it sends more (a DataLoader worker started with spawn says
+hello as it exits, every epoch, and took the rank from its rank: issue 22, review 5 F1)."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpudoctor.engine.codes import Code
 from gpudoctor.watch import data_codes as codes
@@ -57,6 +60,7 @@ class DataBook:
     def __init__(self, th: Thresholds) -> None:
         self.th = th
         self.ranks: dict[tuple[int | None, int], RankData] = {}
+        self.pending: dict[int, DataReading] = {}
         self.found: dict[str, Verdict] = {}  # code -> the first verdict of that code, held to the end
         self._changed = False
 
@@ -64,6 +68,15 @@ class DataBook:
         for r in readings:
             key = r.key
             rd = self.ranks.get(key)
+            if rd is None and r.rank is not None and any(k[0] == r.rank for k in self.ranks):
+                # Another process holds the rank: one that says nothing but hello (a DataLoader worker as
+                # it exits, or the rank's next process) does not take it until it sends more.
+                hello = self.pending.pop(r.rank, None)
+                if not (r.epochs or r.splits or r.loss or r.loader):
+                    self.pending[r.rank] = r
+                    continue
+                if hello is not None and hello.pid == r.pid and r.hello is None:
+                    r = replace(r, hello=hello.hello)
             if rd is None:
                 if r.rank is not None:  # a new process for a rank seen before (a restarted job): the old is done
                     for old in [k for k in self.ranks if k[0] == r.rank]:

@@ -1,0 +1,317 @@
+"""What `watch` and `report` hold per rank is bounded by the ranks alive at once, not by those ever seen
+(issue 22): a restarted job and spawned DataLoader workers bring a new process each time, and are never
+refused for it; a recording whose rank numbers keep changing is summarized with the least recently seen
+ranks folded into one row.
+
+The recordings here are written as `watch --record` writes them, line by line from plain dicts (as
+review 5's gen.py made them), not through our writer."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudoctor.training_data import DATA_MAGIC
+from gpudoctor.training_step import EVENT, EVENT_MAGIC
+from gpudoctor.watch.analysis import DEFAULT
+from gpudoctor.watch.bounds import MAX_RANKS
+from gpudoctor.watch.data import DataBook
+from gpudoctor.watch.data_model import DataReading
+from gpudoctor.watch.follow import Job
+from gpudoctor.watch.recording import RecordingStream
+from gpudoctor.watch.steps import StepChannel
+from gpudoctor.watch.summary import SummaryBuilder
+from tests.helpers.cli import run_cli
+from tests.helpers.processes import GpudoctorCli, clean_env
+from tests.paths import FIXTURES
+
+JOB = FIXTURES / "jobs" / "comings_and_goings.py"
+T0 = 1795768984.0
+HEADER = {
+    "format": "gpudoctor-watch",
+    "version": 1,
+    "host": "vm",
+    "started": T0 - 1,
+    "interval": 1.0,
+    "gpudoctor_version": "0.1.0",
+    "command": None,
+    "source": "live",
+}
+
+
+def _gpu(i: int) -> dict[str, Any]:
+    return {
+        "index": i,
+        "name": "NVIDIA H200",
+        "uuid": f"GPU-{i}",
+        "util": 50,
+        "mem_util": 10,
+        "mem_used": 1000,
+        "mem_total": 143771,
+        "power": 200.0,
+        "power_limit": 700.0,
+        "temp": 50,
+        "sm_clock": 1900,
+        "pcie_rx": 1,
+        "pcie_tx": 1,
+        "throttle": 0,
+    }
+
+
+def _rank(rank: int, pid: int, t: float, step: int) -> dict[str, Any]:
+    return {"pid": pid, "rank": rank, "steps": 6, "step_s": 0.08, "step_max": 0.1, "last_step": step, "last_end": t}
+
+
+def _line(t: float, ranks: list[dict[str, Any]], data: list[dict[str, Any]] | None = None) -> str:
+    doc: dict[str, Any] = {"t": t, "gpus": [_gpu(0)], "cpu": 1.0, "ranks": ranks, "job": []}
+    if data:
+        doc["data"] = data
+    return json.dumps(doc)
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    with gzip.open(path, "wt") if path.suffix == ".gz" else path.open("w") as f:
+        f.write(json.dumps(HEADER) + "\n")
+        for line in lines:
+            f.write(line + "\n")
+    return path
+
+
+def _elastic(path: Path, generations: int, world: int = 8) -> Path:
+    """review5's gen.py elastic: `world` ranks restarted `generations` times, two samples a generation."""
+    lines, t, pid = [], T0, 1000
+    for _ in range(generations):
+        pids = range(pid, pid + world)
+        pid += world
+        for k in range(2):
+            lines.append(_line(t, [_rank(r, p, t - 0.01, 6 * (k + 1)) for r, p in enumerate(pids)]))
+            t += 1
+    return _write(path, lines)
+
+
+def _held(path: Path) -> SummaryBuilder:
+    builder = SummaryBuilder(str(path))
+    with RecordingStream(str(path)) as stream:
+        for s in stream:
+            builder.add(s)
+            assert builder.held_ranks <= MAX_RANKS
+            assert len(builder._window.ranks) <= MAX_RANKS  # what a sample's analysis reads
+    return builder
+
+
+def test_an_elastic_job_restarted_600_times_keeps_its_8_ranks_with_every_steps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """F2 of review 5: 8 ranks x 600 generations is 4,800 (rank, PID): `report` summarizes it, one row per
+    rank, each counting the steps of its 600 processes and showing the last generation's PID."""
+    rec = _elastic(tmp_path / "elastic.jsonl.gz", 600)
+    r = run_cli(capsys, "report", "--json", str(rec))
+    assert r.exit_code == 0, r.err
+    doc = json.loads(r.out)
+    last = 1000 + 8 * 599
+    assert [(x["rank"], x["pid"], x["steps"], x.get("processes"), x["last_step"]) for x in doc["ranks"]] == [
+        (k, last + k, 600 * 2 * 6, 600, 12) for k in range(8)
+    ]
+    assert doc["damage"] is None and doc["earlier_ranks"] is None
+    text = run_cli(capsys, "report", str(rec))
+    assert text.exit_code == 0 and "8 ranks" in text.out and "(600 processes, the latest shown)" in text.out
+    assert "damaged" not in text.out + text.err
+    assert _held(rec).held_ranks == 8
+
+
+def test_ranks_with_ever_new_numbers_fold_the_least_recently_seen_into_one_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A crafted recording whose every line names 1,000 new ranks: the summary holds MAX_RANKS of them (the
+    latest), the others are one row, counted and named in a note; no line is refused, GPU readings and all."""
+    lines, per, n = [], 1000, 10
+    for i in range(n):
+        t = T0 + i
+        lines.append(_line(t, [_rank(i * per + k, 100_000 + i * per + k, t - 0.01, 1) for k in range(per)]))
+    rec = _write(tmp_path / "moving.jsonl", lines)
+    r = run_cli(capsys, "report", "--json", str(rec))
+    assert r.exit_code == 0, r.err
+    doc = json.loads(r.out)
+    folded = n * per - MAX_RANKS
+    assert doc["samples"] == n and doc["damage"] is None and doc["gpus"][0]["mean_util"] == 50
+    assert len(doc["ranks"]) == MAX_RANKS and doc["ranks"][0]["rank"] == folded  # the latest ranks are held
+    assert doc["earlier_ranks"] == {
+        "ranks": folded,
+        "processes": folded,
+        "steps": 6 * folded,
+        "mean_step_ms": 80.0,
+        "wait_share": None,
+        "first_rank": 0,
+        "last_rank": folded - 1,
+    }
+    text = run_cli(capsys, "report", str(rec))
+    assert text.exit_code == 0 and f"{n * per} ranks" in text.out
+    assert (
+        f"note: {folded} earlier ranks ({folded} processes, ranks 0..{folded - 1} among them) are counted in one "
+        f"row: at most {MAX_RANKS} ranks are held" in text.out
+    )
+    assert "damaged" not in text.out + text.err
+    assert _held(rec).held_ranks == MAX_RANKS
+
+
+def test_two_processes_taking_turns_on_a_rank_are_two_processes(tmp_path: Path) -> None:
+    """A rank's row counts distinct processes, not changes: two PIDs alternating are 2."""
+    lines = [_line(T0 + i, [_rank(0, 500 + i % 2, T0 + i - 0.01, i + 1)]) for i in range(20)]
+    builder = _held(_write(tmp_path / "turns.jsonl", lines))
+    (row,) = builder.summary().ranks.values()
+    assert (row.rank, row.pid, row.processes, row.steps) == (0, 501, 2, 120)
+
+
+def _follow(*args: str, timeout: float = 240) -> tuple[dict[str, int], tuple[DataReading, ...], list[int]]:
+    """Run the job of comings_and_goings.py under a step channel that takes every process as the job's: what
+    the channel holds once the job ended, the data the ranks sent, the ranks' PIDs (from their steps)."""
+    channel = StepChannel(accept=lambda pid: True)
+    try:
+        env = {**os.environ, **channel.env}
+        r = subprocess.run([sys.executable, str(JOB), *args], env=env, capture_output=True, text=True, timeout=timeout)
+        assert r.returncode == 0, r.stderr
+    finally:
+        channel.close()  # what was still queued is taken first
+    pids = sorted({x.pid for x in channel.take()})
+    return channel.held(), channel.take_data(), pids
+
+
+def test_a_job_whose_processes_come_and_go_is_held_by_its_live_ranks() -> None:
+    """review5's elastic.py and workers.py in one: 6 generations of 2 forked ranks, each generation after 2
+    children started with spawn (they import gpudoctor and exit, as DataLoader workers do). Held at the end:
+    the 2 rank numbers, what the ranks that exited said of their end (kept for the crash diagnosis, at most
+    MAX_ENDED), nothing of the spawned children, no process's rank (they all exited)."""
+    held, _, _ = _follow("6", "--world", "2", "--helpers", "2", "--step-s", "0.2")
+    assert held == {"ranks": 2, "heard": 0, "ended": 12 + 1, "data": 0}  # the ranks, and the script itself
+
+
+@pytest.mark.slow
+def test_spawned_dataloader_workers_say_nothing_and_the_ranks_keep_their_epochs() -> None:
+    """F1 of review 5 with real torch: 2 ranks reading a DataLoader whose 2 workers are started with spawn,
+    2 epochs (a new worker process each epoch). Each worker imports gpudoctor and exited saying hello: the
+    data book then gave the rank to the worker and forgot the rank's first epoch (GD941 compares the later
+    epochs with it), and the watcher held each worker. Now the workers say nothing; the ranks keep theirs."""
+    held, data, pids = _follow("1", "--world", "2", "--helpers", "0", "--torch", "--epochs", "2")
+    # the ranks' data, and the script's hello (it imported gpudoctor; it has no rank): no worker's
+    assert len(pids) == 2 and sorted(d.pid for d in data if d.rank is not None) == pids and len(data) == 3
+    book = DataBook(DEFAULT)
+    book.add(data)
+    epochs = {k: sorted(rd.epochs["train"]) for k, rd in book.ranks.items() if rd.epochs}
+    assert epochs == {(0, pids[0]): [0, 1], (1, pids[1]): [0, 1]}
+    assert held == {"ranks": 2, "heard": 0, "ended": 2 + 1, "data": 0}  # the ranks, and the script
+
+
+def test_a_worker_saying_hello_does_not_take_its_ranks_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same through a recording (what an older gpudoctor in the job sends, or any helper): 8 ranks read
+    the same order every epoch (GD941), and between epochs each rank's 8 spawned workers say hello as they
+    exit, 100 epochs (6,400 processes). The rank keeps its first epoch (GD941 is called), nothing is refused,
+    and the data book holds the 8 ranks."""
+    order = [(i * 37) % 512 for i in range(32)]
+    lines, t, pid = [], T0, 10_000
+    for epoch in range(100):
+        digest = {"role": "train", "epoch": epoch, "n": 512, "batches": 64, "prefix": order, "ascending": False}
+        data = [{"pid": 100 + r, "rank": r, "epochs": [{**digest, "final": True}]} for r in range(8)]
+        ranks = [_rank(r, 100 + r, t - 0.01, 64 * (epoch + 1)) for r in range(8)]
+        lines.append(_line(t, ranks, data))
+        t += 1
+        workers = [{"pid": pid + k, "rank": k // 8, "hello": {"cpus": 16}} for k in range(64)]
+        pid += 64
+        lines.append(_line(t, ranks, workers))
+        t += 1
+    rec = _write(tmp_path / "workers.jsonl", lines)
+    r = run_cli(capsys, "report", "--json", str(rec))
+    assert r.exit_code == 0, r.err
+    doc = json.loads(r.out)
+    assert "GD941" in {v["code"] for v in doc["verdicts"]}
+    assert doc["damage"] is None and len(doc["ranks"]) == 8 and "processes" not in doc["ranks"][0]
+    assert [(d["rank"], d["pid"], d["epochs"]) for d in doc["job"]["data"]] == [(r, 100 + r, 100) for r in range(8)]
+    builder = _held(rec)
+    assert len(builder.book.data.ranks) == 8 and len(builder.book.placement) <= 8
+
+
+@pytest.mark.slow
+def test_watch_and_report_of_its_recording_agree_on_a_job_whose_processes_come_and_go(
+    tmp_path: Path, gpudoctor_cli: GpudoctorCli
+) -> None:
+    """`watch --record` of the job of comings_and_goings.py (8 generations of 2 ranks, spawned children): the
+    summary it prints at the end and `report` of what it wrote have the same rank rows, processes folded."""
+    rec = tmp_path / "job.jsonl"
+    args = ["watch", "--no-tui", "--json", "--interval", "0.2", "--record", str(rec), "--"]
+    job = [sys.executable, str(JOB), "8", "--world", "2", "--helpers", "2", "--step-s", "0.6"]
+    live = gpudoctor_cli(*args, *job, env=clean_env(GPUDOCTOR_WATCH_FAKE="healthy:2"), timeout=240)
+    assert live.returncode == 0, live.stderr
+    watched = json.loads(live.stdout.splitlines()[-1])
+    report = gpudoctor_cli("report", "--json", str(rec))
+    assert report.returncode == 0, report.stderr
+    reported = json.loads(report.stdout)
+    rows = [(x["rank"], x.get("processes")) for x in watched["ranks"]]
+    assert rows == [(0, 8), (1, 8)] and [(x["rank"], x.get("processes")) for x in reported["ranks"]] == rows
+    assert [x["pid"] for x in reported["ranks"]] == [x["pid"] for x in watched["ranks"]]
+
+
+def test_what_a_killed_process_said_goes_with_it() -> None:
+    """A process killed without a word (SIGKILL, the OOM killer) sends no exit: what it said is held until
+    the job's process tree, read after it was heard, no longer holds it; one heard after the tree was read
+    may be newer than it, and stays."""
+    channel = StepChannel(accept=lambda pid: True)
+    try:
+        arrived = EVENT.pack(EVENT_MAGIC, 0, 0, -1, -1, 0, 0, time.time())
+        for pid in (101, 102, 103):
+            channel._add_event(pid, arrived)
+        before = time.time()
+        channel._add_event(104, arrived)  # heard after the tree was read
+        channel.forget_gone({102}, before)  # 102 is alive (in the tree); 101 and 103 were killed
+        assert sorted(channel.heard()) == [102, 104] and channel.held()["heard"] == 2
+    finally:
+        channel.close()
+
+
+def test_a_job_tree_holds_the_descendants_alive_not_all_it_had() -> None:
+    """The followed job's descendants are held to stop them (even once they left its process group) while
+    they run; 40 children that came and went leave none held."""
+    code = (
+        "import os, time\n"
+        "for _ in range(40):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        time.sleep(0.05)\n"
+        "        os._exit(0)\n"
+        "    os.waitpid(pid, 0)\n"
+        "time.sleep(0.5)\n"
+    )
+    job = Job.start([sys.executable, "-c", code])
+    try:
+        most = 0
+        while job.poll() is None:
+            job.refresh()
+            most = max(most, job.held())
+            time.sleep(0.01)
+        job.refresh()
+        assert most >= 1 and job.held() <= 1  # the root alone, or nothing once it ended
+    finally:
+        job.stop(grace_s=1)
+
+
+def test_the_channel_says_what_it_ignored() -> None:
+    """F4 of review 5: data datagrams and event records ignored were told as step records."""
+    channel = StepChannel(accept=lambda pid: False)  # nobody is the job
+    try:
+        event = EVENT.pack(EVENT_MAGIC, 0, 0, -1, -1, 0, 0, time.time())
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            for datagram in (DATA_MAGIC + b'{"rank": 0}', DATA_MAGIC + b'{"rank": 1}', event):
+                s.sendto(datagram, channel.path)
+        deadline = time.monotonic() + 10
+        while channel.rejected < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert channel.note == "ignored 2 data datagrams and 1 event record from outside the job or damaged"
+    finally:
+        channel.close()
