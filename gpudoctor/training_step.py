@@ -299,8 +299,12 @@ def _loader_worker() -> bool:
     every epoch, a new process each time, and is no rank. Its exit is still said, as a multiprocessing
     child's (known by then: not while the script is imported), so that the watcher forgets it
     (gpudoctor/watch/steps.py)."""
-    worker = sys.modules.get("torch.utils.data._utils.worker")
-    return getattr(worker, "_worker_info", None) is not None
+    data = sys.modules.get("torch.utils.data")  # only if the script imported it: torch is never imported here
+    info = getattr(data, "get_worker_info", None)  # public: None outside a worker
+    try:
+        return info is not None and info() is not None
+    except Exception:  # noqa: BLE001  (a torch without it, or torn down at exit: not a worker we can tell)
+        return False
 
 
 def _child() -> bool:
