@@ -297,9 +297,6 @@ class Window(Sequence[Sample]):
             acc = ranks.get(key)
             if acc is None:
                 acc = ranks[key] = RankTotals(key)
-                if len(ranks) > MAX_RANKS:  # ranks that change sample to sample: the least recently seen goes
-                    old, _ = ranks.popitem(last=False)  # (its entries still count into the orphan, unread)
-                    self._prev.pop(old, None)
             else:
                 ranks.move_to_end(key)
             acc.last = r
@@ -309,6 +306,12 @@ class Window(Sequence[Sample]):
             step_x = exact(r.step_s * n) if timed else 0  # type: ignore[operator]
             end = (r.last_step, r.last_end) if r.last_step is not None and r.last_end is not None else None
             parts.append((acc, n, timed, step_x, waited, exact(wait), exact(waited_step), end))
+        # Ranks that change sample to sample: the least recently seen go, never one of this sample's (they
+        # are all at the end by now; a sample holds at most MAX_RANKS, but one built in code may hold more).
+        # A rank that goes leaves its entries counting into its orphaned totals, unread.
+        for _ in range(len(ranks) - max(MAX_RANKS, len(parts))):
+            old, _ = ranks.popitem(last=False)
+            self._prev.pop(old, None)
         entry.lates = self._lateness(s)
         entry.losses = sum(1 for d in s.data or () if d.loss is not None and d.loss.n and d.loss.sum is not None)
         entry.loaders = [(d.key, exact(d.loader.s)) for d in s.data or () if d.loader is not None and d.loader.batches]

@@ -163,6 +163,20 @@ def test_ranks_with_ever_new_numbers_fold_the_least_recently_seen_into_one_row(
     assert _held(rec).held_ranks == MAX_RANKS
 
 
+def test_a_sample_built_with_more_ranks_than_the_bound_keeps_its_own_ranks_in_the_window() -> None:
+    """A line holds at most MAX_RANKS ranks, but a Sample built in code (benchmarks/report_cost.py times
+    32,000) may hold more: the window's bound lets older ranks go, never the sample's own (it raised
+    KeyError in the lateness of the sample's ranks)."""
+    from gpudoctor.watch.synthetic import synthetic_sample
+
+    builder = SummaryBuilder(DEFAULT)
+    n = MAX_RANKS + 50
+    for i in range(3):
+        builder.add(synthetic_sample("straggler", i, T0 + i, n, 3, ranks=True))
+    assert len(builder._window.ranks) == n  # this sample's ranks, all of them, and no more
+    assert {key[0] for key in builder._window.ranks} == set(range(n))
+
+
 def test_two_processes_taking_turns_on_a_rank_are_two_processes(tmp_path: Path) -> None:
     """A rank's row counts distinct processes, not changes: two PIDs alternating are 2."""
     lines = [_line(T0 + i, [_rank(0, 500 + i % 2, T0 + i - 0.01, i + 1)]) for i in range(20)]
