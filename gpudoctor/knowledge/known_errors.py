@@ -160,21 +160,6 @@ KINDS: list[Kind] = [
         "workers x ranks, pinned memory, a dataset loaded whole in every rank) or raise the job's memory limit.",
     ),
     Kind(
-        "cpp_abort",
-        # libstdc++'s std::terminate handler, called with no exception in flight: a joinable std::thread
-        # destroyed, or a thread unwound through a C++ destructor. With torch it is mostly the exit-time
-        # abort reproduced in tests/fixtures/runtime_errors/gloo_exit_abort.log (torch 2.13, gloo, DDP;
-        # https://github.com/pytorch/pytorch/pull/179291 describes it): gloo's worker threads outlive
-        # destroy_process_group() and free a collective's tensor while Python shuts down.
-        _re(r"terminate called without an active exception"),
-        "the process aborted in C++ (std::terminate)",
-        "If the rank had finished its work, this is torch's exit-time abort: with a DistributedDataParallel "
-        "model, gloo's threads outlive destroy_process_group() and free a collective's tensor while Python "
-        "shuts down. Wait for every async collective (work.wait()) before the script ends, and end it with "
-        "os._exit(0) after saving and flushing. If it came mid-run, get the C++ stack: "
-        "`gdb -batch -ex run -ex bt --args python script.py`.",
-    ),
-    Kind(
         "timeout",
         # c10d: the NCCL watchdog ("Watchdog caught collective operation timeout"), gloo ("Timed out waiting
         # Nms for recv operation to complete"), the store ("The client socket has timed out after Nms while
@@ -186,6 +171,25 @@ KINDS: list[Kind] = [
         "world size larger than the ranks started, a wrong MASTER_ADDR/MASTER_PORT, or a node that never "
         "joined leaves the others waiting.",
         victim=True,
+    ),
+    Kind(
+        "cpp_abort",
+        # Last, so that a specific cause printed with it wins (an NCCL watchdog's abort is "terminate called
+        # after throwing ... Watchdog caught collective operation timeout": a timeout). libstdc++'s
+        # std::terminate handler with no exception in flight: a joinable std::thread destroyed, or a thread
+        # unwound through a destructor that may not throw. With torch, mostly the exit-time abort of
+        # https://github.com/pytorch/pytorch/pull/179291 (a script that ends without destroy_process_group():
+        # gloo's threads free a collective's tensor while Python shuts down); with DDP on gloo the group
+        # outlives destroy_process_group() too (reproduced: tests/fixtures/runtime_errors/gloo_exit_abort.*).
+        _re(r"terminate called without an active exception"),
+        "the process aborted in C++ (std::terminate)",
+        "If the rank had finished its work, this is torch's exit-time abort: gloo's threads still held a "
+        "collective's tensor as Python shut down. Call dist.destroy_process_group() before the script ends and "
+        "wait for every async collective (work.wait()). With DistributedDataParallel on gloo the threads "
+        "outlive destroy_process_group(): if it persists, end the script with os._exit(0) after the last save "
+        "(exit handlers do not run then: flush logs first; under `gpudoctor watch` the last steps since the "
+        "previous report are not counted). If it came mid-run, get the C++ stack: "
+        "`gdb -batch -ex run -ex bt --args python script.py`.",
     ),
 ]
 BY_KIND = {k.kind: k for k in KINDS}

@@ -190,15 +190,21 @@ def from_torchrun(text: str, error_file: str | None, rank_text: Callable[[int], 
     known, error = classified(own)
     if known is None and code == -9:
         known = identify("Signal 9 (SIGKILL)")
-    if known is None and code == -6:  # a C++ abort writes to the process's stderr, past torchrun's [rankN] tee
-        found, _ = classified(before)
-        known = found if found is not None and found.kind == "cpp_abort" else None
+    if known is None and code == -6:  # a C++ abort writes to the process's stderr, past torch's [rankN] prefix
+        known, _ = classified(_not_other_ranks(before, rank))
     victims = tuple(
         r
         for o in others
         if (r := _number(o.get("rank", ""), r"^(\d+)")) is not None and "SIGTERM" in o.get("exitcode", "")
     )
     return Failure("torchrun", rank, local, pid, code, sig.group(1) if sig else "", error, known, victims)
+
+
+def _not_other_ranks(text: str, rank: int | None) -> str:
+    """`text` without the lines torch prefixed with another rank's `[rankN]:`: what this rank may have
+    printed (its own lines, and the unprefixed ones C++ writes, which no rank can be told from)."""
+    own = f"[rank{rank}]:"
+    return "\n".join(line for line in text.splitlines() if not line.startswith("[rank") or line.startswith(own))
 
 
 def _error_file_text(raw: str | None) -> str:

@@ -72,14 +72,32 @@ def test_a_cpp_abort_at_exit_is_read_from_the_unprefixed_output() -> None:
     assert "destroy_process_group()" in f.known.fix and "os._exit(0)" in f.known.fix
 
 
-def test_a_sigabrt_without_that_line_stays_unexplained() -> None:
-    """Only libstdc++'s own line names a C++ abort: another rank's known error printed before torchrun's
-    summary is not pinned on the aborted rank."""
+def sigabrt_of(replacement: str):  # type: ignore[no-untyped-def]
+    """The gloo_exit_abort log (rank 0 the root cause, SIGABRT) with its two libstdc++ lines replaced."""
     text = (LOGS / "gloo_exit_abort.log").read_text(encoding="utf-8")
-    text = text.replace("terminate called without an active exception", "RuntimeError: CUDA out of memory")
-    tail = tail_of(text)
-    f = diagnose(tail.text(), None, (), tail.rank_text, 1)
-    assert f is not None and f.known is None
+    line = "terminate called without an active exception"
+    tail = tail_of(text.replace(f"{line}\n{line}", replacement))
+    return diagnose(tail.text(), None, (), tail.rank_text, 1)
+
+
+def test_another_ranks_error_is_not_pinned_on_the_aborted_rank() -> None:
+    """Lines torch prefixed with another rank's `[rankN]:` are that rank's: not read for rank 0's abort."""
+    f = sigabrt_of("[rank1]: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert f is not None and f.rank == 0 and f.known is None
+
+
+def test_a_watchdog_abort_is_named_as_its_timeout_not_as_a_bare_abort() -> None:
+    """NCCL's watchdog ends a rank with std::terminate after throwing its timeout (unprefixed, C++), next to
+    the rank's own prefixed warnings and another rank's bare exit abort: the specific cause wins."""
+    f = sigabrt_of(
+        "[rank0]:[W1127 ProcessGroupNCCL.cpp:1] a warning\n"
+        "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+        "  what():  [PG 0 Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, "
+        "OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.\n"
+        "terminate called without an active exception"
+    )
+    assert f is not None and f.known is not None and f.known.kind == "timeout"
+    assert "WorkNCCL(SeqNum=5, OpType=ALLREDUCE)" in f.known.detail
 
 
 def test_nccls_duplicate_gpu_is_named_from_an_h200_run() -> None:
