@@ -126,6 +126,7 @@ class _Publisher:
         self.ended = 0.0  # when the last step ended (monotonic; made an epoch time only when sent: last_end)
         self.dropped = 0
         self.inside: float | None = None  # when the step being run was entered (monotonic); 0.0: outside; None: unknown
+        self.joined: tuple[int, int] | None = None  # (rank, world size) once a beat saw the group joined
         self._reset()
         from gpudoctor.training_data import Data  # only when watched: `import gpudoctor` stays light
 
@@ -150,7 +151,8 @@ class _Publisher:
             self.data.flush(time.monotonic(), final=True)
         failed = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         flags = EXITING | (FAILED if failed is not None else 0)
-        _say(self, _joined(), (self.step, self.inside), _child(), time.time(), flags)
+        joined = _joined() or self.joined  # destroy_process_group() may have ended the group it joined
+        _say(self, joined, (self.step, self.inside), _child(), time.time(), flags)
 
     def send(self, payload: bytes) -> bool:
         """One datagram of data (training_data), never blocking: False when it could not go now."""
@@ -330,7 +332,7 @@ def _beat(pub: _Publisher) -> None:
         if _publisher is not pub or pub.pid != os.getpid():
             return  # replaced (a forked child's own), or closed
         if joined is None:
-            joined = _joined()
+            joined = pub.joined = _joined()
         state = (joined is not None, pub.step, pub.inside)
         now = time.time()
         held = state == prev

@@ -25,7 +25,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpudoctor.training_step import ENV, EVENT, EVENT_MAGIC, MAGIC, RECORD, SOCKET_NAME
 from gpudoctor.watch.arrival import Heard, heard
@@ -207,8 +207,11 @@ class StepChannel:
             self.ignored[EVENTS] += 1
             return
         with self._lock:
-            self._heard.pop(pid, None)
+            before = self._heard.pop(pid, None)
             self._ended.pop(pid, None)
+            if got.exiting and not got.joined and before is not None and before.joined:
+                # it left its group before exiting (destroy_process_group): it had joined, as said before
+                got = replace(got, joined=True, dist_rank=before.dist_rank, dist_world=before.dist_world)
             if not got.exiting:
                 self._heard[pid] = got
                 if len(self._heard) > MAX_RANKS:

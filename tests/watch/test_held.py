@@ -289,6 +289,23 @@ def test_what_a_killed_process_said_goes_with_it() -> None:
         channel.close()
 
 
+def test_a_rank_that_left_its_group_before_exiting_is_remembered_as_joined() -> None:
+    """An mp.spawn rank that joined, never stepped, called destroy_process_group() and exited: at exit it is
+    in no group, so its exit says "not joined"; what it said before holds (it had joined as rank 1 of 2), and
+    its exit is kept, not taken for a helper's that never joined (review 6 F5)."""
+    from gpudoctor.training_step import CHILD, EXITING, JOINED
+
+    channel = StepChannel(accept=lambda pid: True)
+    try:
+        channel._add_event(501, EVENT.pack(EVENT_MAGIC, 501, -1, 1, 2, JOINED | CHILD, 0, time.time()))
+        channel._add_event(501, EVENT.pack(EVENT_MAGIC, 501, -1, -1, -1, EXITING | CHILD, 0, time.time()))
+        (ended,) = channel.heard().values()
+        assert (ended.exiting, ended.joined, ended.dist_rank, ended.dist_world) == (True, True, 1, 2)
+        assert channel.held()["ended"] == 1
+    finally:
+        channel.close()
+
+
 def test_a_job_tree_holds_the_descendants_alive_not_all_it_had() -> None:
     """The followed job's descendants are held to stop them (even once they left its process group) while
     they run; 40 children that came and went leave none held."""
