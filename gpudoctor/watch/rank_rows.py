@@ -84,16 +84,18 @@ class RankRow:
 
 @dataclass
 class Earlier:
-    """The ranks folded into one row because more than MAX_RANKS were held at once (the least recently
-    seen first): a recording whose rank numbers keep changing is summarized, not refused."""
+    """The rank rows folded into one because more than MAX_RANKS were held at once (the least recently
+    seen first): a recording whose rank numbers keep changing is summarized, not refused. A rank number
+    seen again after its row was folded starts a new row, folded again in its turn: `rows` counts rows,
+    not distinct rank numbers, which would need a set as large as the recording to tell."""
 
-    ranks: int = 0
+    rows: int = 0
     first: int | None = None  # the lowest and highest rank numbers folded (None: ranks without a number)
     last: int | None = None
     row: RankRow = field(default_factory=lambda: RankRow(None, 0, processes=0))
 
     def add(self, rs: RankRow) -> None:
-        self.ranks += 1
+        self.rows += 1
         self.row.fold(rs)
         if rs.rank is not None:
             self.first = rs.rank if self.first is None else min(self.first, rs.rank)
@@ -102,7 +104,7 @@ class Earlier:
     def to_json(self) -> dict[str, Any]:
         row = self.row.to_json()
         return {
-            "ranks": self.ranks,
+            "rows": self.rows,
             "processes": self.row.processes,
             "steps": self.row.steps,
             "mean_step_ms": row["mean_step_ms"],
@@ -115,8 +117,9 @@ class Earlier:
     def note(self) -> str:
         numbered = "" if self.first is None else f", ranks {self.first}..{self.last} among them"
         return (
-            f"{plural(self.ranks, 'earlier rank')} ({plural(self.row.processes, 'process', 'processes')}{numbered}) "
-            f"are counted in one row: at most {MAX_RANKS} ranks are held, the least recently seen are folded"
+            f"{plural(self.rows, 'earlier rank row')} ({plural(self.row.processes, 'process', 'processes')}{numbered}) "
+            f"are counted in one row: at most {MAX_RANKS} ranks are held, the least recently seen are folded "
+            "(a rank seen again after it was folded is counted again)"
         )
 
 

@@ -468,7 +468,8 @@ def _subject(sp: VerdictSpan) -> str:
 def render_text(summary: Summary) -> str:
     what = [plural(len(summary.gpus), "GPU") if summary.gpus else "no GPU"]
     if summary.ranks:
-        what.append(plural(len(summary.ranks) + (summary.earlier.ranks if summary.earlier else 0), "rank"))
+        held = plural(len(summary.ranks), "rank")
+        what.append(held + (f" (and {plural(summary.earlier.rows, 'earlier rank row')})" if summary.earlier else ""))
     lines = [
         f"gpudoctor watch summary: {', '.join(what)}, {plural(summary.samples, 'sample')} over "
         f"{clock(summary.duration_s)} ({summary.source})"
@@ -505,7 +506,7 @@ def render_text(summary: Summary) -> str:
             doc = summary.earlier.to_json()
             step = f"{doc['mean_step_ms']:.0f} ms" if doc["mean_step_ms"] is not None else "n/a"
             wait = f"{100 * doc['wait_share']:.0f}%" if doc["wait_share"] is not None else "n/a"
-            label = f"earlier ({plural(summary.earlier.ranks, 'rank')})"
+            label = f"earlier ({plural(summary.earlier.rows, 'rank row')})"
             lines.append(f"{'...':>5}  {'':>8} {doc['steps']:>7} {step:>10} {wait:>10}  {label}")
     elif not summary.gpus:
         lines.append("")

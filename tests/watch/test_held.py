@@ -145,7 +145,7 @@ def test_ranks_with_ever_new_numbers_fold_the_least_recently_seen_into_one_row(
     assert doc["samples"] == n and doc["damage"] is None and doc["gpus"][0]["mean_util"] == 50
     assert len(doc["ranks"]) == MAX_RANKS and doc["ranks"][0]["rank"] == folded  # the latest ranks are held
     assert doc["earlier_ranks"] == {
-        "ranks": folded,
+        "rows": folded,
         "processes": folded,
         "steps": 6 * folded,
         "mean_step_ms": 80.0,
@@ -154,13 +154,31 @@ def test_ranks_with_ever_new_numbers_fold_the_least_recently_seen_into_one_row(
         "last_rank": folded - 1,
     }
     text = run_cli(capsys, "report", str(rec))
-    assert text.exit_code == 0 and f"{n * per} ranks" in text.out
+    assert text.exit_code == 0 and f"{MAX_RANKS} ranks (and {folded} earlier rank rows)" in text.out
     assert (
-        f"note: {folded} earlier ranks ({folded} processes, ranks 0..{folded - 1} among them) are counted in one "
-        f"row: at most {MAX_RANKS} ranks are held" in text.out
+        f"note: {folded} earlier rank rows ({folded} processes, ranks 0..{folded - 1} among them) are counted in "
+        f"one row: at most {MAX_RANKS} ranks are held" in text.out
     )
     assert "damaged" not in text.out + text.err
     assert _held(rec).held_ranks == MAX_RANKS
+
+
+def test_ranks_seen_again_after_folding_are_counted_as_rows_not_as_new_ranks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Lines alternating between two sets of MAX_RANKS rank numbers (review 6 F3): each line folds the
+    other set's rows, so the count is of folded rows and says so; it claimed 24,576 ranks for 8,192."""
+    lines = []
+    for i in range(6):
+        t = T0 + i
+        base = (i % 2) * MAX_RANKS
+        lines.append(_line(t, [_rank(base + k, 100_000 + base + k, t - 0.01, 1) for k in range(MAX_RANKS)]))
+    rec = _write(tmp_path / "alternate.jsonl", lines)
+    text = run_cli(capsys, "report", str(rec))
+    assert text.exit_code == 0, text.err
+    assert f"{MAX_RANKS} ranks (and {5 * MAX_RANKS} earlier rank rows)" in text.out
+    assert "(a rank seen again after it was folded is counted again)" in text.out
+    assert f"{6 * MAX_RANKS} ranks" not in text.out
 
 
 def test_a_sample_built_with_more_ranks_than_the_bound_keeps_its_own_ranks_in_the_window() -> None:
