@@ -270,6 +270,26 @@ def test_a_worker_saying_hello_does_not_take_its_ranks_data(tmp_path: Path, caps
     assert len(builder.book.data.ranks) == 8 and len(builder.book.placement) <= 8
 
 
+def test_a_restarted_rank_that_only_says_hello_then_steps_takes_its_rank(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A restarted rank's new process says hello (held aside: it could be a DataLoader worker) and then only
+    steps, sending no data: its steps show it is the rank, so it takes the rank's data row (review 6 F4)."""
+    lines, t = [], T0
+    digest = {"role": "train", "epoch": 0, "n": 64, "batches": 8, "prefix": list(range(8)), "ascending": True}
+    lines.append(_line(t, [_rank(0, 100, t - 0.01, 8)], [{"pid": 100, "rank": 0, "hello": {"cpus": 16}}]))
+    lines.append(_line(t + 1, [_rank(0, 100, t + 0.99, 16)], [{"pid": 100, "rank": 0, "epochs": [digest]}]))
+    lines.append(_line(t + 2, [], [{"pid": 200, "rank": 0, "hello": {"cpus": 16}}]))  # the restart says hello
+    for i in range(3, 6):
+        lines.append(_line(t + i, [_rank(0, 200, t + i - 0.01, 8 * (i - 2))]))  # ... and steps
+    rec = _write(tmp_path / "restart.jsonl", lines)
+    r = run_cli(capsys, "report", "--json", str(rec))
+    assert r.exit_code == 0, r.err
+    doc = json.loads(r.out)
+    assert [(x["rank"], x["pid"], x.get("processes")) for x in doc["ranks"]] == [(0, 200, 2)]
+    assert list(_held(rec).book.data.ranks) == [(0, 200)]  # the data book's rank 0 is the new process
+
+
 @pytest.mark.slow
 def test_watch_and_report_of_its_recording_agree_on_a_job_whose_processes_come_and_go(
     tmp_path: Path, gpudoctor_cli: GpudoctorCli
