@@ -40,6 +40,7 @@ WHERE = torch_stacks.KINDS  # what a stack shows a process doing
 EXITS = ("", "normal", "exception")  # how a process said it ended ("": it did not say)
 MAX_FRAMES = 12  # innermost frames kept from a stack: where it is, not the whole story
 MAX_STEP = 2**63  # the record's step is an unsigned 64-bit number; more is a damaged record
+MAX_ENDED = 256  # ended processes remembered, how they ended (the latest; a heuristic bound): tracker and step channel
 
 
 @dataclass(frozen=True)

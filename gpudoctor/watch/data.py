@@ -109,7 +109,9 @@ class DataBook:
 
     def __init__(self, th: Thresholds) -> None:
         self.th = th
-        self.ranks: dict[tuple[int | None, int], RankData] = {}
+        self.ranks: dict[tuple[int | None, int], RankData] = {}  # at most MAX_RANKS, the earliest go first
+        self._holder: dict[int, tuple[int | None, int]] = {}  # rank number -> the key of the process holding it
+        self._hellos: dict[tuple[int | None, int], Hello] = {}  # the held processes' hellos, kept as they come
         # rank -> a newer process that said hello alone while another held the rank: a spawned DataLoader
         # worker says hello as it exits, every epoch, and is no rank. It takes the rank once it sends more
         # (or steps); one held per rank number.
@@ -126,7 +128,7 @@ class DataBook:
     def add(self, readings: Iterable[DataReading]) -> None:
         for r in readings:
             rd = self.ranks.get(r.key)
-            if rd is None and r.rank is not None and any(k[0] == r.rank for k in self.ranks):
+            if rd is None and r.rank is not None and r.rank in self._holder:
                 pending = self._pending.pop(r.rank, None)
                 if not (r.epochs or r.splits or r.loss or r.loader):
                     self._pending[r.rank] = r  # a hello alone: a DataLoader worker, or the rank's next process
@@ -137,13 +139,17 @@ class DataBook:
 
     def _take(self, r: DataReading, rd: RankData | None) -> None:
         if rd is None:
-            if r.rank is not None:  # a new process for a rank seen before (a restarted job): the old is done
-                for old in [k for k in self.ranks if k[0] == r.rank]:
-                    self._forget(self.ranks.pop(old))
-            elif len(self.ranks) >= MAX_RANKS:  # processes without a rank number: the earliest go first
-                self._forget(self.ranks.pop(next(iter(self.ranks))))
+            old = self._holder.get(r.rank) if r.rank is not None else None
+            if old is not None:  # a new process for a rank seen before (a restarted job): the old is done
+                self._drop(old)
+            elif len(self.ranks) >= MAX_RANKS:  # more processes than a line may name: the earliest go first
+                self._drop(next(iter(self.ranks)))
             rd = self.ranks[r.key] = RankData(RankRef(r.rank, r.pid))
+            if r.rank is not None:
+                self._holder[r.rank] = r.key
         self._index(rd, rd.add(r), r.splits)
+        if r.hello is not None:
+            self._hellos[r.key] = r.hello
         self._changed = self._changed or bool(r.epochs or r.splits)
 
     def stepping(self, pids: set[int]) -> None:
@@ -174,6 +180,13 @@ class DataBook:
             self._splits.setdefault(s.role, SplitOverlap()).put(rd.ref, s)
             self._splits_dirty = True
 
+    def _drop(self, key: tuple[int | None, int]) -> None:
+        rd = self.ranks.pop(key)
+        self._hellos.pop(key, None)
+        if key[0] is not None and self._holder.get(key[0]) == key:
+            del self._holder[key[0]]
+        self._forget(rd)
+
     def _forget(self, rd: RankData) -> None:
         """A restarted rank's old process: its digests leave every index."""
         for role, epochs in rd.epochs.items():
@@ -190,7 +203,9 @@ class DataBook:
             self._splits_dirty = True
 
     def hellos(self) -> dict[tuple[int | None, int], Hello]:
-        return {k: rd.hello for k, rd in self.ranks.items() if rd.hello is not None}
+        """Each held process's hello (kept as readings come: a sample's verdicts read it, not rebuild it).
+        Read it, do not change it."""
+        return self._hellos
 
     def verdicts(self) -> list[Verdict]:
         if self._changed:

@@ -21,6 +21,7 @@ from typing import Any
 
 from gpudoctor.safety.safe_text import printable
 from gpudoctor.training_data import DATA_MAGIC, KEEP, PREFIX
+from gpudoctor.watch.bounds import MAX_RANKS
 
 MAX_INT = 2**63 - 1
 MAX_COUNT = 2**53  # counts stay exact in a JSON number
@@ -380,8 +381,6 @@ class _Acc:
 class DataInbox:
     """The interval's data per rank, filled by the step channel's thread, taken with each sample."""
 
-    MAX_RANKS = 4096  # more senders than this in one interval: the rest wait for the next
-
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._accs: dict[tuple[int | None, int], _Acc] = {}
@@ -400,13 +399,13 @@ class DataInbox:
                 raise ValueError(f"PID {pid} changed its rank")
             acc = self._accs.get(reading.key)
             if acc is None:
-                if len(self._accs) >= self.MAX_RANKS:
+                if len(self._accs) >= MAX_RANKS:
                     self.crowded += 1
                     return
                 acc = self._accs[reading.key] = _Acc(pid, reading.rank)
             self._rank_of[pid] = rank
             self._rank_of.move_to_end(pid)
-            if len(self._rank_of) > self.MAX_RANKS:
+            if len(self._rank_of) > MAX_RANKS:
                 self._rank_of.popitem(last=False)
             acc.add(reading)
 

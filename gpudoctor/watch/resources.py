@@ -124,7 +124,7 @@ def outside_step(stats: Mapping[Key, RankStats], th: Thresholds) -> list[Verdict
 
 def worker_load(workers: Mapping[Key, int], hellos: Mapping[Key, Hello]) -> tuple[int, int, int] | None:
     """(workers of all ranks, ranks, CPUs) on this host, when the ranks' CPUs are known and agree."""
-    cpus = {h.cpus for k, h in hellos.items() if k in workers and h.cpus}
+    cpus = {h.cpus for k in workers if (h := hellos.get(k)) is not None and h.cpus}
     if len(cpus) != 1 or not workers:
         return None
     return sum(workers.values()), len(workers), cpus.pop()

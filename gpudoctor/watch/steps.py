@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gpudoctor.training_step import ENV, EVENT, EVENT_MAGIC, MAGIC, RECORD, SOCKET_NAME
-from gpudoctor.watch.arrival import Heard, heard
+from gpudoctor.watch.arrival import MAX_ENDED, Heard, heard
 from gpudoctor.watch.bounds import MAX_RANKS
 from gpudoctor.watch.data_model import MAX_PAYLOAD, DataInbox, DataReading, is_data
 from gpudoctor.watch.model import RankReading, plural
@@ -58,11 +58,10 @@ MAX_RANK = 1 << 20  # torch's world sizes stay far below a million ranks
 RATE = 100.0
 BURST = 200.0
 # What each process last said (arrival, joining, exit) is held while it lives and, once it said it exited,
-# for the latest MAX_ENDED processes (gpudoctor/watch/tracker.py keeps as many ended ranks): how a rank
+# for the latest MAX_ENDED processes (gpudoctor/watch/arrival.py; the tracker keeps as many): how a rank
 # ended is the clue to a failed job. A multiprocessing child that exits without having joined a group or
 # stepped (a DataLoader worker started with spawn imports the script: each sends an exit) is no rank:
 # nothing of it is held once it exited.
-MAX_ENDED = 256
 STEP, DATA, EVENTS = "step record", "data datagram", "event record"  # what the channel may ignore
 
 
@@ -346,7 +345,7 @@ class StepChannel:
         if self.data.crowded:
             parts.append(
                 f"ignored {plural(self.data.crowded, DATA)} from processes beyond the "
-                f"{self.data.MAX_RANKS} that had sent data in the same interval"
+                f"{MAX_RANKS} that had sent data in the same interval"
             )
         if self.dropped:
             parts.append(f"{plural(self.dropped, 'step record')} could not be sent in time (the watcher was behind)")

@@ -465,6 +465,13 @@ def _subject(sp: VerdictSpan) -> str:
     return sp.verdict.subject
 
 
+def _step_and_wait(doc: dict[str, Any]) -> tuple[str, str]:
+    """A rank row's mean step and input wait share, as the summary's table shows them."""
+    step = f"{doc['mean_step_ms']:.0f} ms" if doc["mean_step_ms"] is not None else "n/a"
+    wait = f"{100 * doc['wait_share']:.0f}%" if doc["wait_share"] is not None else "n/a"
+    return step, wait
+
+
 def render_text(summary: Summary) -> str:
     what = [plural(len(summary.gpus), "GPU") if summary.gpus else "no GPU"]
     if summary.ranks:
@@ -496,16 +503,13 @@ def render_text(summary: Summary) -> str:
         lines.append("")
         lines.append(f"{'rank':>5}  {'PID':>8} {'steps':>7} {'mean step':>10} {'input wait':>10}")
         for _, r in sorted(summary.ranks.items(), key=lambda kv: _rank_order(kv[0])):
-            doc = r.to_json()
-            step = f"{doc['mean_step_ms']:.0f} ms" if doc["mean_step_ms"] is not None else "n/a"
-            wait = f"{100 * doc['wait_share']:.0f}%" if doc["wait_share"] is not None else "n/a"
+            step, wait = _step_and_wait(r.to_json())
             rank = "?" if r.rank is None else str(r.rank)
             more = f"  ({r.processes} processes, the latest shown)" if r.processes > 1 else ""
             lines.append(f"{rank:>5}  {r.pid:>8} {r.steps:>7} {step:>10} {wait:>10}{more}")
         if summary.earlier is not None:
             doc = summary.earlier.to_json()
-            step = f"{doc['mean_step_ms']:.0f} ms" if doc["mean_step_ms"] is not None else "n/a"
-            wait = f"{100 * doc['wait_share']:.0f}%" if doc["wait_share"] is not None else "n/a"
+            step, wait = _step_and_wait(doc)
             label = f"earlier ({plural(summary.earlier.rows, 'rank row')})"
             lines.append(f"{'...':>5}  {'':>8} {doc['steps']:>7} {step:>10} {wait:>10}  {label}")
     elif not summary.gpus:

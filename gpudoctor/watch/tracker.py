@@ -23,13 +23,12 @@ from gpudoctor.knowledge import torch_stacks
 from gpudoctor.knowledge.launchers import is_torchrun, torchrun_plan
 from gpudoctor.probe import stacks as probe_stacks
 from gpudoctor.probe.job_procs import ProcFacts, alive, facts
-from gpudoctor.watch.arrival import CHILD_RANK, LAUNCHER, MAX_FRAMES, RANK, Heard, JobProc, merged
+from gpudoctor.watch.arrival import CHILD_RANK, LAUNCHER, MAX_ENDED, MAX_FRAMES, RANK, Heard, JobProc, merged
 from gpudoctor.watch.model import RankReading
 
 RESTACK_S = 10.0  # a stack asked for again is read again after this long (has it moved?)
 STACK_KEPT_S = 25.0  # a stack older than this is not shown (nobody asked again: it is not stuck there)
 MAX_STACKS = 16  # stacks read per request: the ranks a verdict names first
-MAX_ENDED = 256  # ended ranks remembered (how they ended): the latest ones
 
 
 class JobTracker:

@@ -290,6 +290,22 @@ def test_a_restarted_rank_that_only_says_hello_then_steps_takes_its_rank(
     assert list(_held(rec).book.data.ranks) == [(0, 200)]  # the data book's rank 0 is the new process
 
 
+def test_the_data_book_holds_at_most_max_ranks_numbered_ranks_and_their_hellos() -> None:
+    """Data readings from ever-new rank numbers (review 6 F9: a crafted recording, quadratic in lines): the
+    book holds the latest MAX_RANKS processes, and its hellos are exactly those of the processes held."""
+    from gpudoctor.watch.data_model import Hello
+
+    book = DataBook(DEFAULT)
+    n = MAX_RANKS + 500
+    book.add([DataReading(100_000 + k, k, Hello(cpus=16)) for k in range(n)])
+    assert len(book.ranks) == MAX_RANKS and next(iter(book.ranks)) == (500, 100_500)  # the earliest went
+    assert book.hellos() == {k: rd.hello for k, rd in book.ranks.items()}
+    book.add([DataReading(7, n - 1, Hello(cpus=8))])  # the last rank restarted: its new process says hello
+    book.stepping({7})  # ... and steps: it holds the rank
+    assert (n - 1, 100_000 + n - 1) not in book.ranks and book.hellos()[(n - 1, 7)].cpus == 8
+    assert len(book.hellos()) == len(book.ranks) == MAX_RANKS
+
+
 @pytest.mark.slow
 def test_watch_and_report_of_its_recording_agree_on_a_job_whose_processes_come_and_go(
     tmp_path: Path, gpudoctor_cli: GpudoctorCli
