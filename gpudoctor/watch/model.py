@@ -287,6 +287,13 @@ class HostReading:
         return cls(**in_ranges(kwargs, HOST_RANGES, HOST_INTEGERS, dropped, "host "))
 
 
+def _mean2(a: float | None, n: int, b: float | None, m: int) -> float | None:
+    """The mean of two means of n and m values (either unknown: the other)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return (a * n + b * m) / (n + m)
+
+
 @dataclass(frozen=True)
 class RankReading:
     """One training process's steps in one interval, as `gpudoctor.step()` reported them."""
@@ -318,6 +325,35 @@ class RankReading:
     @property
     def key(self) -> tuple[int, int]:
         return (self.rank if self.rank is not None else -1, self.pid)
+
+    def then(self, later: RankReading) -> RankReading:
+        """This interval's reading and the `later` one of the same process, as one reading of both."""
+        n, m = self.steps, later.steps
+        if not m:
+            return replace(
+                later,
+                steps=n,
+                step_s=self.step_s,
+                step_max=self.step_max,
+                wait_s=self.wait_s,
+                waited=self.waited,
+                wait_step_s=self.wait_step_s,
+                last_step=later.last_step if later.last_step is not None else self.last_step,
+                last_end=later.last_end if later.last_end is not None else self.last_end,
+            )
+        if not n:
+            return later
+        w1, w2 = self.wait_totals(), later.wait_totals()
+        waited = w1[0] + w2[0]
+        return replace(
+            later,
+            steps=n + m,
+            step_s=_mean2(self.step_s, n, later.step_s, m),
+            step_max=max((x for x in (self.step_max, later.step_max) if x is not None), default=None),
+            wait_s=(w1[1] + w2[1]) / waited if waited else None,
+            waited=waited if waited else None,
+            wait_step_s=(w1[2] + w2[2]) / waited if waited else None,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return _compact(self)
@@ -356,6 +392,9 @@ class Sample:
     job: tuple[JobProc, ...] | None = None  # the followed job's processes (watch/arrival.py); None: no job
 
     data: tuple[DataReading, ...] | None = None  # the ranks' samples, loss, loader time (watch/data_model.py)
+    # The recording's last line: what the job sent as it ended, after the last sample (its ranks and data
+    # only, no readings): a report counts it as `watch` did live, not as a sample (recording.RecordingStream).
+    end: bool = False
 
     def gpu(self, index: int) -> GpuReading | None:
         """The reading of GPU `index` (O(1): an index map made on first use)."""
@@ -379,6 +418,8 @@ class Sample:
 
         if self.data:
             out["data"] = [d.to_json() for d in self.data]
+        if self.end:
+            out["end"] = True
         return out
 
     @classmethod
@@ -420,6 +461,7 @@ class Sample:
             ranks=None if ranks is None else tuple(RankReading.parse(r, dropped) for r in ranks),
             job=None if job is None else tuple(JobProc.parse(p, dropped) for p in job),
             data=None if job_data is None else tuple(DataReading.parse(d) for d in job_data),
+            end=data.get("end") is True,
         )
 
     def only(self, indices: set[int] | frozenset[int]) -> Sample:

@@ -62,6 +62,7 @@ class Recording:
     samples: list[Sample]
     damage: str | None = None  # why reading stopped early, in the user's words
     meta: dict[str, Any] = field(default_factory=dict)
+    end: Sample | None = None  # the job's last words (RecordingStream.end)
 
 
 class RecordWriter:
@@ -108,6 +109,12 @@ class RecordWriter:
         """Append one sample; after a failure this does nothing (see `error`)."""
         if self._write(sample.to_json()):
             self.samples += 1
+
+    def write_end(self, t: float, ranks: tuple[Any, ...], data: tuple[Any, ...]) -> None:
+        """The last line: the steps and data the job sent after the last sample (Sample.end), so a report
+        counts what `watch` counted live. Nothing to say: no line."""
+        if ranks or data:
+            self._write(Sample(t=t, gpus=(), ranks=ranks or None, data=data or None, end=True).to_json())
 
     def close(self) -> None:
         if self._file.closed:
@@ -263,6 +270,8 @@ class RecordingStream:
         # The GPUs the recording has shown so far: a recording is one machine's, so more than MAX_GPUS
         # distinct indices in all refuse the lines that bring them (the summary keeps one row per GPU).
         self._gpus: set[int] = set()
+        # The job's last words (Sample.end): not a sample, kept aside for the summary (the last, if several).
+        self.end: Sample | None = None
         try:
             self._file: IO[str] = _open_text(path)  # closed in close()
             self._lines = _lines(self._file)
@@ -354,6 +363,9 @@ class RecordingStream:
                     self._dropped += len(dropped)
                     room = MAX_EXAMPLES - len(self._dropped_examples)
                     self._dropped_examples.extend(f"line {number}: {d}" for d in dropped[:room])
+                if sample.end:
+                    self.end = sample
+                    continue
                 self.samples += 1
                 yield sample
         finally:
@@ -442,4 +454,4 @@ def read_recording(path: str) -> Recording:
     """A whole recording in memory (--replay); bad files raise UserError (exit 2), damage is reported."""
     stream = RecordingStream(path)
     samples = list(stream)
-    return Recording(path, stream.header, samples, stream.damage)
+    return Recording(path, stream.header, samples, stream.damage, end=stream.end)

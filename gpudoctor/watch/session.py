@@ -19,11 +19,12 @@ from typing import IO, Any
 from gpudoctor.safety.safe_io import read_text
 from gpudoctor.version import __version__
 from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict
+from gpudoctor.watch.bounds import MAX_RANKS
 from gpudoctor.watch.crash import diagnose, explained
 from gpudoctor.watch.crash import verdict as failed_verdict
 from gpudoctor.watch.follow import Job
 from gpudoctor.watch.job import STACK_CODES, uneven_steps
-from gpudoctor.watch.model import Sample
+from gpudoctor.watch.model import RankReading, Sample
 from gpudoctor.watch.recording import RecordWriter
 from gpudoctor.watch.sources import Notice, Poller, Source
 from gpudoctor.watch.steps import StepChannel
@@ -191,39 +192,75 @@ class Session:
         return result
 
     def close(self, stop_signal: signal.Signals = signal.SIGTERM) -> None:
-        """Stop sampling, close the recording, and end a job we started if it still runs (`stop_signal`
-        first, SIGKILL after a grace: see Job.stop).
+        """Stop sampling, end a job we started if it still runs (`stop_signal` first, SIGKILL after a
+        grace: see Job.stop), count what it sent as it ended, and close the recording with that too.
 
         Each step runs whatever the one before raised: a job gpudoctor started is always stopped.
         """
         try:
             self._poller.close()
         finally:
+            ended = self.job is not None and self.job.owned and self.job.poll() is not None
             try:
-                writer, self._writer = self._writer, None
-                if writer is not None:
-                    writer.close()
-                    if writer.error is not None and self.record_error is None:
-                        self._recording_failed(writer.error)
+                if self.job is not None and self.job.owned:
+                    self.job.stop(sig=stop_signal)
             finally:
-                ended = self.job is not None and self.job.owned and self.job.poll() is not None
+                error_text = self._error_file_text() if ended else None
+                last: tuple[tuple[Any, ...], tuple[Any, ...]] = ((), ())
                 try:
-                    if self.job is not None and self.job.owned:
-                        self.job.stop(sig=stop_signal)
+                    last = self._last_words()
                 finally:
-                    error_text = self._error_file_text() if ended else None
-                    last: tuple[Any, ...] = ()
                     try:
-                        if self.steps is not None:
-                            self.steps.close()  # keeps what the job sent as it ended
-                            last = self.steps.take()
-                            self.builder.add_ranks(last)
-                            self.builder.add_late_data(self.steps.take_data())
+                        self._close_recording(*last)
                     finally:
                         if self.tracker is not None:
                             self.tracker.close()
                             if ended:
-                                self._conclude(last, error_text)
+                                self._conclude(last[0], error_text)
+
+    def _last_words(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """Count what the job sent after the last sample handled (the steps of samples still queued, and
+        what the channel holds as it closes; a replay: its recording's last line); returns (ranks, data)."""
+        if self.steps is None:
+            end = getattr(self.source, "end", None)
+            if end is not None:
+                self.builder.add_end(end)
+                return end.ranks or (), end.data or ()
+            return (), ()
+        taken: list[tuple[RankReading, ...]] = []
+        data: list[Any] = []
+        while True:  # samples the consumer did not take: their steps were taken from the channel
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, Sample):
+                taken.append(item.ranks or ())
+                data.extend(item.data or ())
+        self.steps.close()  # keeps what the job sent as it ended
+        taken.append(self.steps.take())
+        data.extend(self.steps.take_data())
+        by_process: dict[tuple[int, int], RankReading] = {}
+        for ranks in taken:  # one reading per process, as a sample holds (a recording's line is bounded by it)
+            for r in ranks:
+                before = by_process.get(r.key)
+                by_process[r.key] = r if before is None else before.then(r)
+        ranks = tuple(by_process.values())[-MAX_RANKS:]  # the channel's bound: only ever more if it churned
+        self.builder.add_ranks(ranks)
+        self.builder.add_late_data(data)
+        return ranks, tuple(data)
+
+    def _close_recording(self, ranks: tuple[Any, ...], data: tuple[Any, ...]) -> None:
+        """Write the job's last words as the recording's last line (Sample.end), then close it."""
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        try:
+            writer.write_end(time.time(), ranks, data)
+        finally:
+            writer.close()
+            if writer.error is not None and self.record_error is None:
+                self._recording_failed(writer.error)
 
     def _error_file_text(self) -> str | None:
         """What torchrun wrote to TORCHELASTIC_ERROR_FILE (a script with @record), or None."""

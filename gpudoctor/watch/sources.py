@@ -328,6 +328,7 @@ class ReplaySource:
         self.real_processes = False
         self.speed = speed
         self._stream = recording if isinstance(recording, RecordingStream) else None
+        self._recording = recording
         self._samples: Iterator[Sample] = iter(recording.samples if isinstance(recording, Recording) else recording)
         self._ahead: deque[Sample] = deque(islice(self._samples, self.PEEK))
         self.available = tuple(sorted({g.index for s in self._ahead for g in s.gpus}))
@@ -352,6 +353,11 @@ class ReplaySource:
     def damage(self) -> str | None:
         """What was wrong with a streamed file (complete once it was played to its end)."""
         return None if self._stream is None else self._stream.damage
+
+    @property
+    def end(self) -> Sample | None:
+        """The job's last words (Sample.end), known once the recording was played to its end."""
+        return self._recording.end
 
     @property
     def unreadable(self) -> bool:

@@ -340,6 +340,11 @@ class SummaryBuilder:
             self.verdicts = verdicts
             self._track(self.end)
 
+    def add_end(self, end: Sample) -> None:
+        """A recording's last line (Sample.end): the steps and data its job sent as it ended."""
+        self.add_ranks(end.ranks or ())
+        self.add_late_data(end.data or ())
+
     def add_ranks(self, ranks: Iterable[RankReading]) -> None:
         """Count steps into the per-rank totals (each sample's, and the last ones a job sent as it ended)."""
         self._ranks.add(ranks)
@@ -455,7 +460,12 @@ def summarize_recording(path: str, th: Thresholds = DEFAULT) -> Summary:
     with RecordingStream(path) as stream:
         made = stream.header.get("source")
         synthetic = isinstance(made, str) and made.startswith("synthetic")  # a test recording
-        summary = summarize(stream, f"{path}, {printable(made)[:40]}: made-up readings" if synthetic else path, th)
+        builder = SummaryBuilder(f"{path}, {printable(made)[:40]}: made-up readings" if synthetic else path, th)
+        for s in stream:
+            builder.add(s)
+        if stream.end is not None:
+            builder.add_end(stream.end)
+        summary = builder.summary()
     summary.damage = stream.damage
     summary.unreadable = stream.bad_input
     return summary

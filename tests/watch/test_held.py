@@ -311,7 +311,8 @@ def test_watch_and_report_of_its_recording_agree_on_a_job_whose_processes_come_a
     tmp_path: Path, gpudoctor_cli: GpudoctorCli
 ) -> None:
     """`watch --record` of the job of comings_and_goings.py (8 generations of 2 ranks, spawned children): the
-    summary it prints at the end and `report` of what it wrote have the same rank rows, processes folded."""
+    summary it prints at the end and `report` of what it wrote have the same rank rows, processes folded, and
+    the same steps (review 6 F7: the steps the job sent as it ended were counted live, never written)."""
     rec = tmp_path / "job.jsonl"
     args = ["watch", "--no-tui", "--json", "--interval", "0.2", "--record", str(rec), "--"]
     job = [sys.executable, str(JOB), "8", "--world", "2", "--helpers", "2", "--step-s", "0.6"]
@@ -324,6 +325,28 @@ def test_watch_and_report_of_its_recording_agree_on_a_job_whose_processes_come_a
     rows = [(x["rank"], x.get("processes")) for x in watched["ranks"]]
     assert rows == [(0, 8), (1, 8)] and [(x["rank"], x.get("processes")) for x in reported["ranks"]] == rows
     assert [x["pid"] for x in reported["ranks"]] == [x["pid"] for x in watched["ranks"]]
+    for field in ("steps", "last_step", "mean_step_ms"):
+        assert [x[field] for x in reported["ranks"]] == pytest.approx([x[field] for x in watched["ranks"]]), field
+    assert min(x["steps"] for x in watched["ranks"]) > 0
+
+
+def test_report_counts_what_a_job_sent_after_the_last_sample(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
+    """Review 6 F7: a job shorter than the interval (2 ranks, about 30 steps each in about 1 s; samples
+    every 5 s)
+    sends everything after the first sample. `watch` counted it; the recording had none of it, and `report`
+    showed no rank. The recording now ends with the job's last words (Sample.end), and the two agree."""
+    rec = tmp_path / "short.jsonl"
+    args = ["watch", "--no-tui", "--json", "--interval", "5", "--record", str(rec), "--"]
+    job = [sys.executable, str(JOB), "1", "--world", "2", "--helpers", "0", "--step-s", "0.6"]
+    live = gpudoctor_cli(*args, *job, env=clean_env(GPUDOCTOR_WATCH_FAKE="healthy:2"), timeout=120)
+    assert live.returncode == 0, live.stderr
+    watched = json.loads(live.stdout.splitlines()[-1])
+    report = gpudoctor_cli("report", "--json", str(rec))
+    assert report.returncode == 0, report.stderr
+    reported = json.loads(report.stdout)
+    assert [x["rank"] for x in watched["ranks"]] == [0, 1] and min(x["steps"] for x in watched["ranks"]) > 10
+    assert reported["ranks"] == watched["ranks"] and reported.get("job") == watched.get("job")
+    assert reported["samples"] == watched["samples"] and reported["damage"] is None
 
 
 def test_what_a_killed_process_said_goes_with_it() -> None:

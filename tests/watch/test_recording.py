@@ -18,8 +18,10 @@ import psutil
 import pytest
 
 from gpudoctor.errors import UserError
+from gpudoctor.watch.data_model import DataReading, Hello
 from gpudoctor.watch.follow import Job
 from gpudoctor.watch.headless import run_headless
+from gpudoctor.watch.model import RankReading
 from gpudoctor.watch.model import clock as clock_text
 from gpudoctor.watch.recording import MAX_LINE, RecordWriter, read_recording
 from gpudoctor.watch.session import Session
@@ -52,6 +54,77 @@ def test_record_then_replay_gives_the_same_samples(tmp_path: Path) -> None:
     finally:
         session.close()
     assert read_recording(str(out)).samples == samples
+
+
+def test_the_jobs_last_words_end_the_recording_and_count_as_steps_not_as_a_sample(tmp_path: Path) -> None:
+    """Review 6 F7: what a job sends after the last sample is the recording's last line (Sample.end). `report`
+    and a replay count its steps and data, not a sample; a replay recorded again keeps it."""
+    samples = synthetic_run("healthy", 5)
+    late = (RankReading(pid=11, rank=0, steps=7, step_s=0.1, last_step=12), RankReading(pid=12, rank=1, steps=0))
+    data = (DataReading(11, 0, Hello(cpus=4)),)
+    path = tmp_path / "run.jsonl"
+    writer = RecordWriter(str(path), {"interval": 1.0})
+    for s in samples:
+        writer.write(s)
+    writer.write_end(samples[-1].t + 0.5, late, data)
+    writer.close()
+    assert json.loads(path.read_text().splitlines()[-1])["end"] is True
+    rec = read_recording(str(path))
+    assert rec.samples == samples and rec.end is not None and rec.end.ranks == late and rec.damage is None
+    summary = summarize_recording(str(path))
+    assert summary.samples == 5 and summary.duration_s == pytest.approx(samples[-1].t - samples[0].t)
+    rows = summary.to_json()["ranks"]
+    assert [(x["rank"], x["steps"], x["last_step"]) for x in rows] == [(0, 7, 12), (1, 0, None)]
+    again = tmp_path / "again.jsonl"
+    session = Session(ReplaySource.open_file(str(path), speed=1000.0), record_path=str(again))
+    session.start()
+    try:
+        assert run_headless(session, open("/dev/null", "w")) == "source"
+    finally:
+        session.close()
+    assert session.summary().to_json()["ranks"] == rows
+    assert summarize_recording(str(again)).to_json()["ranks"] == rows
+    writer = RecordWriter(str(tmp_path / "quiet.jsonl"), {})
+    writer.write_end(1.0, (), ())  # nothing said: no line
+    writer.close()
+    assert len((tmp_path / "quiet.jsonl").read_text().splitlines()) == 1
+
+
+def test_two_readings_of_one_process_make_one_with_the_same_totals() -> None:
+    """The last words merge what was taken into one reading per process (a recording line holds one)."""
+    a = RankReading(
+        pid=5,
+        rank=0,
+        steps=4,
+        step_s=0.1,
+        step_max=0.2,
+        wait_s=0.01,
+        waited=2,
+        wait_step_s=0.1,
+        last_step=4,
+        last_end=10.0,
+    )
+    b = RankReading(
+        pid=5,
+        rank=0,
+        steps=6,
+        step_s=0.2,
+        step_max=0.3,
+        wait_s=0.02,
+        waited=6,
+        wait_step_s=0.2,
+        last_step=10,
+        last_end=11.0,
+    )
+    both = a.then(b)
+    assert (both.steps, both.last_step, both.last_end, both.step_max) == (10, 10, 11.0, 0.3)
+    assert both.step_s * both.steps == pytest.approx(a.step_s * 4 + b.step_s * 6)
+    assert both.wait_totals() == pytest.approx(
+        tuple(x + y for x, y in zip(a.wait_totals(), b.wait_totals(), strict=True))
+    )
+    idle = RankReading(pid=5, rank=0, steps=0, last_step=10, last_end=11.0)
+    assert a.then(idle) == RankReading(**{**dataclasses.asdict(a), "last_step": 10, "last_end": 11.0})
+    assert idle.then(b) == b
 
 
 def test_recording_is_flushed_per_sample(tmp_path: Path) -> None:
