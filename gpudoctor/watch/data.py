@@ -21,6 +21,7 @@ hold was read by both (no false overlap); see training_data's docstring for the 
 from __future__ import annotations
 
 import statistics
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -112,10 +113,11 @@ class DataBook:
         self.ranks: dict[tuple[int | None, int], RankData] = {}  # at most MAX_RANKS, the earliest go first
         self._holder: dict[int, tuple[int | None, int]] = {}  # rank number -> the key of the process holding it
         self._hellos: dict[tuple[int | None, int], Hello] = {}  # the held processes' hellos, kept as they come
-        # rank -> a newer process that said hello alone while another held the rank: a spawned DataLoader
-        # worker says hello as it exits, every epoch, and is no rank. It takes the rank once it sends more
-        # (or steps); one held per rank number.
-        self._pending: dict[int, DataReading] = {}
+        # PID -> the hello of a process that said hello alone while another held its rank: a spawned
+        # DataLoader worker (of an older gpudoctor) says hello as it exits, every epoch, and is no rank. It
+        # takes the rank once it sends more (or steps). One per process, not per rank: a helper's hello
+        # does not push out a restarted rank's (review 6 F6); at most MAX_RANKS, the earliest go first.
+        self._pending: OrderedDict[int, DataReading] = OrderedDict()
         self.found: dict[str, Verdict] = {}  # code -> the first verdict of that code, held to the end
         self._changed = False
         self._epochs: dict[tuple[str, int], EpochShares] = {}  # (role, epoch) -> its digests by rank
@@ -129,11 +131,14 @@ class DataBook:
         for r in readings:
             rd = self.ranks.get(r.key)
             if rd is None and r.rank is not None and r.rank in self._holder:
-                pending = self._pending.pop(r.rank, None)
+                pending = self._pending.pop(r.pid, None)
                 if not (r.epochs or r.splits or r.loss or r.loader):
-                    self._pending[r.rank] = r  # a hello alone: a DataLoader worker, or the rank's next process
+                    # a hello alone: a DataLoader worker, or the rank's next process
+                    self._pending[r.pid] = replace(r, hello=r.hello or pending.hello) if pending else r
+                    if len(self._pending) > MAX_RANKS:
+                        self._pending.popitem(last=False)
                     continue
-                if pending is not None and pending.pid == r.pid:
+                if pending is not None and pending.rank == r.rank:
                     r = replace(r, hello=r.hello or pending.hello)
             self._take(r, rd)
 
@@ -155,9 +160,9 @@ class DataBook:
     def stepping(self, pids: set[int]) -> None:
         """These processes step (they are ranks): one that only said hello for a rank another process held
         takes it now (a restarted rank that sends no data), not a DataLoader worker (it never steps)."""
-        for rank, r in list(self._pending.items()):
-            if r.pid in pids:
-                del self._pending[rank]
+        for pid in pids:
+            r = self._pending.pop(pid, None)
+            if r is not None and self.ranks.get(r.key) is None:
                 self._take(r, None)
 
     def _index(self, rd: RankData, changed: list[tuple[str, int]], splits: Iterable[SplitDigest]) -> None:

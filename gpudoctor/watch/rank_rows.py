@@ -2,7 +2,8 @@
 ranks held at once, not by the processes a run ever had (issue 22).
 
 A row is a rank number: every process that held it, one after another (a restarted job, an elastic one),
-is folded into it, its steps counted, its PID the latest; the row says how many processes it had. A
+is folded into it, its steps counted, its PID the latest; the row says how many processes it had. Two
+processes with one number at the same time (two jobs under one watch) are two rows. A
 rank without a number is its own process. At most MAX_RANKS rows are held (gpudoctor.watch.bounds, the
 ranks a line may hold): a run that shows more (a crafted recording whose rank numbers change line to
 line) folds the least recently seen row into one "earlier ranks" row, counted and named in the summary's
@@ -132,9 +133,22 @@ class RankRows:
         self.earlier: Earlier | None = None
 
     def add(self, ranks: Iterable[RankReading]) -> None:
+        """One sample's (or one take's) readings. Processes of one rank number in the same readings ran at
+        the same time (two jobs under one watch, a rank's child that steps): each keeps a row of its own,
+        the first the rank's, the others keyed by their PID; only processes one after another share a row."""
         rows = self.rows
+        ranks = tuple(ranks)
+        together: dict[int, set[int]] = {}
+        for r in ranks:
+            if r.rank is not None:
+                together.setdefault(r.rank, set()).add(r.pid)
         for r in ranks:
             key = (r.rank, 0) if r.rank is not None else (None, r.pid)  # the number, whichever process holds it
+            if r.rank is not None:
+                own = (r.rank, r.pid)
+                held = rows.get(key)
+                if own in rows or (held is not None and held.pid != r.pid and held.pid in together[r.rank]):
+                    key = own  # a twin: another process held the rank's row at the same time
             rs = rows.get(key)
             if rs is None:
                 rs = rows[key] = RankRow(r.rank, r.pid)

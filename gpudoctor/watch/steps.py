@@ -27,6 +27,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import psutil
+
 from gpudoctor.training_step import ENV, EVENT, EVENT_MAGIC, MAGIC, RECORD, SOCKET_NAME
 from gpudoctor.watch.arrival import MAX_ENDED, Heard, heard
 from gpudoctor.watch.bounds import MAX_RANKS
@@ -107,6 +109,14 @@ def _private_base() -> str | None:
         return None
     ok = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
     return base if ok else None
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` still runs (not exited, not a zombie waiting for its parent)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 class StepChannel:
@@ -300,10 +310,12 @@ class StepChannel:
             self.dropped += dropped
             acc = self._ranks.get(key)
             if acc is None:
-                # A new process for a rank number seen before (a restarted job): the old one is done;
-                # a process that now says another rank number is that rank now (one key per process).
-                for old in [k for k in self._ranks if (k[0] is not None and k[0] == key[0]) or k[1] == pid]:
-                    del self._ranks[old]
+                # A new process for a rank number seen before (a restarted job): the old one is done, once it
+                # has exited (two live processes with one number, two jobs under one watch, both step: review
+                # 6 F8); a process that now says another rank number is that rank now (one key per process).
+                for old in [k for k in self._ranks if k[1] == pid or (k[0] is not None and k[0] == key[0])]:
+                    if old[1] == pid or old[1] in self._ended or not _running(old[1]):
+                        del self._ranks[old]
                 if len(self._ranks) >= MAX_RANKS:
                     oldest = next(iter(self._ranks.values()))
                     if oldest.steps:  # MAX_RANKS ranks stepped since the last take: more at once than a job has

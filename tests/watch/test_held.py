@@ -11,10 +11,12 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,10 @@ from gpudoctor.training_step import EVENT, EVENT_MAGIC
 from gpudoctor.watch.analysis import DEFAULT
 from gpudoctor.watch.bounds import MAX_RANKS
 from gpudoctor.watch.data import DataBook
-from gpudoctor.watch.data_model import DataReading
+from gpudoctor.watch.data_model import DataReading, EpochDigest, Hello
 from gpudoctor.watch.follow import Job
+from gpudoctor.watch.model import RankReading
+from gpudoctor.watch.rank_rows import RankRows
 from gpudoctor.watch.recording import RecordingStream
 from gpudoctor.watch.steps import StepChannel
 from gpudoctor.watch.summary import SummaryBuilder
@@ -347,6 +351,52 @@ def test_report_counts_what_a_job_sent_after_the_last_sample(tmp_path: Path, gpu
     assert [x["rank"] for x in watched["ranks"]] == [0, 1] and min(x["steps"] for x in watched["ranks"]) > 10
     assert reported["ranks"] == watched["ranks"] and reported.get("job") == watched.get("job")
     assert reported["samples"] == watched["samples"] and reported["damage"] is None
+
+
+def test_two_live_processes_with_one_rank_number_keep_their_own_steps_and_rows(gpudoctor_cli: GpudoctorCli) -> None:
+    """Review 6 F8: two processes said RANK=0 at the same time (two runs under one watch). The channel dropped
+    one's steps at each record of the other, and the summary blended them into one row (40 of 198 steps, a
+    29 ms mean neither had). Each now has its row, its steps and its mean."""
+    job = [sys.executable, str(FIXTURES / "jobs" / "twins.py"), "3"]
+    args = ["watch", "--no-tui", "--json", "--interval", "0.5", "--"]
+    live = gpudoctor_cli(*args, *job, env=clean_env(GPUDOCTOR_WATCH_FAKE="healthy:2"), timeout=120)
+    assert live.returncode == 0, live.stderr
+    said = {int(m[1]): (int(m[0]), int(m[2])) for m in re.findall(r"rank (\d+) pid (\d+) steps (\d+)", live.stderr)}
+    rows = json.loads(live.stdout.splitlines()[-1])["ranks"]
+    assert {x["pid"]: (x["rank"], x["steps"]) for x in rows} == said and len(rows) == 3
+    means = sorted((x["rank"], x["mean_step_ms"]) for x in rows)
+    assert [m[0] for m in means] == [0, 0, 1] and means[0][1] < 100 < means[1][1] and "processes" not in rows[0]
+
+
+def test_a_rank_row_folds_processes_one_after_another_and_keeps_twins_apart() -> None:
+    rows = RankRows()
+    a, b = RankReading(pid=10, rank=0, steps=5, step_s=0.1), RankReading(pid=11, rank=0, steps=1, step_s=1.0)
+    rows.add([a])
+    rows.add([a, b])  # b runs beside a: its own row
+    rows.add([b, a])  # in any order
+    rows.add([b])  # a ended: b keeps its row
+    c = RankReading(pid=12, rank=0, steps=2, step_s=0.1)
+    rows.add([c])  # a new process alone after them: the rank's row, a process more
+    got = {key: (r.pid, r.steps, r.processes) for key, r in rows.rows.items()}
+    assert got == {(0, 0): (12, 17, 2), (0, 11): (11, 3, 1)}
+
+
+@pytest.mark.parametrize("then", ["data", "steps"])
+def test_a_helpers_hello_does_not_push_out_a_restarted_ranks_hello(then: str) -> None:
+    """Review 6 F6: the data book held one pending hello per rank number. A restarted rank's new process said
+    hello while the old still held the rank; a helper with the same RANK (an mp.Pool process) said hello
+    after it and took its place: the rank then sent its epoch (or stepped) without its hello (its
+    CUDA_VISIBLE_DEVICES, its CPUs), and stepping looked for the helper. Each process now keeps its own."""
+    book = DataBook(DEFAULT)
+    epoch = EpochDigest(role="train", epoch=0, n=8, prefix=tuple(range(8)), ascending=False, final=True)
+    book.add([DataReading(100, 0, Hello(cpus=16, visible="0")), DataReading(100, 0, epochs=(epoch,))])
+    book.add([DataReading(200, 0, Hello(cpus=8, visible="1"))])  # the restarted rank 0
+    book.add([DataReading(300, 0, Hello(cpus=2, visible="1"))])  # a helper that says RANK=0 too
+    if then == "data":
+        book.add([DataReading(200, 0, epochs=(replace(epoch, epoch=1),))])
+    else:
+        book.stepping({200})
+    assert list(book.ranks) == [(0, 200)] and book.hellos()[(0, 200)] == Hello(cpus=8, visible="1")
 
 
 def test_what_a_killed_process_said_goes_with_it() -> None:
