@@ -12,6 +12,7 @@ import gzip
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -29,9 +30,11 @@ from gpudoctor.watch.bounds import MAX_RANKS
 from gpudoctor.watch.data import DataBook
 from gpudoctor.watch.data_model import DataReading, EpochDigest, Hello
 from gpudoctor.watch.follow import Job
-from gpudoctor.watch.model import RankReading
+from gpudoctor.watch.model import RankReading, Sample
 from gpudoctor.watch.rank_rows import RankRows
 from gpudoctor.watch.recording import RecordingStream
+from gpudoctor.watch.session import Session
+from gpudoctor.watch.sources import SyntheticSource
 from gpudoctor.watch.steps import StepChannel
 from gpudoctor.watch.summary import SummaryBuilder
 from tests.helpers.cli import run_cli
@@ -414,6 +417,43 @@ def test_what_a_killed_process_said_goes_with_it() -> None:
         assert sorted(channel.heard()) == [102, 104] and channel.held()["heard"] == 2
     finally:
         channel.close()
+
+
+def test_a_session_forgets_what_a_killed_process_said_once_the_job_tree_lost_it() -> None:
+    """Review 6 F4, the wiring: a job's child says where it is (inside its first step); once heard, it is
+    killed without a word (SIGKILL) and reaped; the job goes on. The session reads the job's tree about once a
+    second and hands it to the channel, which forgets the killed child's event; the parent stays heard."""
+    code = (
+        "import os, signal, time\n"
+        "import gpudoctor\n"
+        "signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the killed child is reaped at once\n"
+        "if os.fork() == 0:\n"
+        "    with gpudoctor.step():\n"
+        "        time.sleep(120)\n"
+        "with gpudoctor.step():\n"
+        "    pass\n"
+        "time.sleep(120)\n"
+    )
+    channel = StepChannel()
+    job = Job.start([sys.executable, "-c", code], env={**os.environ, **channel.env})
+    channel.accept = job.owns
+    session = Session(SyntheticSource(interval=0.1), job=job, steps=channel)
+    session.start()
+    try:
+        deadline, child = time.monotonic() + 120, None
+        while time.monotonic() < deadline:
+            item = session.queue.get(timeout=5)
+            if isinstance(item, Sample):
+                session.handle(item)
+            heard = set(channel.heard())
+            if child is None and len(heard) == 2:  # the parent and its child said where they are
+                child = max(heard - {job.root.pid})
+                os.kill(child, signal.SIGKILL)
+            elif child is not None and heard == {job.root.pid}:
+                break
+        assert child is not None and set(channel.heard()) == {job.root.pid}
+    finally:
+        session.close()
 
 
 def test_a_rank_that_left_its_group_before_exiting_is_remembered_as_joined() -> None:
