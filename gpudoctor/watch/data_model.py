@@ -16,7 +16,7 @@ import json
 import math
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from gpudoctor.safety.safe_text import printable
@@ -77,10 +77,12 @@ def _object(data: Any, what: str) -> dict[str, Any]:
 
 
 def _compact(obj: Any) -> dict[str, Any]:
+    """`obj`'s fields as JSON, leaving out those at their default (what `parse` reads for a missing one): a
+    False whose default is True or None is written (review 7: a shuffled epoch read back as ascending)."""
     out = {}
     for f in fields(obj):
         value = getattr(obj, f.name)
-        if value is None or value == () or value is False:
+        if value is None or value == () or (f.default is not MISSING and value == f.default):
             continue
         out[f.name] = list(value) if isinstance(value, tuple) else value
     return out

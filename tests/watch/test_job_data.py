@@ -445,3 +445,19 @@ def test_data_readings_round_trip_through_a_recorded_sample() -> None:
     again = Sample.parse(json.loads(json.dumps(sample.to_json())), [])
     assert again.data == (reading,)
     assert DataReading.parse(reading.to_json()) == reading
+
+
+@pytest.mark.parametrize("ascending", [True, False])
+@pytest.mark.parametrize("flag", [None, True, False])
+def test_an_epoch_reads_back_from_a_recording_as_it_was_sent(ascending: bool, flag: bool | None) -> None:
+    """Review 7: a recording left out every False, and a missing `ascending` reads as True: a shuffled epoch
+    came back ordered (GD941, same order every epoch, was lost in `report` and `--replay`), and shuffle=False or
+    drop_last=False came back unknown. Each field reads back as written, through the recording's JSON."""
+    from gpudoctor.watch.data_model import DataReading, EpochDigest
+
+    epoch = EpochDigest(
+        role="train", epoch=3, n=64, batches=8, prefix=(5, 1, 9), ascending=ascending, final=bool(flag),
+        shift=0, unreadable=False, shuffle=flag, drop_last=flag,
+    )  # fmt: skip
+    reading = DataReading(100, 0, epochs=(epoch,))
+    assert DataReading.parse(json.loads(json.dumps(reading.to_json()))) == reading
