@@ -343,6 +343,7 @@ class ReplaySource:
         self._paced = False  # the recording's own interval was cut to the cap (said once)
         self._first: Sample | None = None
         self._previous: Sample | None = None
+        self._played = False  # every sample was played (the end line then counts)
 
     @classmethod
     def open_file(cls, path: str, speed: float = 1.0) -> ReplaySource:
@@ -356,8 +357,9 @@ class ReplaySource:
 
     @property
     def end(self) -> Sample | None:
-        """The job's last words (Sample.end), known once the recording was played to its end."""
-        return self._recording.end
+        """The job's last words (Sample.end), once the recording was played to its end (a replay stopped
+        before, by --duration or q, has not reached them, whatever the read-ahead saw)."""
+        return self._recording.end if self._played else None
 
     @property
     def unreadable(self) -> bool:
@@ -399,6 +401,7 @@ class ReplaySource:
             return None
         s = self._ahead.popleft() if self._ahead else next(self._samples, None)
         if s is None:
+            self._played = True
             if self.damage:
                 self.notes.append(self.damage)
             return None

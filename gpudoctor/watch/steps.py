@@ -73,6 +73,7 @@ class _Acc:
 
     rank: int | None
     pid: int
+    heard: float = 0.0  # when its first record arrived (epoch s): a process started later is another
     steps: int = 0
     sum_step: float = 0.0
     max_step: float = 0.0
@@ -111,10 +112,17 @@ def _private_base() -> str | None:
     return base if ok else None
 
 
-def _running(pid: int) -> bool:
-    """Whether process `pid` still runs (not exited, not a zombie waiting for its parent)."""
+# A process's start time (psutil: /proc's, in clock ticks since boot) against the wall clock when it was first
+# heard: a heuristic allowance for the tick and for the boot time's rounding, well under a restart's seconds.
+START_SLACK_S = 1.0
+
+
+def _running(pid: int, heard: float) -> bool:
+    """Whether process `pid`, first heard at `heard` (epoch s), still runs: not exited, not a zombie waiting
+    for its parent, and not a newer process (or thread) that took its number since (review 7)."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        p = psutil.Process(pid)
+        return p.create_time() <= heard + START_SLACK_S and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 
@@ -314,7 +322,7 @@ class StepChannel:
                 # has exited (two live processes with one number, two jobs under one watch, both step: review
                 # 6 F8); a process that now says another rank number is that rank now (one key per process).
                 for old in [k for k in self._ranks if k[1] == pid or (k[0] is not None and k[0] == key[0])]:
-                    if old[1] == pid or old[1] in self._ended or not _running(old[1]):
+                    if old[1] == pid or old[1] in self._ended or not _running(old[1], self._ranks[old].heard):
                         del self._ranks[old]
                 if len(self._ranks) >= MAX_RANKS:
                     oldest = next(iter(self._ranks.values()))
@@ -322,7 +330,7 @@ class StepChannel:
                         self.flooded += 1
                         return
                     self._ranks.popitem(last=False)  # the rank heard the least recently: gone quiet
-                acc = self._ranks[key] = _Acc(key[0], pid)
+                acc = self._ranks[key] = _Acc(key[0], pid, now)
             else:
                 self._ranks.move_to_end(key)
             acc.steps += count

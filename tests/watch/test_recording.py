@@ -90,6 +90,25 @@ def test_the_jobs_last_words_end_the_recording_and_count_as_steps_not_as_a_sampl
     assert len((tmp_path / "quiet.jsonl").read_text().splitlines()) == 1
 
 
+def test_a_replay_stopped_before_the_end_does_not_count_the_jobs_last_words(tmp_path: Path) -> None:
+    """Review 7: the replay's read-ahead (30 samples) saw the end line of a short recording at once, and a replay
+    stopped early (--duration, q) counted the job's last steps it never reached."""
+    samples = synthetic_run("healthy", 10)
+    path = tmp_path / "short.jsonl"
+    writer = RecordWriter(str(path), {"interval": 1.0})
+    for s in samples:
+        writer.write(s)
+    writer.write_end(samples[-1].t + 0.5, (RankReading(pid=11, rank=0, steps=1000, step_s=0.1, last_step=1000),), ())
+    writer.close()
+    session = Session(ReplaySource.open_file(str(path), speed=1.0))
+    session.start()
+    try:
+        assert run_headless(session, open("/dev/null", "w"), duration=1.5) == "duration"
+    finally:
+        session.close()
+    assert session.summary().to_json()["ranks"] == []
+
+
 def test_two_readings_of_one_process_make_one_with_the_same_totals() -> None:
     """The last words merge what was taken into one reading per process (a recording line holds one)."""
     a = RankReading(

@@ -575,3 +575,22 @@ def test_a_process_flooding_records_is_held_to_a_rate_and_to_one_rank(monkeypatc
         assert channel.note is not None and f"beyond {steps.RATE:.0f} a second from one process" in channel.note
     finally:
         channel.close()
+
+
+def test_a_ranks_process_is_replaced_once_gone_even_when_its_number_was_taken_again() -> None:
+    """Review 6 F8 and review 7: a rank's old process is replaced by a new one with its number only once it no
+    longer runs: a live one (two runs under one watch) keeps its steps; a process that holds the old number
+    but started after it was heard (a reused PID, a thread) is not it, and the old entry goes."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    channel = StepChannel()
+    try:
+        channel._add(other.pid, _record(rank=0, last=5))
+        channel._add(os.getpid(), _record(rank=0, last=9))  # another live process says rank 0: both kept
+        assert sorted(r.pid for r in channel.take()) == sorted([other.pid, os.getpid()])
+        channel._ranks[(0, other.pid)].heard = time.time() - 3600  # heard long before this process started
+        channel._add(1, _record(rank=0, last=1))  # a third process with rank 0 arrives (PID 1 runs too)
+        assert {r.pid for r in channel.take()} == {os.getpid(), 1}
+    finally:
+        channel.close()
+        other.kill()
+        other.wait()
