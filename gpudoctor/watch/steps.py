@@ -321,9 +321,12 @@ class StepChannel:
                 # A new process for a rank number seen before (a restarted job): the old one is done, once it
                 # has exited (two live processes with one number, two jobs under one watch, both step: review
                 # 6 F8); a process that now says another rank number is that rank now (one key per process).
+                carried: _Acc | None = None
                 for old in [k for k in self._ranks if k[1] == pid or (k[0] is not None and k[0] == key[0])]:
                     if old[1] == pid or old[1] in self._ended or not _running(old[1], self._ranks[old].heard):
-                        del self._ranks[old]
+                        gone = self._ranks.pop(old)
+                        if old[1] != pid and gone.steps:
+                            carried = gone  # the rank's steps its old process made since the last take (review 7)
                 if len(self._ranks) >= MAX_RANKS:
                     oldest = next(iter(self._ranks.values()))
                     if oldest.steps:  # MAX_RANKS ranks stepped since the last take: more at once than a job has
@@ -331,6 +334,13 @@ class StepChannel:
                         return
                     self._ranks.popitem(last=False)  # the rank heard the least recently: gone quiet
                 acc = self._ranks[key] = _Acc(key[0], pid, now)
+                if carried is not None:  # counted in the rank's row, as every process that held it one after another
+                    acc.steps, acc.sum_step, acc.max_step = carried.steps, carried.sum_step, carried.max_step
+                    acc.waited, acc.sum_wait, acc.sum_waited_step = (
+                        carried.waited,
+                        carried.sum_wait,
+                        carried.sum_waited_step,
+                    )
             else:
                 self._ranks.move_to_end(key)
             acc.steps += count

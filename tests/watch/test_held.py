@@ -356,6 +356,24 @@ def test_report_counts_what_a_job_sent_after_the_last_sample(tmp_path: Path, gpu
     assert reported["samples"] == watched["samples"] and reported["damage"] is None
 
 
+@pytest.mark.parametrize("interval", ["0.2", "3"])
+def test_a_restarted_job_keeps_every_step_its_ranks_made(interval: str, gpudoctor_cli: GpudoctorCli) -> None:
+    """Review 7: a restarted rank's new process replaced the old one's entry in the channel with the steps it
+    had made since the last sample: 181 of 199 steps counted at 0.2 s, 25 of 100 at 3 s. Each rank's row now
+    has every step its processes said they made (4 generations of 2 ranks, 0.5 s each)."""
+    job = [sys.executable, str(JOB), "4", "--world", "2", "--helpers", "0", "--step-s", "0.5"]
+    live = gpudoctor_cli(
+        "watch", "--no-tui", "--json", "--interval", interval, "--", *job,
+        env=clean_env(GPUDOCTOR_WATCH_FAKE="healthy:2"), timeout=120,
+    )  # fmt: skip
+    assert live.returncode == 0, live.stderr
+    said: dict[int, int] = {}
+    for rank, steps in re.findall(r"rank (\d+) pid \d+ steps (\d+)", live.stderr):
+        said[int(rank)] = said.get(int(rank), 0) + int(steps)
+    rows = json.loads(live.stdout.splitlines()[-1])["ranks"]
+    assert {x["rank"]: x["steps"] for x in rows} == said and len(said) == 2
+
+
 def test_two_live_processes_with_one_rank_number_keep_their_own_steps_and_rows(gpudoctor_cli: GpudoctorCli) -> None:
     """Review 6 F8: two processes said RANK=0 at the same time (two runs under one watch). The channel dropped
     one's steps at each record of the other, and the summary blended them into one row (40 of 198 steps, a
