@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 from gpudoctor.safety.safe_io import read_text
+from gpudoctor.safety.signals import deferred
 from gpudoctor.version import __version__
 from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict
 from gpudoctor.watch.bounds import MAX_RANKS
@@ -138,6 +139,12 @@ class Session:
         self.queue.put(End("job"))
 
     def handle(self, raw: Sample) -> Update:
+        """Record, filter and judge one sample. A stop signal (Ctrl-C, SIGTERM, SIGHUP) waits until the sample
+        is both in the recording and counted: `report` of the file then says what `watch` said (review 7)."""
+        with deferred():
+            return self._handle(raw)
+
+    def _handle(self, raw: Sample) -> Update:
         self.last_arrival = time.monotonic()
         if self.tracker is not None and self.job is not None:
             if self.last_arrival - self._tracked >= TRACK_EVERY_S or raw.procs is not None:

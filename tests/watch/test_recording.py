@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import resource
+import signal
 import sys
 import time
 import tracemalloc
@@ -21,7 +22,7 @@ from gpudoctor.errors import UserError
 from gpudoctor.watch.data_model import DataReading, Hello
 from gpudoctor.watch.follow import Job
 from gpudoctor.watch.headless import run_headless
-from gpudoctor.watch.model import RankReading
+from gpudoctor.watch.model import RankReading, Sample
 from gpudoctor.watch.model import clock as clock_text
 from gpudoctor.watch.recording import MAX_LINE, RecordWriter, read_recording
 from gpudoctor.watch.session import Session
@@ -107,6 +108,37 @@ def test_a_replay_stopped_before_the_end_does_not_count_the_jobs_last_words(tmp_
     finally:
         session.close()
     assert session.summary().to_json()["ranks"] == []
+
+
+def test_a_stop_signal_while_a_sample_is_handled_leaves_it_both_recorded_and_counted(tmp_path: Path) -> None:
+    """Review 7: SIGTERM landing after a sample was written but before the summary counted it (the job tree is
+    read between): `report` of the file counted one sample and its steps more than `watch` had said."""
+    from gpudoctor.safety import signals
+
+    path = tmp_path / "stopped.jsonl"
+    session = Session(SyntheticSource("healthy", 2, 0.1, 5.0, ranks=True, speed=1.0), record_path=str(path))
+    calls = [0]
+    real = session.filter
+
+    def signalled(raw: Sample) -> Sample:
+        calls[0] += 1
+        if calls[0] == 5:
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives mid-sample, after it was written
+        return real(raw)
+
+    session.filter = signalled  # type: ignore[method-assign]
+    before = {sig: signal.getsignal(sig) for sig in signals.HELD}
+    signals.install()
+    try:
+        session.start()
+        with pytest.raises(KeyboardInterrupt):
+            run_headless(session, open("/dev/null", "w"))
+    finally:
+        session.close()
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    live, reported = session.summary().to_json(), summarize_recording(str(path)).to_json()
+    assert live["samples"] == reported["samples"] == 5 and live["ranks"] == reported["ranks"]
 
 
 def test_two_readings_of_one_process_make_one_with_the_same_totals() -> None:
