@@ -110,11 +110,11 @@ class RecordWriter:
         if self._write(sample.to_json()):
             self.samples += 1
 
-    def write_end(self, t: float, ranks: tuple[Any, ...], data: tuple[Any, ...]) -> None:
+    def write_end(self, end: Sample) -> None:
         """The last line: the steps and data the job sent after the last sample (Sample.end), so a report
-        counts what `watch` counted live. Nothing to say: no line."""
-        if ranks or data:
-            self._write(Sample(t=t, gpus=(), ranks=ranks or None, data=data or None, end=True).to_json())
+        counts what `watch` counted live; not counted as a sample. Nothing said: no line."""
+        if end.ranks or end.data:
+            self._write(end.to_json())
 
     def close(self) -> None:
         if self._file.closed:

@@ -213,27 +213,25 @@ class Session:
                     self.job.stop(sig=stop_signal)
             finally:
                 error_text = self._error_file_text() if ended else None
-                last: tuple[tuple[Any, ...], tuple[Any, ...]] = ((), ())
+                end: Sample | None = None
                 try:
-                    last = self._last_words()
+                    end = self._last_words()
+                    if end is not None:
+                        self.builder.add_end(end)
                 finally:
                     try:
-                        self._close_recording(*last)
+                        self._close_recording(end)
                     finally:
                         if self.tracker is not None:
                             self.tracker.close()
                             if ended:
-                                self._conclude(last[0], error_text)
+                                self._conclude((end.ranks or ()) if end is not None else (), error_text)
 
-    def _last_words(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        """Count what the job sent after the last sample handled (the steps of samples still queued, and
-        what the channel holds as it closes; a replay: its recording's last line); returns (ranks, data)."""
+    def _last_words(self) -> Sample | None:
+        """What the job sent after the last sample handled, as a recording's last line (Sample.end): the steps
+        of samples still queued and what the channel holds as it closes; a replay: its recording's own."""
         if self.steps is None:
-            end = getattr(self.source, "end", None)
-            if end is not None:
-                self.builder.add_end(end)
-                return end.ranks or (), end.data or ()
-            return (), ()
+            return getattr(self.source, "end", None)
         taken: list[tuple[RankReading, ...]] = []
         data: list[Any] = []
         while True:  # samples the consumer did not take: their steps were taken from the channel
@@ -253,17 +251,16 @@ class Session:
                 before = by_process.get(r.key)
                 by_process[r.key] = r if before is None else before.then(r)
         ranks = tuple(by_process.values())[-MAX_RANKS:]  # the channel's bound: only ever more if it churned
-        self.builder.add_ranks(ranks)
-        self.builder.add_late_data(data)
-        return ranks, tuple(data)
+        return Sample(t=time.time(), gpus=(), ranks=ranks or None, data=tuple(data) or None, end=True)
 
-    def _close_recording(self, ranks: tuple[Any, ...], data: tuple[Any, ...]) -> None:
+    def _close_recording(self, end: Sample | None) -> None:
         """Write the job's last words as the recording's last line (Sample.end), then close it."""
         writer, self._writer = self._writer, None
         if writer is None:
             return
         try:
-            writer.write_end(time.time(), ranks, data)
+            if end is not None:
+                writer.write_end(end)
         finally:
             writer.close()
             if writer.error is not None and self.record_error is None:

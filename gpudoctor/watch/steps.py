@@ -333,14 +333,10 @@ class StepChannel:
                         self.flooded += 1
                         return
                     self._ranks.popitem(last=False)  # the rank heard the least recently: gone quiet
-                acc = self._ranks[key] = _Acc(key[0], pid, now)
-                if carried is not None:  # counted in the rank's row, as every process that held it one after another
-                    acc.steps, acc.sum_step, acc.max_step = carried.steps, carried.sum_step, carried.max_step
-                    acc.waited, acc.sum_wait, acc.sum_waited_step = (
-                        carried.waited,
-                        carried.sum_wait,
-                        carried.sum_waited_step,
-                    )
+                # the old process's uncollected steps are the rank's: counted in its row, as every process that
+                # held it one after another
+                fresh = _Acc(key[0], pid, now)
+                acc = self._ranks[key] = fresh if carried is None else replace(carried, pid=pid, heard=now)
             else:
                 self._ranks.move_to_end(key)
             acc.steps += count

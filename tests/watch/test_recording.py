@@ -67,7 +67,7 @@ def test_the_jobs_last_words_end_the_recording_and_count_as_steps_not_as_a_sampl
     writer = RecordWriter(str(path), {"interval": 1.0})
     for s in samples:
         writer.write(s)
-    writer.write_end(samples[-1].t + 0.5, late, data)
+    writer.write_end(Sample(t=samples[-1].t + 0.5, gpus=(), ranks=late, data=data, end=True))
     writer.close()
     assert json.loads(path.read_text().splitlines()[-1])["end"] is True
     rec = read_recording(str(path))
@@ -86,7 +86,7 @@ def test_the_jobs_last_words_end_the_recording_and_count_as_steps_not_as_a_sampl
     assert session.summary().to_json()["ranks"] == rows
     assert summarize_recording(str(again)).to_json()["ranks"] == rows
     writer = RecordWriter(str(tmp_path / "quiet.jsonl"), {})
-    writer.write_end(1.0, (), ())  # nothing said: no line
+    writer.write_end(Sample(t=1.0, gpus=(), ranks=(), end=True))  # nothing said: no line
     writer.close()
     assert len((tmp_path / "quiet.jsonl").read_text().splitlines()) == 1
 
@@ -99,7 +99,8 @@ def test_a_replay_stopped_before_the_end_does_not_count_the_jobs_last_words(tmp_
     writer = RecordWriter(str(path), {"interval": 1.0})
     for s in samples:
         writer.write(s)
-    writer.write_end(samples[-1].t + 0.5, (RankReading(pid=11, rank=0, steps=1000, step_s=0.1, last_step=1000),), ())
+    last = (RankReading(pid=11, rank=0, steps=1000, step_s=0.1, last_step=1000),)
+    writer.write_end(Sample(t=samples[-1].t + 0.5, gpus=(), ranks=last, end=True))
     writer.close()
     session = Session(ReplaySource.open_file(str(path), speed=1.0))
     session.start()
