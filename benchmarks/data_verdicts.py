@@ -3,14 +3,20 @@ the book of 5552faf that judged every kept epoch of every rank each time (tests/
 
     .venv/bin/python benchmarks/data_verdicts.py [--repeat 3] [--samples 6]
 
-Target (issue 22): the per-sample cost linear in ranks, so the cost per rank stays flat from 64 to 2,048 ranks
-(the ratio printed: about 1). The run: every rank has read 4 whole epochs of a sharded data set
+Target (issue 22): the per-sample cost linear in ranks, so the cost per rank stays flat from 64 to 2,048 ranks.
+Two measures: the index operations per rank a sample (what data_overlap counts in and out, and filters: a count,
+not a time, so load cannot move it; linear means the same count at every size, checked: exit 1 otherwise), and
+the CPU time per rank at the largest size over the smallest (about 1; the old book, itself linear, is timed beside
+it: both rise above 1 as the book's dicts outgrow the CPU's caches, ~1.5 million indices at 2,048 ranks).
+The run: every rank has read 4 whole epochs of a sharded data set
 (DistributedSampler-like shards of 3,000 samples a rank, the sampled regime: ~750 kept at shift 2) and is 70%
 through its fifth (at shift 2 to its end: the shift grows about log2(samples / KEEP) times an epoch, each a
 recount of that epoch, not timed here). The timed samples each bring a new partial digest of that epoch from
 every rank ("all"), or from one rank in 16 ("1/16": a rank sends an open epoch's digest every
 training_data.PARTIAL_S, not every sample); the first also moves each rank's oldest later epoch out of
-KEEP_EPOCHS (in "1/16", one rank in 16 a sample). Each figure is the CPU time of the process
+KEEP_EPOCHS (in "1/16", one rank in 16 a sample), and that epoch, settled until then, is counted again once, its
+other ranks' digests with it (linear in ranks, and timed: a sample of "1/16" that starts an epoch leaving costs
+all ranks). Each figure is the CPU time of the process
 (time.process_time) per sample, the median of --repeat runs with the spread (min..max); the floor, measured in
 the same run on the same samples: writing the sample's data readings as the recording does
 (DataReading.to_json and json.dumps). The load average is printed beside them.
@@ -24,12 +30,14 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.watch: the book of 5552faf
 
 from gpudoctor.training_data import KEEP  # noqa: E402
+from gpudoctor.watch import data_overlap  # noqa: E402
 from gpudoctor.watch.analysis import Thresholds  # noqa: E402
 from gpudoctor.watch.data import DataBook, filtered  # noqa: E402
 from gpudoctor.watch.data_model import DataReading, EpochDigest  # noqa: E402
@@ -64,6 +72,54 @@ def run_of(world: int, samples: int) -> tuple[list[DataReading], list[list[DataR
         read = PER_RANK * (7 * (samples + 1) + 3 * s) // (10 * (samples + 1))  # 70-100% read: at shift 2
         timed.append([DataReading(1000 + r, r, epochs=(digest(r, world, EPOCHS, read, False),)) for r in range(world)])
     return fill, timed
+
+
+def index_ops(fill: list[DataReading], timed: list[list[DataReading]], every: int) -> float:
+    """Indices data_overlap counts in, counts out and filters per sample (DataBook's work, as a count)."""
+    counted = [0]
+    saved = data_overlap.filtered, data_overlap._Counts._give, data_overlap._Counts._take
+
+    def filtered_(kept: Iterable[int], shift: int) -> set[int]:
+        kept = list(kept)
+        counted[0] += len(kept)
+        return saved[0](kept, shift)
+
+    def give(self: Any, x: int, indices: Iterable[int]) -> None:
+        indices = list(indices)
+        counted[0] += len(indices)
+        saved[1](self, x, indices)
+
+    def take(self: Any, x: int, indices: Iterable[int]) -> None:
+        indices = list(indices)
+        counted[0] += len(indices)
+        saved[2](self, x, indices)
+
+    book = DataBook(TH)
+    book.add(fill)
+    book.verdicts()
+    data_overlap.filtered, data_overlap._Counts._give, data_overlap._Counts._take = filtered_, give, take
+    try:
+        for i, readings in enumerate(timed):
+            book.add(readings[i % every :: every])
+            book.verdicts()
+    finally:
+        data_overlap.filtered, data_overlap._Counts._give, data_overlap._Counts._take = saved
+    return counted[0] / len(timed)
+
+
+def dict_ns(world: int, repeat: int) -> float:
+    """The machine's floor for the book's kind of work at `world` ranks: nanoseconds per get and set in a dict
+    of as many indices as the book counts (PER_RANK // 4 a rank at shift 2), the best of `repeat`."""
+    keys = range(world * PER_RANK // 4)
+    held = dict.fromkeys(keys, 1)
+    probe = keys[::7]
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.process_time()
+        for k in probe:
+            held[k] = held.get(k, 0) + 1
+        best = min(best, time.process_time() - t)
+    return 1e9 * best / len(probe)
 
 
 def per_sample_ms(run: Callable[[], float], n: int, repeat: int) -> tuple[float, float, float]:
@@ -112,10 +168,12 @@ def main() -> None:
     head = f"{'ranks':>5} {'sent':>4} {'book':>5} {'ms/sample':>10} {'spread':>17} {'floor ms':>9} {'ratio':>6}"
     print(head + f" {'us/rank':>8}")
     per_rank: dict[tuple[str, int, int], float] = {}
+    ops: dict[tuple[int, int], float] = {}
     for world in sizes:
         fill, timed = run_of(world, args.samples)
         for every in (1, 16):
             n = len(timed)
+            ops[every, world] = index_ops(fill, timed, every) / world
             base, _, _ = per_sample_ms(floor(timed, every), n, args.repeat)
             for name, book_type in (("new", DataBook), ("old", OracleBook)):
                 ms, lo, hi = per_sample_ms(judge(book_type, fill, timed, every), n, args.repeat)
@@ -126,11 +184,25 @@ def main() -> None:
                     f" {per_rank[name, every, world]:>8.1f}"
                 )
     lo_n, hi_n = sizes[0], sizes[-1]
+    linear = True
+    for every in (1, 16):
+        counts = [ops[every, world] for world in sizes]
+        same = max(counts) <= 1.01 * min(counts)
+        linear &= same
+        sent = "all" if every == 1 else f"1/{every}"
+        each = ", ".join(f"{c:.1f} at {w}" for c, w in zip(counts, sizes, strict=True))
+        print(f"index operations per rank a sample, {sent} ranks a sample: {each} {'LINEAR' if same else 'NOT LINEAR'}")
     for every in (1, 16):
         for name in ("new", "old"):
             ratio = per_rank[name, every, hi_n] / per_rank[name, every, lo_n]
             sent = "all" if every == 1 else f"1/{every}"
             print(f"{name} book, {sent} ranks a sample: cost per rank at {hi_n} / at {lo_n} ranks = {ratio:.2f}")
+    floor_lo, floor_hi = dict_ns(lo_n, args.repeat), dict_ns(hi_n, args.repeat)
+    print(
+        f"floor: a dict get+set among the indices of {hi_n} ranks {floor_hi:.0f} ns / of {lo_n} ranks {floor_lo:.0f} ns"
+        f" = {floor_hi / floor_lo:.2f} (the same work costs more as the working set outgrows the caches)"
+    )
+    sys.exit(0 if linear else 1)
 
 
 if __name__ == "__main__":
