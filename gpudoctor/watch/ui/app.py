@@ -137,9 +137,10 @@ class WatchApp(App[str]):
         self.history: dict[int, Any] = {}
         self._heights: dict[str, Any] = {}
         self._drawn_mode = "full"
+        self._subtitle: str | None = None  # the GPU panel's subtitle as last set
 
     def compose(self) -> ComposeResult:
-        yield Static(id="status")
+        yield Lines(id="status")  # as a Static, its one line went through Textual's text layout each sample
         yield Lines(id="host")
         with Vertical(id="main"):
             with VerticalScroll(id="gpus"):
@@ -281,7 +282,10 @@ class WatchApp(App[str]):
         names = {g.name.removeprefix("NVIDIA ") for g in sample.gpus if g.name}
         model = f" {names.pop()}" if len(names) == 1 else ""
         how = "compact: c for rows" if mode == "compact" else "c: compact"
-        self.query_one("#gpus").border_subtitle = f"{n_gpus}x{model}, {how}"
+        subtitle = f"{n_gpus}x{model}, {how}"
+        if subtitle != self._subtitle:  # setting it repaints the whole panel, border and all, even unchanged
+            self._subtitle = subtitle
+            self.query_one("#gpus").border_subtitle = subtitle
         if ranks:
             rows = rank_rows(ranks, builder.balance.ranks, rank_marks, sample.t, inner)
             self.query_one("#rank-lines", Lines).show(rows)
@@ -343,7 +347,7 @@ class WatchApp(App[str]):
             parts.append((f"PID {job.root.pid}: {printable(job.display)}", "", True))
         parts.append((f"processes by {self.sort}", "dim", False))
         line = status_text(parts, max(20, self.size.width - 2))
-        self.query_one("#status", Static).update(line, layout=False)  # one line always: no new layout
+        self.query_one("#status", Lines).show([line])
 
     # -- keys ------------------------------------------------------------------------------------
     def action_pause(self) -> None:

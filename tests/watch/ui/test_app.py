@@ -301,6 +301,7 @@ async def test_many_gpus_in_a_small_terminal_keep_the_verdicts_on_screen() -> No
     app = WatchApp(Session(ReplaySource(rec)), live=False, preload=run)
     async with app.run_test(size=(80, 24)) as pilot:
         assert app._drawn_mode == "compact"  # 16 rows would not leave room for the verdicts
+        assert str(app.query_one("#gpus").border_subtitle).endswith("compact: c for rows")
         grid = text_of(app.query_one("#gpu-lines"))
         assert all(f" {g} " in f" {grid} " or f"*{g} " in grid for g in range(16))
         assert "GD901 straggler" in text_of(app.query_one("#verdicts"))
@@ -310,6 +311,7 @@ async def test_many_gpus_in_a_small_terminal_keep_the_verdicts_on_screen() -> No
             app._drawn_mode == "full"
             and app.query_one("#gpus").virtual_size.height > app.query_one("#gpus").size.height
         )
+        assert str(app.query_one("#gpus").border_subtitle).endswith("c: compact")  # set again only when it changes
         assert "GD901 straggler" in text_of(app.query_one("#verdicts"))
 
 
