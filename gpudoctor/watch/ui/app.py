@@ -216,7 +216,9 @@ class WatchApp(App[str]):
             self._draw()  # the final screen: every verdict that fired stays in the log
 
     def on_resize(self) -> None:
-        self._draw()
+        # Called before App._on_resize takes the new size: drawn now, the panels kept the old heights until the
+        # next sample (for good once a replay had ended).
+        self.call_later(self._draw)
 
     def _take(self, sample: Sample) -> None:
         self.last = self.session.handle(sample)
@@ -271,6 +273,9 @@ class WatchApp(App[str]):
         )
         mode = heights.mode
         self._set_heights(heights)
+        table = self.query_one(ProcessTable)
+        if table.display:  # shown again: the reading that came while it was hidden
+            table.catch_up()
         if n_gpus:
             if mode == "full":  # where the list scrolls, its scrollbar takes a column from the rows
                 row_w = inner - heights.gpus_scroll

@@ -353,10 +353,12 @@ class ProcessTable(DataTable):
     Row i shows the i-th process of the order, and a new reading writes only the cells that changed, with
     one refresh for them all: clearing and adding every row made Textual measure every cell again, a
     tenth of the dashboard's CPU at 128 GPUs (issue 22). Columns widen for a wider cell and never narrow,
-    as they did then."""
+    as they did then. While the table is hidden (no room for it), a reading waits and only the latest is
+    written, when the table is shown again or asked which process is selected."""
 
     _batch = False  # cells are being written: their refreshes wait for the last one
     _held = False  # a refresh came while they were
+    _pending: tuple[tuple[ProcReading, ...], str] | None = None  # the reading not written yet
 
     GPU_COLUMNS = ("GPU", "GPU mem", "SM%")  # left out when no process listed uses a GPU (CPU ranks)
 
@@ -385,6 +387,7 @@ class ProcessTable(DataTable):
 
     @property
     def selected(self) -> ProcReading | None:
+        self.catch_up()  # a key signals the process the latest reading puts under the cursor
         row = self.cursor_row
         return self.shown[row] if self.row_count and 0 <= row < len(self.shown) else None
 
@@ -404,6 +407,16 @@ class ProcessTable(DataTable):
         )
 
     def show(self, procs: tuple[ProcReading, ...], sort: str) -> None:
+        self._pending = (procs, sort)
+        if self.display:  # hidden: 128 rows nobody sees are not written every sample (issue 22)
+            self.catch_up()
+
+    def catch_up(self) -> None:
+        """Write the reading last given to show(), if it is not written yet."""
+        if self._pending is None:
+            return
+        procs, sort = self._pending
+        self._pending = None
         chosen = self.selected
         keep = (chosen.pid, chosen.gpu) if chosen is not None else None
         self._columns(with_gpus=not procs or any(p.gpu is not None for p in procs))

@@ -24,7 +24,7 @@ from gpudoctor.watch.session import End, Session
 from gpudoctor.watch.sources import ReplaySource, SyntheticSource
 from gpudoctor.watch.synthetic import synthetic_run
 from gpudoctor.watch.ui.app import ConfirmSignal, HelpScreen, WatchApp, may_signal
-from gpudoctor.watch.ui.widgets import ProcessTable, status_text
+from gpudoctor.watch.ui.widgets import SORTS, ProcessTable, status_text
 from tests.paths import FIXTURES
 
 RECORDINGS = FIXTURES / "recordings"
@@ -184,6 +184,33 @@ async def test_the_selected_process_stays_selected_across_refreshes() -> None:
         assert table.selected is not None and table.selected.pid == 5001  # (was: back to the top row)
         await pilot.press("s", "s", "s")  # sort by PID: it moves, the selection follows
         assert app.sort == "PID" and table.selected.pid == 5001 and table.cursor_row == 1
+
+
+async def test_processes_read_while_the_table_is_hidden_are_shown_when_it_is() -> None:
+    """At 80x24, 8 GPUs and their ranks leave no room for the process table: the readings that come while
+    it is hidden are not written into it (issue 22), but the latest is what it shows once it has room, and
+    what a key would signal meanwhile."""
+    app, session = live_app()
+    run = synthetic_run("straggler", 16, ranks=True)  # processes in samples 0, 5, 10 and 15
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one(ProcessTable)
+        for s in run[:11]:
+            session.queue.put(s)
+        await wait_for(pilot, lambda: app.samples_seen == 11)
+        assert not table.display
+        await pilot.resize_terminal(150, 60)
+        await wait_for(pilot, lambda: table.display)
+        latest = sorted(run[10].procs or (), key=SORTS[app.sort])
+        assert table.shown == latest  # this reading's figures, not those of sample 0 or 5
+        cpu = [str(table.get_row_at(i)[-3]) for i in range(table.row_count)]
+        assert cpu == [f"{p.cpu:.0f}" for p in latest]
+        await pilot.resize_terminal(80, 24)
+        await wait_for(pilot, lambda: not table.display)
+        for s in run[11:]:
+            session.queue.put(s)
+        await wait_for(pilot, lambda: app.samples_seen == 16)
+        chosen = table.selected
+        assert chosen is not None and chosen in (run[15].procs or ())
 
 
 async def test_a_signal_goes_to_the_selected_process_only_after_confirmation() -> None:
