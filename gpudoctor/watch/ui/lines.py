@@ -23,11 +23,14 @@ class Lines(Widget):
     wider than the block is cut, never wrapped: the heights the app shares out count one line per Text.
 
     A line is rendered the way a Static renders its content (Textual's Content from the rich Text, the
-    same cells and styles); when only its characters changed (the same length, styles and spans, one
-    cell each), its last strip is reused with the new characters put into the same segments.
+    same cells and styles), then through Textual's styles (padding, border, background) and line filters.
+    When only its characters changed (the same length, styles and spans, one cell each), the strip it
+    ended as last time is reused with the new characters put into the same segments: the pipeline would
+    only give the same segments again, at a tenth of the cost.
 
     Issue 22: as a Static, every line of every block (128 rank rows, most of them out of view) went
-    through Textual's text layout each sample, most of the dashboard's CPU at 128 GPUs."""
+    through Textual's text layout each sample, most of the dashboard's CPU at 128 GPUs; then, the rank
+    rows and GPU lines that change every sample were most of what was left."""
 
     DEFAULT_CSS = """
     Lines {
@@ -41,7 +44,8 @@ class Lines(Widget):
         super().__init__(id=id)
         self._lines: list[Text] = []
         self._keys: list[LineKey] = []
-        self._drawn: dict[int, Drawn] = {}  # line -> how it was last rendered
+        self._drawn: dict[int, Drawn] = {}  # widget row (border and padding included) -> the strip drawn there
+        self._look: tuple[Any, ...] = ()  # what the drawn strips also depend on: size, colours, filters
         self._whole: list[Strip] | None = None  # the block rendered whole, while text is selected
 
     @property
@@ -56,11 +60,20 @@ class Lines(Widget):
             return
         self._lines, self._keys, self._whole = list(lines), keys, None
         if len(keys) != len(old):  # a new height: the only case that needs a layout pass
-            self._drawn = {y: v for y, v in self._drawn.items() if y < len(keys)}
             self.refresh(layout=True)
             return
-        changed = [y for y, (new, was) in enumerate(zip(keys, old, strict=True)) if new != was]
-        self.refresh(*(Region(0, y, self.size.width, 1) for y in changed))
+        width = self.size.width
+        self.refresh(*(Region(0, y, width, n) for y, n in _runs(keys, old)))
+
+    def refresh(self, *regions: Region, **how: Any) -> Lines:
+        if not regions:  # the whole widget: a new size, style, border title or selection may draw it otherwise
+            self._drawn.clear()
+        super().refresh(*regions, **how)
+        return self
+
+    def notify_style_update(self) -> None:
+        self._drawn.clear()
+        super().notify_style_update()
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self._lines)
@@ -76,6 +89,7 @@ class Lines(Widget):
         self.refresh()
 
     def render_line(self, y: int) -> Strip:
+        """Content line `y` as a Static renders it (Textual's styles and filters are applied after)."""
         width = self.size.width
         if y >= len(self._lines):
             return Strip.blank(width, self.visual_style.rich_style)
@@ -83,47 +97,97 @@ class Lines(Widget):
             if self._whole is None or len(self._whole) != len(self._lines):
                 self._whole = Visual.to_strips(self, visualize(self, self.content), width, None, self.visual_style)
             return self._whole[y] if y < len(self._whole) else Strip.blank(width, self.visual_style.rich_style)
-        key = self._keys[y]
-        drawn = self._drawn.get(y)
-        if drawn is not None and drawn.width == width:
-            if drawn.key == key:
-                return drawn.strip
-            strip = _same_shape(drawn, key[0]) if drawn.key[1:] == key[1:] else None
-            if strip is not None:
-                self._drawn[y] = Drawn(key, width, strip, drawn.cuts)
-                return strip
         line = Visual.to_strips(self, visualize(self, self._lines[y]), width, 1, self.visual_style)
-        strip = line[0].apply_offsets(0, y) if line else Strip.blank(width, self.visual_style.rich_style)
-        self._drawn[y] = Drawn(key, width, strip, _cuts(strip, key[0]))
+        return line[0].apply_offsets(0, y) if line else Strip.blank(width, self.visual_style.rich_style)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """The widget's rows in `crop`: each one reused where it can be, the others rendered by Textual."""
+        size = self.region.size
+        look = (size, self.background_colors, tuple(self.get_line_filters()))
+        if self.text_selection is not None or crop.column_span != (0, size.width):
+            self._drawn.clear()  # rare (text selected, or a block cut at the side): drawn as Textual draws it
+            return super().render_lines(crop)
+        if look != self._look:
+            self._drawn.clear()
+            self._look = look
+        top, left = self.styles.gutter.top, self.styles.gutter.left
+        strips = [self._reuse(y, y - top, left) for y in crop.line_range]
+        i = 0
+        while i < len(strips):  # the others, a run of rows at a time
+            if strips[i] is not None:
+                i += 1
+                continue
+            end = i
+            while end < len(strips) and strips[end] is None:
+                end += 1
+            run = Region(0, crop.y + i, size.width, end - i)
+            strips[i:end] = super().render_lines(run)
+            for y in run.line_range:
+                self._drawn[y] = _drawn(self._key(y - top), strips[y - crop.y], left, self.size.width)
+            i = end
+        return strips  # type: ignore[return-value]  # every None was replaced
+
+    def _key(self, line: int) -> LineKey | None:
+        return self._keys[line] if 0 <= line < len(self._keys) else None  # None: a border, padding or blank row
+
+    def _reuse(self, y: int, line: int, left: int) -> Strip | None:
+        """Row `y` as drawn last time, with the characters of content line `line` now; None where it must be
+        rendered again (not drawn yet, or the line's length, styles or spans changed)."""
+        drawn = self._drawn.get(y)
+        if drawn is None:
+            return None
+        key = self._key(line)
+        if key == drawn.key:
+            return drawn.strip
+        if key is None or drawn.key is None or drawn.lengths is None or key[1:] != drawn.key[1:]:
+            return None
+        plain = key[0]
+        if len(plain) != len(drawn.key[0]) or cell_len(plain) != len(plain):
+            return None
+        text = drawn.text[:left] + plain + drawn.text[left + len(plain) :]
+        segments, at = [], 0
+        for seg, n in zip(drawn.strip, drawn.lengths, strict=True):
+            segments.append(Segment(text[at : at + n], seg.style, seg.control))
+            at += n
+        strip = Strip(segments, drawn.strip.cell_length)
+        self._drawn[y] = Drawn(key, strip, text, drawn.lengths)
         return strip
+
+
+def _runs(keys: list[LineKey], old: list[LineKey]) -> list[tuple[int, int]]:
+    """(first line, count) of each run of changed lines: one region for the 128 rank rows a sample changes,
+    not one each (each costs Textual a region to track and merge)."""
+    runs: list[tuple[int, int]] = []
+    for y, (new, was) in enumerate(zip(keys, old, strict=True)):
+        if new == was:
+            continue
+        if runs and runs[-1][0] + runs[-1][1] == y:  # the line after the last run: it grows
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((y, 1))
+    return runs
 
 
 LineKey = tuple[str, Any, tuple[Span, ...]]  # what decides how a line looks: its characters, style and spans
 
 
 class Drawn(NamedTuple):
-    key: LineKey
-    width: int
-    strip: Strip
-    cuts: list[tuple[int, int]] | None  # each segment's characters in the line; None: not one to one
+    key: LineKey | None  # the content line drawn in the row; None: a border, padding or blank row
+    strip: Strip  # the row as Textual drew it: styles, padding, border and line filters applied
+    text: str  # its characters
+    lengths: list[int] | None  # each segment's length in `text`; None: not one cell a character
 
 
-def _same_shape(drawn: Drawn, plain: str) -> Strip | None:
-    """The strip drawn before with `plain`'s characters in its segments, where the line is as long, one
-    cell a character (its styles and spans are the same: the caller checked)."""
-    if drawn.cuts is None or len(drawn.key[0]) != len(plain) or cell_len(plain) != len(plain):
-        return None
-    segments = [Segment(plain[a:b], seg.style) for seg, (a, b) in zip(drawn.strip, drawn.cuts, strict=True)]
-    return Strip(segments, drawn.strip.cell_length)
-
-
-def _cuts(strip: Strip, plain: str) -> list[tuple[int, int]] | None:
-    """Where each segment's text lies in `plain`, when the segments spell it exactly, one cell a
-    character (a line cut to the width, or with wide characters, is rendered again each time)."""
-    if "".join(seg.text for seg in strip) != plain or cell_len(plain) != len(plain):
-        return None
-    cuts, at = [], 0
-    for seg in strip:
-        cuts.append((at, at + len(seg.text)))
-        at += len(seg.text)
-    return cuts
+def _drawn(key: LineKey | None, strip: Strip, left: int, width: int) -> Drawn:
+    """How row `strip` was drawn, and whether its characters may be swapped: where the content line's
+    characters lie as they are at `left` (not cut to the `width` of the content), one cell each."""
+    text = "".join(seg.text for seg in strip)
+    plain = "" if key is None else key[0]
+    swappable = (
+        key is not None
+        and len(plain) <= width
+        and text[left : left + len(plain)] == plain
+        and cell_len(text) == len(text)
+        and not any(seg.control for seg in strip)
+    )
+    return Drawn(key, strip, text, [len(seg.text) for seg in strip] if swappable else None)

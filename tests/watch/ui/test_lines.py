@@ -84,3 +84,39 @@ async def test_a_line_wider_than_the_block_is_cut_not_wrapped() -> None:
         assert block.size.height == 2  # the heights the dashboard shares out count one line per Text
         drawn = ["".join(ch for ch, _ in line) for line in cells(block)]
         assert drawn == ["x" * WIDTH, "next".ljust(WIDTH)]
+
+
+async def test_a_reused_row_never_shows_stale_characters() -> None:
+    """Rows are reused with new characters where only characters changed; in every other case they are drawn
+    again, and always as a Static draws them: one line changing (not its neighbours), a line growing, a
+    line wider than the block whose cut-off part changes, a new width, a new border title."""
+    app = Pair()
+    wide = [Text("a" * 100, style="bold"), Text("b" * 10)]
+    steps: list[Any] = [
+        rows(0),
+        rows(1),  # characters only: rows reused
+        [*rows(1)[:2], Text("changed"), *rows(1)[3:]],  # one line, another length
+        rows(2),
+        wide,
+        [Text("a" * 60 + "c" * 40, style="bold"), Text("b" * 10)],  # only what is cut off changed
+        [Text("c" * 100, style="bold"), Text("b" * 10)],  # and now what shows
+        [Text("d" * (WIDTH - 4) + " "), Text("b" * 10)],  # one wider than the block, its last cell as padding
+        [Text("d" * (WIDTH - 4) + "x"), Text("b" * 10)],  # the x is cut off, not drawn into the padding
+        (60, rows(3)),  # a narrower terminal
+        ("title", rows(3)),
+        rows(4),
+    ]
+    async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
+        for step in steps:
+            if isinstance(step, tuple) and step[0] == "title":
+                for widget in (app.query_one("#static"), app.query_one(Lines)):
+                    widget.border_title = "verdicts"
+                step = step[1]
+            elif isinstance(step, tuple):
+                await pilot.resize_terminal(step[0], HEIGHT)
+                step = step[1]
+            app.show(step)
+            await pilot.pause()
+            static, block = cells(app.query_one("#static")), cells(app.query_one(Lines))
+            assert block == static, step
+            assert block == cells(app.query_one(Lines))  # drawn again from what was reused: the same
