@@ -29,6 +29,10 @@ from gpudoctor.watch.model import RankReading
 RESTACK_S = 10.0  # a stack asked for again is read again after this long (has it moved?)
 STACK_KEPT_S = 25.0  # a stack older than this is not shown (nobody asked again: it is not stuck there)
 MAX_STACKS = 16  # stacks read per request: the ranks a verdict names first
+# A process is read again at every sample until it is this old (a heuristic: exec follows fork within
+# milliseconds even on a loaded machine): one first read between fork and exec shows its parent's command
+# line and environment, and a rank kept with those would never be listed as a rank while it lived.
+FRESH_S = 5.0
 
 
 class JobTracker:
@@ -51,9 +55,12 @@ class JobTracker:
     # -- the processes ---------------------------------------------------------------------------------
 
     def _facts_of(self, pid: int) -> ProcFacts | None:
-        if pid not in self._facts:
-            self._facts[pid] = facts(pid)
-        return self._facts[pid]
+        if pid in self._facts:
+            known = self._facts[pid]
+            if known is None or time.time() - known.started >= FRESH_S:
+                return known
+        found = self._facts[pid] = facts(pid)
+        return found
 
     def observe(
         self, tree: Iterable[int], readings: Iterable[RankReading] | None, heard: dict[int, Heard], now: float
