@@ -293,7 +293,9 @@ class WatchApp(App[str]):
             self.query_one("#gpus").border_subtitle = subtitle
         if ranks:
             rows = rank_rows(ranks, builder.balance.ranks, rank_marks, sample.t, inner)
-            self.query_one("#rank-lines", Lines).show(rows)
+            panel = self.query_one("#ranks")
+            top = int(panel.scroll_y)  # the rows in view (the header is row 0): the others are made if scrolled to
+            self.query_one("#rank-lines", Lines).show(rows, range(top, top + panel.size.height + 1))
         room = max(1, heights.verdicts - 3)
         log = [balance_line(builder.balance, self.session.thresholds.window_s, inner)]
         if not events:

@@ -20,13 +20,15 @@ from textual.widget import Widget
 class Lines(Widget):
     """A block of ready-made lines, one Text each, drawn through Textual's line API (as its Log is): only
     the lines in view are rendered, and a new sample repaints only the lines whose text changed. A line
-    wider than the block is cut, never wrapped: the heights the app shares out count one line per Text.
+    wider than the block is cut, never wrapped: the heights the app shares out count one line per Text. A
+    long list that scrolls is shown with the window in view: the lines out of it are made only if they are
+    scrolled to.
 
     A line is rendered the way a Static renders its content (Textual's Content from the rich Text, the
     same cells and styles), then through Textual's styles (padding, border, background) and line filters.
-    When only its characters changed (the same length, styles and spans, one cell each), the strip it
+    When only its characters changed (the same length, styles and spans, one cell each), the row it
     ended as last time is reused with the new characters put into the same segments: the pipeline would
-    only give the same segments again, at a tenth of the cost.
+    only give the same segments again, at many times the cost.
 
     Issue 22: as a Static, every line of every block (128 rank rows, most of them out of view) went
     through Textual's text layout each sample, most of the dashboard's CPU at 128 GPUs; then, the rank
@@ -42,8 +44,8 @@ class Lines(Widget):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self._lines: list[Text] = []
-        self._keys: list[LineKey] = []
+        self._lines: Sequence[Text] = []
+        self._keys: list[LineKey | None] = []  # None: not looked at yet
         self._drawn: dict[int, Drawn] = {}  # widget row (border and padding included) -> the strip drawn there
         self._look: tuple[Any, ...] = ()  # what the drawn strips also depend on: size, colours, filters
         self._whole: list[Strip] | None = None  # the block rendered whole, while text is selected
@@ -53,12 +55,14 @@ class Lines(Widget):
         """What the block shows, as one Text (as Static.content is)."""
         return Text("\n").join(self._lines)
 
-    def show(self, lines: Sequence[Text]) -> None:
-        keys = [(line.plain, line.style, tuple(line.spans)) for line in lines]
+    def show(self, lines: Sequence[Text], window: range | None = None) -> None:
+        """Show `lines`; only those in `window` (all: None) are looked at now, the others are counted as
+        changed and taken from `lines` if they are drawn (a long list that scrolls: only what is in view)."""
+        keys = [_key_of(lines[y]) if window is None or y in window else None for y in range(len(lines))]
         old = self._keys
-        if keys == old:
+        if keys == old and None not in keys:
             return
-        self._lines, self._keys, self._whole = list(lines), keys, None
+        self._lines, self._keys, self._whole = lines, keys, None
         if len(keys) != len(old):  # a new height: the only case that needs a layout pass
             self.refresh(layout=True)
             return
@@ -128,7 +132,13 @@ class Lines(Widget):
         return strips  # type: ignore[return-value]  # every None was replaced
 
     def _key(self, line: int) -> LineKey | None:
-        return self._keys[line] if 0 <= line < len(self._keys) else None  # None: a border, padding or blank row
+        """What content line `line` looks like; None: a border, padding or blank row."""
+        if not 0 <= line < len(self._keys):
+            return None
+        key = self._keys[line]
+        if key is None:  # out of the window it was shown with: looked at now that it is drawn
+            key = self._keys[line] = _key_of(self._lines[line])
+        return key
 
     def _reuse(self, y: int, line: int, left: int) -> Strip | None:
         """Row `y` as drawn last time, with the characters of content line `line` now; None where it must be
@@ -154,12 +164,16 @@ class Lines(Widget):
         return strip
 
 
-def _runs(keys: list[LineKey], old: list[LineKey]) -> list[tuple[int, int]]:
+def _key_of(line: Text) -> LineKey:
+    return line.plain, line.style, tuple(line.spans)
+
+
+def _runs(keys: list[LineKey | None], old: list[LineKey | None]) -> list[tuple[int, int]]:
     """(first line, count) of each run of changed lines: one region for the 128 rank rows a sample changes,
     not one each (each costs Textual a region to track and merge)."""
     runs: list[tuple[int, int]] = []
     for y, (new, was) in enumerate(zip(keys, old, strict=True)):
-        if new == was:
+        if new == was and new is not None:  # None: not looked at, so maybe changed
             continue
         if runs and runs[-1][0] + runs[-1][1] == y:  # the line after the last run: it grows
             runs[-1] = (runs[-1][0], runs[-1][1] + 1)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar, overload
 
 from rich.cells import cell_len
 from rich.text import Span, Text
@@ -218,18 +219,19 @@ def rank_rows(
     marks: dict[tuple[int | None, int], str],
     now: float,
     width: int,
-) -> list[Text]:
+) -> OnDemand[RankReading]:
     """A header and one line per training rank: step time and input-wait share over the window, how late
     it ends its steps, its last step and how long ago; ranks named by a verdict first. PID and last step
-    drop first when narrow."""
+    drop first when narrow. Each rank's line is made when first asked for: the dashboard asks for those
+    in view (issue 22: 128 made every sample, a third of them shown at 200x60)."""
     readings = sorted(readings, key=lambda r: ((r.rank, r.pid) not in marks, r.rank is None, r.rank or 0, r.pid))
     show_pid = width >= 60
     show_last = width >= 72
     header = Text(style="bold")
     header.append(f"{'rank':>5}" + (f" {'PID':>8}" if show_pid else "") + f" {'step':>8} {'input':>6} {'late':>7}")
     header.append((f" {'last step':>11}" if show_last else "") + f" {'ago':>6}")
-    lines = [header]
-    for r in readings:
+
+    def row(r: RankReading) -> Text:
         key = (r.rank, r.pid)
         st = stats.get(key)
         mark = marks.get(key, "")
@@ -240,8 +242,36 @@ def rank_rows(
         ago = "-" if r.last_end is None else clock(max(0.0, now - r.last_end))
         rest = (f" {r.pid:>8}" if show_pid else "") + f" {step:>8} {wait:>6} {late:>7}"
         rest += (f" {'-' if r.last_step is None else r.last_step:>11}" if show_last else "") + f" {ago:>6}"
-        lines.append(assemble([(f"{mark + rank:>5}", _mark_style(mark)), (rest, "")]))
-    return lines
+        return assemble([(f"{mark + rank:>5}", _mark_style(mark)), (rest, "")])
+
+    return OnDemand([header], readings, row)
+
+
+T = TypeVar("T")
+
+
+class OnDemand(Sequence[Text], Generic[T]):
+    """Lines given first (a header), then one line per item, made from it the first time it is asked for."""
+
+    def __init__(self, head: list[Text], items: Sequence[T], make: Callable[[T], Text]) -> None:
+        self._head, self._items, self._make = len(head), items, make
+        self._made: list[Text | None] = [*head, *([None] * len(items))]
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    @overload
+    def __getitem__(self, i: int) -> Text: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Text]: ...
+    def __getitem__(self, i: int | slice) -> Text | list[Text]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(len(self))[i]]
+        i = range(len(self))[i]  # a negative index counts from the end; too far raises IndexError
+        line = self._made[i]
+        if line is None:
+            line = self._made[i] = self._make(self._items[i - self._head])
+        return line
 
 
 def event_lines(events: Sequence[Event], width: int, start: float, room: int, hints: bool) -> list[Text]:

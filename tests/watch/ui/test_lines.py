@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import App, ComposeResult
+from textual.containers import VerticalScroll
 from textual.geometry import Region
 from textual.widgets import Static
 
@@ -41,15 +42,15 @@ class Pair(App[None]):
         yield Static(id="static")
         yield Lines(id="lines")
 
-    def show(self, lines: list[Text]) -> None:
+    def show(self, lines: list[Text], window: range | None = None) -> None:
         self.query_one("#static", Static).update(Text("\n").join(lines))
-        self.query_one(Lines).show(lines)
+        self.query_one(Lines).show(lines, window)
 
 
-def cells(widget: Any) -> list[list[tuple[str, tuple[Any, ...]]]]:
-    """Each cell the widget draws (border and padding too): its character and how it looks."""
+def cells(widget: Any, crop: Region | None = None) -> list[list[tuple[str, tuple[Any, ...]]]]:
+    """Each cell the widget draws (border and padding too) in `crop` (all): its character and how it looks."""
     out = []
-    for strip in widget.render_lines(Region(0, 0, *widget.outer_size)):
+    for strip in widget.render_lines(crop or Region(0, 0, *widget.outer_size)):
         line = []
         for segment in strip:
             st = segment.style
@@ -89,7 +90,8 @@ async def test_a_line_wider_than_the_block_is_cut_not_wrapped() -> None:
 async def test_a_reused_row_never_shows_stale_characters() -> None:
     """Rows are reused with new characters where only characters changed; in every other case they are drawn
     again, and always as a Static draws them: one line changing (not its neighbours), a line growing, a
-    line wider than the block whose cut-off part changes, a new width, a new border title."""
+    line wider than the block whose cut-off part changes, a new width, a new border title, lines shown out of
+    the window looked at (a list that scrolls) whose styles changed."""
     app = Pair()
     wide = [Text("a" * 100, style="bold"), Text("b" * 10)]
     steps: list[Any] = [
@@ -105,18 +107,49 @@ async def test_a_reused_row_never_shows_stale_characters() -> None:
         (60, rows(3)),  # a narrower terminal
         ("title", rows(3)),
         rows(4),
+        ("window", rows(5, mark="!")),  # only the header looked at: the marked row below changed style
+        ("window", rows(6)),
     ]
     async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
         for step in steps:
-            if isinstance(step, tuple) and step[0] == "title":
+            window = None
+            if isinstance(step, tuple) and step[0] == "window":
+                window, step = range(1), step[1]
+            elif isinstance(step, tuple) and step[0] == "title":
                 for widget in (app.query_one("#static"), app.query_one(Lines)):
                     widget.border_title = "verdicts"
                 step = step[1]
             elif isinstance(step, tuple):
                 await pilot.resize_terminal(step[0], HEIGHT)
                 step = step[1]
-            app.show(step)
+            app.show(step, window)
             await pilot.pause()
             static, block = cells(app.query_one("#static")), cells(app.query_one(Lines))
             assert block == static, step
             assert block == cells(app.query_one(Lines))  # drawn again from what was reused: the same
+
+
+class Scrolling(App[None]):
+    CSS = "VerticalScroll { height: 4; }"
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Lines()
+
+
+async def test_lines_out_of_the_window_are_current_when_scrolled_to() -> None:
+    """A list that scrolls is shown with the window in view: the lines below it are not looked at, but those
+    of the latest show are what appears when they are scrolled to (even when the lines in view did not
+    change)."""
+    app = Scrolling()
+    async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
+        block = app.query_one(Lines)
+        first = [Text(f"row {i} first") for i in range(20)]
+        block.show(first, range(4))
+        await pilot.pause()
+        block.show([*first[:4], *(Text(f"row {i} then", style="bold") for i in range(4, 20))], range(4))
+        await pilot.pause()
+        app.query_one(VerticalScroll).scroll_end(animate=False)
+        await pilot.pause()
+        drawn = ["".join(ch for ch, _ in line).rstrip() for line in cells(block)]
+        assert drawn == [f"row {i} first" for i in range(4)] + [f"row {i} then" for i in range(4, 20)]
