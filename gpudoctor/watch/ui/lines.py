@@ -19,10 +19,10 @@ from textual.widget import Widget
 
 class Lines(Widget):
     """A block of ready-made lines, one Text each, drawn through Textual's line API (as its Log is): only
-    the lines in view are rendered, and a new sample repaints only the lines whose text changed. A line
-    wider than the block is cut, never wrapped: the heights the app shares out count one line per Text. A
-    long list that scrolls is shown with the window in view: the lines out of it are made only if they are
-    scrolled to.
+    the lines in view are rendered, and a new sample repaints only the lines whose text changed, and in
+    them only the columns that changed. A line wider than the block is cut, never wrapped: the heights the
+    app shares out count one line per Text. A long list that scrolls is shown with the window in view: the
+    lines out of it are made only if they are scrolled to.
 
     A line is rendered the way a Static renders its content (Textual's Content from the rich Text, the
     same cells and styles), then through Textual's styles (padding, border, background) and line filters.
@@ -66,8 +66,7 @@ class Lines(Widget):
         if len(keys) != len(old):  # a new height: the only case that needs a layout pass
             self.refresh(layout=True)
             return
-        width = self.size.width
-        self.refresh(*(Region(0, y, width, n) for y, n in _runs(keys, old)))
+        self.refresh(*_regions(keys, old, self.size.width))
 
     def refresh(self, *regions: Region, **how: Any) -> Lines:
         if not regions:  # the whole widget: a new size, style, border title or selection may draw it otherwise
@@ -108,8 +107,8 @@ class Lines(Widget):
         """The widget's rows in `crop`: each one reused where it can be, the others rendered by Textual."""
         size = self.region.size
         look = (size, self.background_colors, tuple(self.get_line_filters()))
-        if self.text_selection is not None or crop.column_span != (0, size.width):
-            self._drawn.clear()  # rare (text selected, or a block cut at the side): drawn as Textual draws it
+        if self.text_selection is not None:  # rare: drawn as Textual draws it, the selection highlighted
+            self._drawn.clear()
             return super().render_lines(crop)
         if look != self._look:
             self._drawn.clear()
@@ -129,6 +128,9 @@ class Lines(Widget):
             for y in run.line_range:
                 self._drawn[y] = _drawn(self._key(y - top), strips[y - crop.y], left, self.size.width)
             i = end
+        if crop.column_span != (0, size.width):  # only some columns changed on screen: whole rows, cut (as Textual)
+            x1, x2 = crop.column_span
+            return [strip.crop(x1, x2) for strip in strips]  # type: ignore[union-attr]  # no None left
         return strips  # type: ignore[return-value]  # every None was replaced
 
     def _key(self, line: int) -> LineKey | None:
@@ -157,7 +159,8 @@ class Lines(Widget):
         text = drawn.text[:left] + plain + drawn.text[left + len(plain) :]
         segments, at = [], 0
         for seg, n in zip(drawn.strip, drawn.lengths, strict=True):
-            segments.append(Segment(text[at : at + n], seg.style, seg.control))
+            piece = text[at : at + n]
+            segments.append(seg if piece == seg.text else Segment(piece, seg.style, seg.control))  # fewer objects
             at += n
         strip = Strip(segments, drawn.strip.cell_length)
         self._drawn[y] = Drawn(key, strip, text, drawn.lengths)
@@ -168,18 +171,61 @@ def _key_of(line: Text) -> LineKey:
     return line.plain, line.style, tuple(line.spans)
 
 
-def _runs(keys: list[LineKey | None], old: list[LineKey | None]) -> list[tuple[int, int]]:
-    """(first line, count) of each run of changed lines: one region for the 128 rank rows a sample changes,
-    not one each (each costs Textual a region to track and merge)."""
-    runs: list[tuple[int, int]] = []
+def _regions(keys: list[LineKey | None], old: list[LineKey | None], width: int) -> list[Region]:
+    """A region for each run of changed lines, over the columns that changed in them: one region for the 128
+    rank rows a sample changes, not one each (each costs Textual a region to track and merge), and only
+    their step count's columns (Textual sends the terminal only what the regions cover)."""
+    regions: list[Region] = []
     for y, (new, was) in enumerate(zip(keys, old, strict=True)):
         if new == was and new is not None:  # None: not looked at, so maybe changed
             continue
-        if runs and runs[-1][0] + runs[-1][1] == y:  # the line after the last run: it grows
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        run = regions[-1] if regions and regions[-1].bottom == y else None
+        if run is not None and _only_in(new, was, run.x, run.right):  # the common case, checked for ~1 µs
+            x0, x1 = run.x, run.right
         else:
-            runs.append((y, 1))
-    return runs
+            x0, x1 = _columns(new, was, width)
+            if run is not None:
+                x0, x1 = min(x0, run.x), max(x1, run.right)
+        if run is not None:
+            regions[-1] = Region(x0, run.y, x1 - x0, run.height + 1)
+        else:
+            regions.append(Region(x0, y, x1 - x0, 1))
+    return regions
+
+
+def _same_shape(new: LineKey | None, was: LineKey | None) -> bool:
+    """Whether only a line's characters changed (the same length, styles and spans, one cell each)."""
+    if new is None or was is None or new[1:] != was[1:] or len(new[0]) != len(was[0]):
+        return False
+    return cell_len(new[0]) == len(new[0]) and cell_len(was[0]) == len(was[0])
+
+
+def _only_in(new: LineKey | None, was: LineKey | None, x0: int, x1: int) -> bool:
+    """Whether a line changed only characters, and only in columns x0 to x1."""
+    return _same_shape(new, was) and new[0][:x0] == was[0][:x0] and new[0][x1:] == was[0][x1:]  # type: ignore[index]
+
+
+def _columns(new: LineKey | None, was: LineKey | None, width: int) -> tuple[int, int]:
+    """The columns of a line that changed: from the first character that differs to the last, where only
+    characters changed; else the whole width."""
+    if not _same_shape(new, was):
+        return 0, width
+    a, b = new[0], was[0]  # type: ignore[index]
+    start = _same_start(a, b)
+    end = len(a) - _same_start(a[::-1], b[::-1])
+    return min(start, width), min(max(end, start), width)
+
+
+def _same_start(a: str, b: str) -> int:
+    """How many characters `a` and `b` share at their start (~10 µs a line: once per run of lines)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 LineKey = tuple[str, Any, tuple[Span, ...]]  # what decides how a line looks: its characters, style and spans

@@ -4,6 +4,7 @@ changes only characters (the strip reused with new characters), and after one th
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from rich.text import Text
@@ -12,7 +13,7 @@ from textual.containers import VerticalScroll
 from textual.geometry import Region
 from textual.widgets import Static
 
-from gpudoctor.watch.ui.lines import Lines
+from gpudoctor.watch.ui.lines import Lines, _regions
 
 WIDTH, HEIGHT = 70, 12
 CSS = "Static, Lines { height: 6; padding: 0 1; border: round $primary; text-wrap: nowrap; text-overflow: clip; }"
@@ -127,6 +128,8 @@ async def test_a_reused_row_never_shows_stale_characters() -> None:
             static, block = cells(app.query_one("#static")), cells(app.query_one(Lines))
             assert block == static, step
             assert block == cells(app.query_one(Lines))  # drawn again from what was reused: the same
+            part = Region(3, 1, 9, 4)  # some columns: where only they changed on screen
+            assert cells(app.query_one(Lines), part) == cells(app.query_one("#static"), part)
 
 
 class Scrolling(App[None]):
@@ -153,3 +156,32 @@ async def test_lines_out_of_the_window_are_current_when_scrolled_to() -> None:
         await pilot.pause()
         drawn = ["".join(ch for ch, _ in line).rstrip() for line in cells(block)]
         assert drawn == [f"row {i} first" for i in range(4)] + [f"row {i} then" for i in range(4, 20)]
+
+
+def test_the_regions_refreshed_cover_every_cell_that_changed() -> None:
+    """A sample refreshes, per run of changed lines, only the columns that changed (Textual sends the terminal
+    only those): every cell whose character changed is in one, and a line whose length or styles changed is
+    refreshed whole."""
+    rng = random.Random(5)
+    width = 12
+    for _ in range(2000):
+        old = ["".join(rng.choice("ab") for _ in range(rng.randint(0, 15))) for _ in range(6)]
+        new = [line if rng.random() < 0.3 else _mutate(line, rng) for line in old]
+        styles = ["bold" if rng.random() < 0.1 else "" for _ in new]
+        regions = _regions(
+            [(line, style, ()) for line, style in zip(new, styles, strict=True)],
+            [(line, "", ()) for line in old],
+            width,
+        )
+        covered = {(x, y) for r in regions for y in r.line_range for x in range(r.x, r.right)}
+        for y, (a, b) in enumerate(zip(new, old, strict=True)):
+            if styles[y] or len(a) != len(b):
+                assert all((x, y) in covered for x in range(width)), (new, old, regions)
+            else:
+                assert all((x, y) in covered for x in range(min(len(a), width)) if a[x] != b[x]), (new, old, regions)
+
+
+def _mutate(line: str, rng: random.Random) -> str:
+    if rng.random() < 0.2:
+        return line + "a"  # another length
+    return "".join(ch if rng.random() < 0.8 else rng.choice("ab") for ch in line)
