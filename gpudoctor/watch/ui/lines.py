@@ -180,6 +180,8 @@ def _regions(keys: list[LineKey | None], old: list[LineKey | None], width: int) 
         if new == was and new is not None:  # None: not looked at, so maybe changed
             continue
         run = regions[-1] if regions and regions[-1].bottom == y else None
+        if run is not None and (keys[run.y] is None) != (new is None):
+            run = None  # lines not looked at (out of view: drawn whole if scrolled to) widen no run in view
         if run is not None and _only_in(new, was, run.x, run.right):  # the common case, checked for ~1 µs
             x0, x1 = run.x, run.right
         else:
