@@ -127,6 +127,11 @@ class _Publisher:
         self.dropped = 0
         self.inside: float | None = None  # when the step being run was entered (monotonic); 0.0: outside; None: unknown
         self.joined: tuple[int, int] | None = None  # (rank, world size) once a beat saw the group joined
+        # Once the exit is being said, the beat says nothing more: an event after it would have the watcher
+        # hold an exited process as alive (the lock lets a beat's event in flight go first).
+        self.saying = threading.Lock()
+        self.exiting = False
+        self.gone = False  # the watcher is gone (an event could not go, and never will)
         self._reset()
         from gpudoctor.training_data import Data  # only when watched: `import gpudoctor` stays light
 
@@ -152,7 +157,13 @@ class _Publisher:
         failed = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         flags = EXITING | (FAILED if failed is not None else 0)
         joined = _joined() or self.joined  # destroy_process_group() may have ended the group it joined
-        _say(self, joined, (self.step, self.inside), _child(), time.time(), flags)
+        with self.saying:
+            self.exiting = True
+        # Tried again like the last steps: one lost (the queue full for EXIT_SEND_S) left the process held
+        # as alive, its end unknown (CI at stop 32: a rank of a finished job still 'heard').
+        while not _say(self, joined, (self.step, self.inside), _child(), time.time(), flags):
+            if self.gone or _publisher is not self or time.monotonic() >= deadline:
+                return
 
     def send(self, payload: bytes) -> bool:
         """One datagram of data (training_data), never blocking: False when it could not go now."""
@@ -312,8 +323,15 @@ def _loader_worker() -> bool:
 def _child() -> bool:
     """A multiprocessing child: an mp.spawn rank, or a DataLoader worker that imported the script."""
     mp = sys.modules.get("multiprocessing")
+    if mp is None:
+        return False
+    # While a spawned child imports the script its parent is not set yet (a script slow to import had its
+    # worker say hello), but the script runs as a module named __mp_main__ (multiprocessing.spawn.prepare;
+    # in the parent, __mp_main__ is __main__ under its own name).
+    if getattr(sys.modules.get("__mp_main__"), "__name__", None) == "__mp_main__":
+        return True
     try:
-        return mp is not None and mp.parent_process() is not None
+        return mp.parent_process() is not None
     except Exception:  # noqa: BLE001
         return False
 
@@ -322,7 +340,6 @@ def _beat(pub: _Publisher) -> None:
     """The thread of the module docstring: a join is said at once; a state once it held for a beat, and
     again every RESEND_S while it holds."""
     joined: tuple[int, int] | None = None
-    child = _child()
     prev: tuple[bool, int, float | None] | None = None
     first_seen = time.time()  # when the state began, as far as a beat can tell
     said: tuple[bool, int, float | None] | None = None
@@ -341,6 +358,7 @@ def _beat(pub: _Publisher) -> None:
         join_news = state[0] and (said is None or not said[0])
         if not join_news and (not held or (state == said and now - said_at < RESEND_S)):
             continue
+        child = _child()  # asked again: torch.multiprocessing may come to be imported later
         if child and joined is None and not state[1]:
             continue  # a DataLoader worker, or a spawned rank not joined yet: the process tree tells of it
         if _say(pub, joined, state[1:], child, first_seen):
@@ -366,12 +384,17 @@ def _say(
     flags |= (JOINED if joined else 0) | (CHILD if child else 0)
     flags |= (ENTRY_KNOWN if inside is not None else 0) | (INSIDE if inside else 0)
     rank, world = joined or (-1, -1)
-    try:
-        pub.sock.send(EVENT.pack(EVENT_MAGIC, pub.pid, pub.rank, rank, world, flags, step, since))
-    except (BlockingIOError, InterruptedError):
-        return False
-    except OSError:
-        return False  # the watcher is gone: the step path notices and stops publishing
+    event = EVENT.pack(EVENT_MAGIC, pub.pid, pub.rank, rank, world, flags, step, since)
+    with pub.saying:
+        if pub.exiting and not flags & EXITING:
+            return False  # the exit is said, or being said: nothing may follow it
+        try:
+            pub.sock.send(event)
+        except (BlockingIOError, InterruptedError, TimeoutError):
+            return False  # the watcher is behind (TimeoutError: at exit, after EXIT_SEND_S)
+        except OSError:
+            pub.gone = True  # the watcher is gone: the step path notices and stops publishing
+            return False
     return True
 
 

@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from gpudoctor.training_step import EVENT, EVENT_MAGIC, EXITING, FAILED, INSIDE, JOINED
+from gpudoctor import training_step
+from gpudoctor.training_step import ENV, EVENT, EVENT_MAGIC, EXITING, FAILED, INSIDE, JOINED, SOCKET_NAME
 from gpudoctor.watch.arrival import LAUNCHER, RANK, Heard, JobProc, heard, merged
 from gpudoctor.watch.model import Sample
 from gpudoctor.watch.steps import StepChannel
-from tests.helpers.processes import free_port
+from tests.helpers.processes import clean_env, free_port
 
 
 def wait_for(cond: Callable[[], object], timeout: float = 120.0) -> None:
@@ -104,26 +107,106 @@ def test_a_process_says_it_joined_where_it_is_in_its_steps_and_how_it_exited() -
                 proc.wait()
 
 
-def test_a_multiprocessing_child_stays_silent_until_it_joins_or_steps() -> None:
-    """A DataLoader worker started with spawn imports the script (and gpudoctor) again: it must not be
-    heard as a rank of its own."""
+def _events(sock: socket.socket) -> list[tuple[int, int]]:
+    """(pid, flags) of every event queued on `sock`, in order, until it has been quiet for 2 s."""
+    sock.settimeout(2)
+    got = []
+    with contextlib.suppress(TimeoutError):
+        while True:
+            data = sock.recv(65536)
+            if len(data) == EVENT.size and data[:4] == EVENT_MAGIC:
+                _, pid, _, _, _, flags, _, _ = EVENT.unpack(data)
+                got.append((pid, flags))
+    return got
+
+
+def test_the_exit_waits_for_a_watcher_whose_queue_is_full_rather_than_vanish(tmp_path: Path) -> None:
+    """CI at stop 32: a finished job's rank was still held as alive ('heard'), its exit event lost. Under
+    load the watcher's thread was behind its queue of 10 datagrams (net.unix.max_dgram_qlen) when the rank
+    exited, and the exit event timed out after EXIT_SEND_S and was dropped. Here another sender fills the
+    queue, the job exits, and the watcher reads nothing for 1 s: the exit event still arrives, last."""
+    directory = tmp_path / "channel"
+    directory.mkdir(mode=0o700)
+    path = str(directory / SOCKET_NAME)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
     code = (
+        "import socket, gpudoctor\n"
+        f"s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.connect({path!r}); s.setblocking(False)\n"
+        "for _ in range(20):\n"
+        "    try: s.send(b'filler')\n"
+        "    except BlockingIOError: break\n"
+        "print('full', flush=True)\n"
+    )
+    job = subprocess.Popen(
+        [sys.executable, "-c", code], env=clean_env(**{ENV: str(directory)}), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "full"
+        time.sleep(1.0)  # the job is in its exit now, the queue full: its exit must wait, not drop
+        events = _events(sock)
+        assert job.wait(timeout=30) == 0
+        assert events and events[-1] == (job.pid, events[-1][1]) and events[-1][1] & EXITING
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+        sock.close()
+
+
+def test_nothing_is_said_after_the_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The beat is a daemon thread: it ran on while atexit said the exit, and an event it sent after it had
+    the watcher hold the exited process as alive again. Once the exit is said, the beat's event is refused."""
+    directory = tmp_path / "channel"
+    directory.mkdir(mode=0o700)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(directory / SOCKET_NAME))
+    monkeypatch.setattr(training_step, "BEAT_S", 3600.0)  # this test's publisher has no beat of its own
+    pub = training_step._Publisher(str(directory))
+    monkeypatch.setattr(training_step, "_publisher", pub)
+    try:
+        pub.last_flush()  # what atexit runs
+        assert not training_step._say(pub, None, (0, None), False, time.time())  # what the beat sends next
+        assert _events(sock) == [(os.getpid(), EXITING)]
+    finally:
+        pub.sock.close()
+        sock.close()
+
+
+def test_a_multiprocessing_child_stays_silent_until_it_joins_or_steps(tmp_path: Path) -> None:
+    """A DataLoader worker started with spawn imports the script (and gpudoctor) again: it must not be
+    heard as a rank of its own. Multiprocessing names it a child only after that import, so a script slow
+    to import (here 1.5 s: three beats) had the worker's beat take it for no child and say hello (CI at
+    stop 32: a finished job still held a worker as alive)."""
+    script = tmp_path / "job.py"
+    script.write_text(
         "import multiprocessing as mp, time\n"
         "import gpudoctor\n"
+        "if __name__ == '__mp_main__':\n"
+        "    time.sleep(1.5)\n"  # the spawned child, importing the script
         "def work():\n"
-        "    time.sleep(2.5)\n"
+        "    time.sleep(1.5)\n"
         "if __name__ == '__main__':\n"
         "    p = mp.get_context('spawn').Process(target=work)\n"
-        "    p.start(); print(p.pid, flush=True); p.join()\n"
+        "    p.start(); print(p.pid, flush=True); p.join(); print(p.exitcode, flush=True)\n"
     )
     with channel_open() as channel:
-        proc = start(code, channel, RANK="0")
+        proc = subprocess.Popen(
+            [sys.executable, str(script)],
+            env={**os.environ, **channel.env, "OMP_NUM_THREADS": "1", "RANK": "0"},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert proc.stdout is not None
         child = int(proc.stdout.readline())
-        assert proc.wait(timeout=60) == 0
+        seen: set[int] = set()
+        while proc.poll() is None:  # what the watcher holds while the child lives, not only at the end
+            seen.update(channel.heard())
+            time.sleep(0.05)
+        assert proc.returncode == 0 and proc.stdout.read().strip() == "0"  # the child ran its work
         time.sleep(0.3)
-        heard_from = channel.heard()
-    assert proc.pid in heard_from and child not in heard_from
+        seen.update(channel.heard())
+    assert proc.pid in seen and child not in seen
 
 
 def record(**fields: int | float) -> bytes:
