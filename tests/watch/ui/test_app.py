@@ -440,3 +440,44 @@ async def test_a_replay_at_a_high_speed_does_not_flood_the_dashboard_with_timers
         await pilot.press("p")
         await wait_for(pilot, lambda: app.paused)
     assert checks <= took / 0.25 + 2, (checks, took)  # thousands a second before
+
+
+def whole_refreshes(widget: Any) -> list[int]:
+    """A counter of the refreshes of `widget` as a whole (no region given: the widget repainted whole)."""
+    count = [0]
+    refresh = widget.refresh
+
+    def counting(*regions: Any, **how: Any) -> Any:
+        if not regions:
+            count[0] += 1
+        return refresh(*regions, **how)
+
+    widget.refresh = counting
+    return count
+
+
+async def test_a_sample_repaints_neither_the_gpu_panel_nor_the_status_line_whole() -> None:
+    """Sample after sample, the GPU panel's subtitle ("8x H100 80GB HBM3, c: compact") stays the same: it is
+    not set again, since setting it repaints the whole panel, border and all (issue 22: ~8% of the 128-GPU
+    dashboard's main thread). The status line's clock moves each sample: only what changed is repainted,
+    not the whole line. Both still show what changes: the subtitle after `c`, the clock each sample."""
+    app, session = live_app()
+    samples = synthetic_run("healthy", 8)
+    async with app.run_test(size=SIZE) as pilot:
+        session.queue.put(samples[0])
+        await wait_for(pilot, lambda: app.samples_seen == 1)
+        gpus, status = app.query_one("#gpus"), app.query_one("#status")
+        panel, line = whole_refreshes(gpus), whole_refreshes(status)
+        for n, s in enumerate(samples[1:6], start=1):
+            session.queue.put(s)
+            await wait_for(pilot, lambda n=n: app.samples_seen == n + 1)
+            assert f"t+00:{n:02d}" in text_of(status)
+        assert str(gpus.border_subtitle) == "8x H100 80GB HBM3, c: compact"
+        assert panel[0] == 0, f"the GPU panel was repainted whole {panel[0]} times in 5 samples"
+        assert line[0] == 0, f"the status line was repainted whole {line[0]} times in 5 samples"
+        await pilot.press("c")  # compact: the subtitle changes, and is set
+        assert str(gpus.border_subtitle) == "8x H100 80GB HBM3, compact: c for rows"
+        assert panel[0] >= 1
+        session.queue.put(samples[6])
+        await wait_for(pilot, lambda: app.samples_seen == 7)
+        assert str(gpus.border_subtitle) == "8x H100 80GB HBM3, compact: c for rows"
