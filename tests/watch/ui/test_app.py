@@ -481,3 +481,63 @@ async def test_a_sample_repaints_neither_the_gpu_panel_nor_the_status_line_whole
         session.queue.put(samples[6])
         await wait_for(pilot, lambda: app.samples_seen == 7)
         assert str(gpus.border_subtitle) == "8x H100 80GB HBM3, compact: c for rows"
+
+
+def table_writes(table: ProcessTable) -> list[int]:
+    """A counter of what writes rows or cells into `table`."""
+    count = [0]
+    for name in ("update_cell", "update_cell_at", "add_row", "add_rows", "remove_row", "clear", "add_columns"):
+        method = getattr(table, name)
+
+        def counting(*args: Any, _method: Any = method, **kwargs: Any) -> Any:
+            count[0] += 1
+            return _method(*args, **kwargs)
+
+        setattr(table, name, counting)
+    return count
+
+
+async def test_the_process_table_is_not_written_while_it_is_hidden() -> None:
+    """At 80x24, 8 GPUs and their ranks leave no room for the process table: the readings that come while it
+    is hidden write nothing into it (issue 22: 128 rows nobody saw, every sample), yet once it has room it
+    shows the latest reading."""
+    app, session = live_app()
+    run = synthetic_run("straggler", 11, ranks=True)  # processes in samples 0, 5 and 10
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one(ProcessTable)
+        session.queue.put(run[0])
+        await wait_for(pilot, lambda: app.samples_seen == 1 and not table.display)
+        writes = table_writes(table)
+        for s in run[1:]:
+            session.queue.put(s)
+        await wait_for(pilot, lambda: app.samples_seen == 11)
+        assert not table.display
+        assert writes[0] == 0, f"{writes[0]} writes into the hidden process table"
+        await pilot.resize_terminal(150, 60)
+        await wait_for(pilot, lambda: table.display, timeout=30)
+        latest = sorted(run[10].procs or (), key=SORTS[app.sort])
+        assert writes[0] > 0 and table.shown == latest
+        cpu = [str(table.get_row_at(i)[-3]) for i in range(table.row_count)]
+        assert cpu == [f"{p.cpu:.0f}" for p in latest]  # this reading's figures, not those of sample 0 or 5
+
+
+async def test_a_resize_after_a_replay_ended_redraws_the_panels_at_the_new_size() -> None:
+    """No sample comes after a replay has ended: a resize alone must share out the new height. The panels
+    were drawn for the size before the resize (Textual had not taken the new one yet) and kept it for good:
+    a larger terminal left the process table hidden below blank rows, a smaller one pushed the verdicts
+    off the screen."""
+    run = synthetic_run("straggler", 60, ranks=True)  # past the warm-up: a verdict holds
+    rec = read_recording(str(RECORDINGS / "straggler.jsonl"))
+    rec.samples = run
+    session = Session(ReplaySource(rec), thresholds=NO_WARMUP)
+    app = WatchApp(session, live=False, preload=run)  # played to its end: nothing more comes
+    async with app.run_test(size=(80, 24)) as pilot:
+        table, verdicts = app.query_one(ProcessTable), app.query_one("#verdicts")
+        assert not table.display
+        await pilot.resize_terminal(150, 60)
+        await wait_for(pilot, lambda: table.display and table.region.bottom == 60 - 1, timeout=30)
+        assert table.row_count == len(run[55].procs or ())  # the last reading with processes
+        assert app._drawn_mode == "full" and app.query_one("#gpus").region.height == 2 + 1 + 8  # a row per GPU
+        await pilot.resize_terminal(80, 24)
+        await wait_for(pilot, lambda: not table.display and verdicts.region.bottom <= 24 - 1, timeout=30)
+        assert "GD901 straggler" in text_of(verdicts)
