@@ -15,6 +15,7 @@ from typing import Any
 
 import psutil
 from rich.console import Console
+from textual.geometry import Region
 
 from gpudoctor.probe.processes import command_line
 from gpudoctor.watch.analysis import Thresholds
@@ -23,6 +24,7 @@ from gpudoctor.watch.recording import read_recording, recording_path
 from gpudoctor.watch.session import End, Session
 from gpudoctor.watch.sources import ReplaySource, SyntheticSource
 from gpudoctor.watch.synthetic import synthetic_run
+from gpudoctor.watch.ui import app as watch_app
 from gpudoctor.watch.ui.app import ConfirmSignal, HelpScreen, WatchApp, may_signal
 from gpudoctor.watch.ui.widgets import SORTS, ProcessTable, status_text
 from tests.paths import FIXTURES
@@ -541,3 +543,59 @@ async def test_a_resize_after_a_replay_ended_redraws_the_panels_at_the_new_size(
         await pilot.resize_terminal(80, 24)
         await wait_for(pilot, lambda: not table.display and verdicts.region.bottom <= 24 - 1, timeout=30)
         assert "GD901 straggler" in text_of(verdicts)
+
+
+async def test_only_the_rank_rows_in_view_are_made_and_a_row_scrolled_to_shows_the_latest_sample(
+    monkeypatch: Any,
+) -> None:
+    """128 ranks at 200x60: about 40 rank rows are in view; the others are not made each sample (issue 22:
+    all 128 were formatted, compared and refreshed every sample), yet a row scrolled to shows the latest
+    sample's figures, even one drawn before, then out of view while samples came."""
+    made = [0]  # rank rows formatted: each asks the balance for its rank's figures once
+
+    class Counting(dict):  # type: ignore[type-arg]
+        def get(self, key: Any, default: Any = None) -> Any:
+            made[0] += 1
+            return super().get(key, default)
+
+    real = watch_app.rank_rows
+    monkeypatch.setattr(watch_app, "rank_rows", lambda readings, stats, *rest: real(readings, Counting(stats), *rest))
+    app, session = live_app()
+    run = synthetic_run("healthy", 12, n_gpus=128, ranks=True)  # no verdict: the ranks in order, 127 last
+    async with app.run_test(size=(200, 60)) as pilot:
+        panel, block = app.query_one("#ranks"), app.query_one("#rank-lines")
+        drawn: dict[int, str] = {}  # row of the block -> its characters as Textual last asked for them
+        render = block.render_lines
+
+        def drawing(crop: Region) -> Any:
+            strips = render(crop)
+            for y, strip in zip(crop.line_range, strips, strict=True):
+                drawn[y] = strip.text
+            return strips
+
+        block.render_lines = drawing
+
+        async def feed(samples: list[Any]) -> None:
+            for s in samples:
+                made[0] = 0
+                session.queue.put(s)
+                await wait_for(pilot, lambda s=s: app.last is not None and app.last.sample is s, timeout=30)
+                await pilot.pause()
+                assert 0 < made[0] <= panel.size.height + 1, f"{made[0]} rank rows made, {panel.size.height} in view"
+
+        def last_rows(sample: Sample) -> None:
+            bottom = block.size.height - 1  # the last rank's row: 127
+            last = next(r for r in sample.ranks or () if r.rank == 127)
+            assert drawn[bottom].split()[0] == "127" and f" {last.last_step:>11} " in drawn[bottom], drawn[bottom]
+
+        await feed(run[:4])
+        assert panel.size.height < 128 and block.size.height == 129  # the header and a row per rank: it scrolls
+        panel.scroll_end(animate=False)
+        await pilot.pause()
+        last_rows(run[3])
+        panel.scroll_home(animate=False)
+        await pilot.pause()
+        await feed(run[4:])  # rank 127's row, drawn before, is out of view
+        panel.scroll_end(animate=False)
+        await pilot.pause()
+        last_rows(run[11])
