@@ -13,7 +13,7 @@ from textual.containers import VerticalScroll
 from textual.geometry import Region
 from textual.widgets import Static
 
-from gpudoctor.watch.ui.lines import Lines, _regions
+from gpudoctor.watch.ui.lines import Lines
 
 WIDTH, HEIGHT = 70, 12
 CSS = "Static, Lines { height: 6; padding: 0 1; border: round $primary; text-wrap: nowrap; text-overflow: clip; }"
@@ -162,6 +162,8 @@ def test_the_regions_refreshed_cover_every_cell_that_changed() -> None:
     """A sample refreshes, per run of changed lines, only the columns that changed (Textual sends the terminal
     only those): every cell whose character changed is in one; a line whose length or styles changed, or
     that was not looked at (out of the window in view), is refreshed whole."""
+    from gpudoctor.watch.ui.lines import _regions  # here: the other tests also run on a block without it
+
     rng = random.Random(5)
     width = 12
     for _ in range(3000):
@@ -182,3 +184,90 @@ def _mutate(line: str, rng: random.Random) -> str:
     if rng.random() < 0.2:
         return line + "a"  # another length
     return "".join(ch if rng.random() < 0.8 else rng.choice("ab") for ch in line)
+
+
+def steps(step: int, n: int = 4) -> list[Text]:
+    """Rows as the rank rows are: a rank (one marked), a PID, and a step count that changes each sample, only
+    its characters (the same length and styles)."""
+    return [
+        Text.assemble(
+            (f"{'*' if r == 1 else ' '}{r:>4}", "bold yellow" if r == 1 else ""),
+            (f" {4000 + r:>8}", ""),
+            (f" {100 + 7 * step + r:>6} ms", "cyan"),
+            " done",
+        )
+        for r in range(n)
+    ]
+
+
+def calls_of(widget: Any, name: str) -> list[tuple[Any, ...]]:
+    """The arguments of each call of `widget`'s method `name` from now on."""
+    calls: list[tuple[Any, ...]] = []
+    method = getattr(widget, name)
+
+    def spying(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return method(*args, **kwargs)
+
+    setattr(widget, name, spying)
+    return calls
+
+
+def changed_cells(new: list[Text], old: list[Text]) -> set[tuple[int, int]]:
+    """(column, line) of each character that differs (the lines as long as before)."""
+    return {
+        (x, y) for y, (a, b) in enumerate(zip(new, old, strict=True)) for x in range(len(a)) if a.plain[x] != b.plain[x]
+    }
+
+
+def covered(regions: tuple[Region, ...]) -> set[tuple[int, int]]:
+    return {(x, y) for r in regions for y in r.line_range for x in range(r.x, r.right)}
+
+
+async def test_a_row_whose_characters_changed_is_reused_not_rendered_again() -> None:
+    """Issue 22: most samples change only the characters of a row (a step count), not its styles or length:
+    the row Textual drew last time (styles, padding, border applied) is reused with the new characters, and
+    no line is rendered through Textual's styles again, yet every cell is what a Static draws. A style that
+    changes is rendered again."""
+    app = Pair()
+    async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
+        block, static = app.query_one(Lines), app.query_one("#static", Static)
+
+        def show(lines: list[Text]) -> None:
+            static.update(Text("\n").join(lines))
+            block.show(lines)
+
+        show(steps(0))
+        await pilot.pause()
+        show(steps(1))
+        await pilot.pause()
+        rendered = calls_of(block, "render_line")  # Textual's line API: each line it renders through its styles
+        for step in range(2, 7):
+            show(steps(step))
+            await pilot.pause()
+            assert rendered == [], f"{len(rendered)} lines rendered again for new characters"
+            assert cells(block) == cells(static), step
+            assert f" {100 + 7 * step + 3:>6} ms" in "".join(ch for ch, _ in cells(block)[4])
+        restyled = steps(7)
+        restyled[2].stylize("dim")  # one line's style
+        show(restyled)
+        await pilot.pause()
+        assert rendered and cells(block) == cells(static)
+
+
+async def test_a_run_of_changed_lines_is_refreshed_as_one_region() -> None:
+    """The 128 rank rows all change each sample: one region is refreshed for them, not one each (each costs
+    Textual a region to track and merge); lines apart are regions apart."""
+    app = Alone()
+    async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
+        block = app.query_one(Lines)
+        block.show(steps(0, n=128))
+        await pilot.pause()
+        refreshes = calls_of(block, "refresh")
+        block.show(steps(1, n=128))
+        assert len(refreshes) == 1 and len(refreshes[0]) == 1, refreshes
+        (region,) = refreshes[0]
+        assert (region.y, region.height) == (0, 128)
+        refreshes.clear()
+        block.show([*steps(2, n=128)[:2], *steps(1, n=128)[2:4], *steps(2, n=128)[4:]])  # 0-1 and 4-127
+        assert len(refreshes) == 1 and [(r.y, r.height) for r in refreshes[0]] == [(0, 2), (4, 124)], refreshes
