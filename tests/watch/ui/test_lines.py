@@ -271,3 +271,55 @@ async def test_a_run_of_changed_lines_is_refreshed_as_one_region() -> None:
         refreshes.clear()
         block.show([*steps(2, n=128)[:2], *steps(1, n=128)[2:4], *steps(2, n=128)[4:]])  # 0-1 and 4-127
         assert len(refreshes) == 1 and [(r.y, r.height) for r in refreshes[0]] == [(0, 2), (4, 124)], refreshes
+
+
+async def test_a_changed_line_refreshes_only_the_columns_that_changed() -> None:
+    """Textual sends the terminal only what the refreshed regions cover: a sample that changes the rows' step
+    count refreshes the columns it changed (every changed cell, and none left or right of the changed run),
+    not whole rows; and the block shows the new characters, as a Static does."""
+    app = Pair()
+    async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
+        block, static = app.query_one(Lines), app.query_one("#static", Static)
+        old = steps(0)
+        block.show(old)
+        await pilot.pause()
+        refreshes = calls_of(block, "refresh")
+        for step in (1, 2, 15):
+            new = steps(step)
+            block.show(new)
+            static.update(Text("\n").join(new))
+            await pilot.pause()
+            changed = changed_cells(new, old)
+            regions = tuple(r for call in refreshes for r in call)
+            assert changed <= covered(regions), (changed, regions)
+            first, last = min(x for x, _ in changed), max(x for x, _ in changed)
+            assert all(first <= r.x and r.right <= last + 1 for r in regions), (first, last, regions)
+            assert cells(block) == cells(static)
+            refreshes.clear()
+            old = new
+
+
+async def test_a_block_drawn_cut_at_the_side_still_reuses_its_rows() -> None:
+    """Textual asks a block clipped at the side for some columns only: it cuts its rows as Textual would
+    (what a Static draws there), and keeps what it drew, so the next sample's new characters still reuse the
+    rows rather than render every line through Textual's styles again."""
+    app = Pair()
+    async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
+        block, static = app.query_one(Lines), app.query_one("#static", Static)
+
+        def show(lines: list[Text]) -> None:
+            static.update(Text("\n").join(lines))
+            block.show(lines)
+
+        show(steps(0))
+        await pilot.pause()
+        show(steps(1))
+        await pilot.pause()
+        part = Region(3, 1, 12, 4)
+        assert cells(block, part) == cells(static, part)
+        rendered = calls_of(block, "render_line")
+        for step in (2, 3):
+            show(steps(step))
+            await pilot.pause()
+            assert cells(block, part) == cells(static, part) and cells(block) == cells(static)
+        assert rendered == [], f"{len(rendered)} lines rendered again after a cut"
