@@ -323,3 +323,59 @@ async def test_a_block_drawn_cut_at_the_side_still_reuses_its_rows() -> None:
             await pilot.pause()
             assert cells(block, part) == cells(static, part) and cells(block) == cells(static)
         assert rendered == [], f"{len(rendered)} lines rendered again after a cut"
+
+
+async def test_rows_out_of_view_do_not_widen_the_refresh_of_the_rows_in_view() -> None:
+    """The rank rows in view (the window the app gives) refresh only the columns that changed; the rows out
+    of it are not looked at, so they are refreshed whole, in regions of their own: they were run together
+    with the rows in view, and widened those to the whole width (every column of the 128 rank rows sent
+    again each sample)."""
+    app = Scrolling()
+    async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
+        block = app.query_one(Lines)
+        block.show(steps(0, n=20), range(4))
+        await pilot.pause()
+        refreshes = calls_of(block, "refresh")
+        block.show(steps(1, n=20), range(4))
+        regions = tuple(r for call in refreshes for r in call)
+        in_view = changed_cells(steps(1, n=4), steps(0, n=4))
+        first, last = min(x for x, _ in in_view), max(x for x, _ in in_view)
+        assert in_view <= covered(regions), regions
+        assert all(first <= r.x and r.right <= last + 1 for r in regions if r.y < 4), (first, last, regions)
+        assert {(x, y) for y in range(4, 20) for x in range(block.size.width)} <= covered(regions), regions
+        await pilot.pause()
+        app.query_one(VerticalScroll).scroll_end(animate=False)
+        await pilot.pause()
+        drawn = ["".join(ch for ch, _ in line).rstrip() for line in cells(block)]
+        assert drawn == [line.plain.rstrip() for line in steps(1, n=20)]
+
+
+def test_the_regions_refreshed_are_no_wider_than_the_columns_that_changed() -> None:
+    """The other half of the test above: a region over lines looked at spans no more than the columns that
+    changed in them (from the first changed character to the last; a line whose length or styles changed:
+    the whole width); a line not looked at (out of the window in view) widens no region over lines that
+    were."""
+    from gpudoctor.watch.ui.lines import _regions
+
+    rng = random.Random(7)
+    width = 12
+    for _ in range(3000):
+        old = ["".join(rng.choice("ab") for _ in range(rng.randint(0, 15))) for _ in range(6)]
+        new = [line if rng.random() < 0.3 else _mutate(line, rng) for line in old]
+        styles = [rng.choice(["", "", "", "", "bold", None]) for _ in new]  # None: not looked at
+        keys = [None if style is None else (line, style, ()) for line, style in zip(new, styles, strict=True)]
+        regions = _regions(keys, [(line, "", ()) for line in old], width)  # type: ignore[arg-type]
+        for r in regions:
+            seen = [y for y in r.line_range if styles[y] is not None]
+            if not seen:
+                continue
+            spans = []
+            for y in seen:
+                a, b = new[y], old[y]
+                if styles[y] or len(a) != len(b):
+                    spans.append((0, width))
+                else:
+                    diff = [x for x in range(len(a)) if a[x] != b[x]]
+                    spans.append((min(diff, default=width), max(diff, default=-1) + 1))
+            lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
+            assert r.x >= min(lo, width) and r.right <= min(max(hi, lo), width), (new, old, styles, regions)
