@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import errno
 import sys
+import time
 from typing import Any
 
 import click
 
 from gpudoctor.errors import EXIT_UNAVAILABLE
+from gpudoctor.safety.safe_text import printable
 
 
 class OutputError(Exception):
@@ -74,3 +76,43 @@ def print_report(
     for problem in problems:
         click.echo(f"gpudoctor: {problem}", err=True)
     sys.exit(Verdict.code)
+
+
+class ProgressLine:
+    """How far a long read has come, on stderr, rewritten in place: only on a terminal (a log or a pipe
+    gets nothing), only once the work has taken SHOW_AFTER_S, at most twice a second; `done()` clears it,
+    so what the command prints after starts on a clean line."""
+
+    SHOW_AFTER_S = 1.0  # a heuristic: a command this quick needs no progress
+    EVERY_S = 0.5
+
+    def __init__(self, what: str, stream: Any = None, clock: Any = time.monotonic) -> None:
+        self.stream = sys.stderr if stream is None else stream
+        self.what = printable(what)[:60]  # a file name may hold escape sequences: never sent to the terminal
+        self.clock = clock
+        self.start = self.last = clock()
+        self.shown = False
+        try:
+            self.on = bool(self.stream.isatty())
+        except (AttributeError, OSError, ValueError):  # closed, or no terminal to ask
+            self.on = False
+
+    def __call__(self, share: float) -> None:
+        now = self.clock()
+        if not self.on or now - self.start < self.SHOW_AFTER_S or (self.shown and now - self.last < self.EVERY_S):
+            return
+        self.last = now
+        self._write(f"\r{self.what}: {share:.0%} read")
+        self.shown = True
+
+    def done(self) -> None:
+        if self.shown:
+            self._write("\r\x1b[K")  # the line erased
+            self.shown = False
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # the terminal went away: the command's own output decides
+            self.on = False

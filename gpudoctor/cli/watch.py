@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from gpudoctor.cli.options import FILE_NAME
-from gpudoctor.cli.output import Verdict
+from gpudoctor.cli.output import ProgressLine, Verdict
 from gpudoctor.cli.types import FiniteFloat, OnceCommand
 from gpudoctor.errors import EXIT_HANGUP, EXIT_UNAVAILABLE, EXIT_USAGE, UserError
 from gpudoctor.safety import signals
@@ -496,7 +496,11 @@ def report(recording: str, as_json: bool, warmup: float | None, config_path: str
     from gpudoctor.watch.summary import render_text, summarize_recording
 
     th = thresholds(config_path, no_config, warmup_s=warmup)
-    summary = summarize_recording(recording_path(recording), th)  # streamed: memory does not grow with it
+    progress = ProgressLine(f"gpudoctor: {recording}")  # a day of 8 GPUs takes most of a minute
+    try:
+        summary = summarize_recording(recording_path(recording), th, progress)  # streamed: memory stays flat
+    finally:
+        progress.done()
     if summary.unreadable and not summary.samples:  # damaged or refused lines alone: nothing to summarize
         raise UserError(f"recording {recording} has no usable sample: {summary.damage}", EXIT_USAGE, "input")
     Verdict.code = EXIT_USAGE if summary.unreadable else 0  # what a reader that stops reading still gets

@@ -161,8 +161,9 @@ GZIP_MAGIC = b"\x1f\x8b"
 SAMPLE_PREFIX = "sample:"  # `report sample:straggler`: a recording shipped with gpudoctor
 
 
-def _open_text(path: str) -> IO[str]:
-    """A recording as text; a gzip-compressed one (the shipped samples, `gzip run.jsonl`) is read as is."""
+def _open_text(path: str) -> tuple[IO[str], IO[bytes]]:
+    """A recording as text, and the file beneath (how far it is read); a gzip-compressed one (the shipped
+    samples, `gzip run.jsonl`) is read as is."""
     raw = open_input(path)  # a regular file: /dev/zero or a FIFO would never end
     try:
         compressed = raw.read(2) == GZIP_MAGIC
@@ -171,8 +172,8 @@ def _open_text(path: str) -> IO[str]:
         raw.close()
         raise
     if compressed:
-        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8", errors="replace")
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw), encoding="utf-8", errors="replace"), raw
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace"), raw
 
 
 def shipped_samples() -> list[str]:
@@ -273,7 +274,8 @@ class RecordingStream:
         # The job's last words (Sample.end): not a sample, kept aside for the summary (the last, if several).
         self.end: Sample | None = None
         try:
-            self._file: IO[str] = _open_text(path)  # closed in close()
+            self._file, self._raw = _open_text(path)  # closed in close()
+            self._size = os.fstat(self._raw.fileno()).st_size
             self._lines = _lines(self._file)
             first = next(self._lines, None)
         except (OSError, EOFError, zlib.error) as exc:
@@ -439,6 +441,13 @@ class RecordingStream:
         its bytes stopped reading, lines were refused as beyond the bounds of one machine, or no line
         held a sample though some were there."""
         return self.unreadable is not None or bool(self.refused) or not self.usable
+
+    def read_share(self) -> float:
+        """How much of the file is read, 0 to 1 (of its bytes as stored: a compressed one's too)."""
+        try:
+            return min(1.0, self._raw.tell() / self._size) if self._size else 1.0
+        except (OSError, ValueError):  # closed
+            return 1.0
 
     def close(self) -> None:
         self._file.close()
