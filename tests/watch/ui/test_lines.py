@@ -5,6 +5,7 @@ changes only characters (the strip reused with new characters), and after one th
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.text import Text
@@ -158,20 +159,25 @@ async def test_lines_out_of_the_window_are_current_when_scrolled_to() -> None:
         assert drawn == [f"row {i} first" for i in range(4)] + [f"row {i} then" for i in range(4, 20)]
 
 
+def _cases(rng: random.Random, width: int) -> Iterator[tuple[list[str], list[str], list[str | None], list[Region]]]:
+    """3,000 random samples of 6 lines: the lines before and after, each line's style ("" unchanged, "bold"
+    changed, None not looked at) and the regions `_regions` refreshes for them."""
+    from gpudoctor.watch.ui.lines import _regions  # here: the other tests also run on a block without it
+
+    for _ in range(3000):
+        old = ["".join(rng.choice("ab") for _ in range(rng.randint(0, 15))) for _ in range(6)]
+        new = [line if rng.random() < 0.3 else _mutate(line, rng) for line in old]
+        styles = [rng.choice(["", "", "", "", "bold", None]) for _ in new]
+        keys = [None if style is None else (line, style, ()) for line, style in zip(new, styles, strict=True)]
+        yield old, new, styles, _regions(keys, [(line, "", ()) for line in old], width)  # type: ignore[arg-type]
+
+
 def test_the_regions_refreshed_cover_every_cell_that_changed() -> None:
     """A sample refreshes, per run of changed lines, only the columns that changed (Textual sends the terminal
     only those): every cell whose character changed is in one; a line whose length or styles changed, or
     that was not looked at (out of the window in view), is refreshed whole."""
-    from gpudoctor.watch.ui.lines import _regions  # here: the other tests also run on a block without it
-
-    rng = random.Random(5)
     width = 12
-    for _ in range(3000):
-        old = ["".join(rng.choice("ab") for _ in range(rng.randint(0, 15))) for _ in range(6)]
-        new = [line if rng.random() < 0.3 else _mutate(line, rng) for line in old]
-        styles = [rng.choice(["", "", "", "", "bold", None]) for _ in new]  # None: not looked at
-        keys = [None if style is None else (line, style, ()) for line, style in zip(new, styles, strict=True)]
-        regions = _regions(keys, [(line, "", ()) for line in old], width)  # type: ignore[arg-type]
+    for old, new, styles, regions in _cases(random.Random(5), width):
         covered = {(x, y) for r in regions for y in r.line_range for x in range(r.x, r.right)}
         for y, (a, b) in enumerate(zip(new, old, strict=True)):
             if styles[y] != "" or len(a) != len(b):
@@ -224,6 +230,16 @@ def covered(regions: tuple[Region, ...]) -> set[tuple[int, int]]:
     return {(x, y) for r in regions for y in r.line_range for x in range(r.x, r.right)}
 
 
+def both(block: Lines, static: Static) -> Callable[[list[Text]], None]:
+    """Show lines in the block and, to compare with, in a Static."""
+
+    def show(lines: list[Text]) -> None:
+        static.update(Text("\n").join(lines))
+        block.show(lines)
+
+    return show
+
+
 async def test_a_row_whose_characters_changed_is_reused_not_rendered_again() -> None:
     """Issue 22: most samples change only the characters of a row (a step count), not its styles or length:
     the row Textual drew last time (styles, padding, border applied) is reused with the new characters, and
@@ -232,15 +248,10 @@ async def test_a_row_whose_characters_changed_is_reused_not_rendered_again() -> 
     app = Pair()
     async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
         block, static = app.query_one(Lines), app.query_one("#static", Static)
-
-        def show(lines: list[Text]) -> None:
-            static.update(Text("\n").join(lines))
-            block.show(lines)
-
-        show(steps(0))
-        await pilot.pause()
-        show(steps(1))
-        await pilot.pause()
+        show = both(block, static)
+        for step in (0, 1):  # drawn once by Textual, then a second sample to reuse it from
+            show(steps(step))
+            await pilot.pause()
         rendered = calls_of(block, "render_line")  # Textual's line API: each line it renders through its styles
         for step in range(2, 7):
             show(steps(step))
@@ -306,15 +317,10 @@ async def test_a_block_drawn_cut_at_the_side_still_reuses_its_rows() -> None:
     app = Pair()
     async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
         block, static = app.query_one(Lines), app.query_one("#static", Static)
-
-        def show(lines: list[Text]) -> None:
-            static.update(Text("\n").join(lines))
-            block.show(lines)
-
-        show(steps(0))
-        await pilot.pause()
-        show(steps(1))
-        await pilot.pause()
+        show = both(block, static)
+        for step in (0, 1):  # drawn once by Textual, then a second sample to reuse it from
+            show(steps(step))
+            await pilot.pause()
         part = Region(3, 1, 12, 4)
         assert cells(block, part) == cells(static, part)
         rendered = calls_of(block, "render_line")
@@ -355,16 +361,8 @@ def test_the_regions_refreshed_are_no_wider_than_the_columns_that_changed() -> N
     changed in them (from the first changed character to the last; a line whose length or styles changed:
     the whole width); a line not looked at (out of the window in view) widens no region over lines that
     were."""
-    from gpudoctor.watch.ui.lines import _regions
-
-    rng = random.Random(7)
     width = 12
-    for _ in range(3000):
-        old = ["".join(rng.choice("ab") for _ in range(rng.randint(0, 15))) for _ in range(6)]
-        new = [line if rng.random() < 0.3 else _mutate(line, rng) for line in old]
-        styles = [rng.choice(["", "", "", "", "bold", None]) for _ in new]  # None: not looked at
-        keys = [None if style is None else (line, style, ()) for line, style in zip(new, styles, strict=True)]
-        regions = _regions(keys, [(line, "", ()) for line in old], width)  # type: ignore[arg-type]
+    for old, new, styles, regions in _cases(random.Random(7), width):
         for r in regions:
             seen = [y for y in r.line_range if styles[y] is not None]
             if not seen:
