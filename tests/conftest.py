@@ -11,6 +11,7 @@ orphan-rank scan; and the fixtures tests in every folder receive:
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import time
@@ -39,6 +40,15 @@ os.environ.setdefault("GPUDOCTOR_CHECK_PLACEMENT", "1")
 SESSION_VAR = "GPUDOCTOR_TEST_SESSION"
 os.environ[SESSION_VAR] = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
 RANK_MARK = "gpudoctor.workloads.rank"
+
+
+@pytest.fixture(autouse=True)
+def _collector_as_it_was() -> Iterator[None]:
+    """`watch` sets its started heap aside from the garbage collector (gpudoctor/watch/heap.py: gc.freeze);
+    a test that runs it in this process gets the collector back as it was, the objects with it."""
+    yield
+    if gc.get_freeze_count():
+        gc.unfreeze()
 
 
 def leftover_ranks(within: float = 0.0) -> list[psutil.Process]:

@@ -367,8 +367,10 @@ def watch(
             if result == INTERRUPTED:  # the Ctrl-C key
                 raise KeyboardInterrupt
         else:
+            from gpudoctor.watch import heap
             from gpudoctor.watch.headless import run_headless
 
+            heap.settle()  # started: what is alive now lives as long as the watch
             run_headless(session, sys.stdout, as_json=as_json, duration=duration)
     except KeyboardInterrupt as exc:
         interrupted = signals.exit_code(exc)

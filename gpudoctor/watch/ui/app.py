@@ -32,6 +32,7 @@ from textual.worker import get_current_worker
 
 from gpudoctor.safety.safe_text import printable
 from gpudoctor.safety.signals import STOP_SIGNALS
+from gpudoctor.watch import heap
 from gpudoctor.watch.model import ProcReading, Sample
 from gpudoctor.watch.session import End, Session, Update
 from gpudoctor.watch.sources import Notice
@@ -115,9 +116,11 @@ class WatchApp(App[str]):
         duration: float | None = None,
         driver_class: Any = None,
         output: TerminalOutput | None = None,
+        settle_heap: bool = False,
     ) -> None:
         super().__init__(driver_class=driver_class)
         self.output = output  # the terminal stream (run_app), told to stop waiting on a stop signal
+        self.settle_heap = settle_heap  # run_app: the heap is settled once the first sample is on the screen
         self._loop: asyncio.AbstractEventLoop | None = None
         self.session = session
         self.live = live
@@ -200,6 +203,9 @@ class WatchApp(App[str]):
         if self.stale:
             self.stale = False
         self._draw()
+        if self.settle_heap:  # after the first frame: Textual's widgets, styles and caches are made by then
+            self.settle_heap = False
+            self.call_after_refresh(heap.settle)
 
     def on_notice_arrived(self, message: NoticeArrived) -> None:
         self.notice = message.text
@@ -437,7 +443,7 @@ def run_app(session: Session, duration: float | None = None) -> tuple[str | None
     SIGTERM, SIGHUP and SIGINT end it like Ctrl-C (`WatchApp.stop_signal`); an ignored one (nohup)
     stays ignored. gpudoctor's own handlers are back when this returns."""
     output = TerminalOutput(sys.__stderr__)  # where Textual's Linux driver writes
-    app = WatchApp(session, duration=duration, driver_class=terminal_driver(output), output=output)
+    app = WatchApp(session, duration=duration, driver_class=terminal_driver(output), output=output, settle_heap=True)
     taken = [sig for sig in (*STOP_SIGNALS, signal.SIGINT) if signal.getsignal(sig) is not signal.SIG_IGN]
     previous = {sig: signal.signal(sig, app.stop_signal) for sig in taken}
     try:
