@@ -161,7 +161,13 @@ class JobTracker:
         with self._lock:
             for pid in list(pids)[:MAX_STACKS]:
                 taken = self._stacks.get(pid)
-                if pid in self._pending or (taken is not None and now - taken[0] < RESTACK_S):
+                listed = self._listed.get(pid)
+                # A stack taken in another state is not shown (_with_stack): it is read again now, not
+                # RESTACK_S later. A rank read while it imported, then heard saying hello, had no
+                # whereabouts for 10 s: GD920 named it with none, and GD923 (every rank waits to join) came
+                # 10 s late (found by test_job_life's MASTER_PORT job on a loaded machine).
+                moved = listed is not None and taken is not None and taken[1] != _state(listed)
+                if pid in self._pending or (taken is not None and now - taken[0] < RESTACK_S and not moved):
                     continue
                 self._pending.add(pid)
                 self._queue.put(pid)
@@ -176,11 +182,13 @@ class JobTracker:
                 with self._lock:
                     self._pending.discard(pid)
                 continue  # gone, or its number now belongs to another process: never read that one
+            # The state the stack is valid for is the one before the read: a process that said hello (or
+            # joined) while py-spy read it may show where it was before, and that stack must not be kept
+            # as where it is now (its state then is read again, want_stacks).
+            state = _state(listed)
             stack = probe_stacks.dump(pid, on_start=self._started)
             with self._lock:
                 self._running = None
-                listed = self._listed.get(pid)
-                state = _state(listed) if listed is not None else ()
                 self._stacks[pid] = (time.monotonic(), state, stack)
                 self._pending.discard(pid)
 
