@@ -164,6 +164,10 @@ class _Publisher:
         while not _say(self, joined, (self.step, self.inside), _child(), time.time(), flags):
             if self.gone or _publisher is not self or time.monotonic() >= deadline:
                 return
+        # The watcher checks that a datagram comes from a process of the job when it reads it: one read after
+        # this process was reaped could not be checked (its last steps and exit were ignored as from outside
+        # the job, under load). Until the deadline, the process waits for the watcher to take what it sent.
+        _wait_taken(self.sock, deadline)
 
     def send(self, payload: bytes) -> bool:
         """One datagram of data (training_data), never blocking: False when it could not go now."""
@@ -293,6 +297,24 @@ def arrive() -> None:
     process join its process group, or not, before its first step."""
     if _publisher is None and not _checked:
         _setup()
+
+
+def _wait_taken(sock: socket.socket, deadline: float) -> None:
+    """Until `deadline` (monotonic), wait for the watcher to have read every datagram sent on `sock`: the
+    kernel charges a unix datagram to its sender until it is read (SIOCOUTQ, Linux)."""
+    try:
+        import fcntl
+        import termios
+    except ImportError:
+        return
+    while time.monotonic() < deadline:
+        try:
+            left = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+        except OSError:
+            return
+        if left <= 0:
+            return
+        time.sleep(0.005)
 
 
 def _joined() -> tuple[int, int] | None:

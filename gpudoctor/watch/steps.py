@@ -147,6 +147,7 @@ class StepChannel:
         self.dropped = 0  # records the ranks could not send (our queue was full)
         self.flooded = 0  # step records beyond RATE a second from one process, or beyond MAX_RANKS at once
         self._budget: dict[int, tuple[float, float]] = {}  # pid -> (records it may still send, when)
+        self._members: OrderedDict[int, float | None] = OrderedDict()  # pid accepted -> its start time
         self._closed = threading.Event()
         self.data = DataInbox()  # what the ranks say about their data, loss and loader (training_data)
         try:
@@ -264,9 +265,23 @@ class StepChannel:
     def _accepted(self, pid: int) -> bool:
         accept = self.accept
         try:
-            return accept is not None and accept(pid)
+            if accept is not None and accept(pid):
+                if pid not in self._members:
+                    self._members[pid] = _start_time(pid)
+                    if len(self._members) > 2 * MAX_RANKS:
+                        self._members.popitem(last=False)  # accepted the longest ago (processes come and go)
+                self._members.move_to_end(pid)
+                return True
         except Exception:  # noqa: BLE001  (a failing check rejects the record, never the thread)
             return False
+        # Under load this thread reads a datagram seconds after it was sent: its sender, a job process whose
+        # earlier datagrams were accepted, may have exited and been reaped since, and is nobody's descendant
+        # any more. Its last steps and its exit were ignored as from outside the job (a restarted job's rank
+        # counted 94 of its 100 steps, test_held at interval 3 under load). A PID accepted before is still
+        # that process's while no other process holds it (the publisher's exit waits until the watcher took
+        # its datagrams, so one of them was checked while it lived).
+        started = self._members.get(pid)
+        return started is not None and _start_time(pid) in (started, None)
 
     def _within_rate(self, pid: int, now: float) -> bool:
         """A token bucket per process: RATE records a second, BURST at once."""
@@ -407,6 +422,14 @@ class StepChannel:
             os.unlink(self.error_file)
         with contextlib.suppress(OSError):
             os.rmdir(self.directory)
+
+
+def _start_time(pid: int) -> float | None:
+    """When process `pid` started (psutil's create time); None when no process has that number now."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
 
 
 def _sender(ancdata: list[tuple[int, int, bytes]]) -> int | None:

@@ -8,12 +8,14 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from gpudoctor.training_step import ENV, MAGIC, RECORD, SOCKET_NAME
+from gpudoctor.training_step import ENV, EVENT_MAGIC, MAGIC, RECORD, SOCKET_NAME
 from gpudoctor.watch import analysis
 from gpudoctor.watch.analysis import Thresholds
 from gpudoctor.watch.model import RankReading, Sample
@@ -594,3 +596,81 @@ def test_a_ranks_process_is_replaced_once_gone_even_when_its_number_was_taken_ag
         channel.close()
         other.kill()
         other.wait()
+
+
+def test_a_job_process_reaped_before_its_last_record_is_read_still_has_it_counted() -> None:
+    """Found under load (test_held's restarted job at interval 3: a rank counted 94 of its 100 steps, 'ignored
+    3 step records from outside the job'): the watcher's thread read a rank's last record after the rank had
+    exited and been reaped, so it was no descendant of the job any more. A process whose earlier records were
+    accepted keeps them accepted while no other process holds its PID. Here the check of its last record is
+    held until the process is reaped."""
+    calls: list[int] = []
+    reaped = threading.Event()
+
+    def accept(pid: int) -> bool:  # what Job.owns asks: a child of ours, now
+        calls.append(pid)
+        if len(calls) == 2:
+            assert reaped.wait(10)
+        try:
+            return psutil.Process(pid).ppid() == os.getpid()
+        except psutil.Error:
+            return False
+
+    channel = StepChannel(accept)
+    first, last = _record(count=1, last=1), _record(count=2, last=3)
+    code = (
+        "import socket, sys\n"
+        f"s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.connect({channel.path!r})\n"
+        f"s.send({first!r}); print('one', flush=True); sys.stdin.readline(); s.send({last!r})\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "one"
+        wait_for(lambda: len(calls) == 1)
+        assert child.stdin is not None
+        child.stdin.write("\n")
+        child.stdin.close()
+        assert child.wait(timeout=30) == 0  # reaped: its PID is nobody's now
+        reaped.set()
+        wait_for(lambda: len(calls) == 2)
+        taken: list[int] = []  # every take's steps (a take resets them)
+        wait_for(lambda: channel.rejected or taken.append(sum(r.steps for r in channel.take())) or sum(taken) == 3)
+        assert channel.rejected == 0 and sum(taken) == 3
+    finally:
+        reaped.set()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        channel.close()
+
+
+def test_a_process_exits_once_the_watcher_took_what_it_sent(tmp_path: Path) -> None:
+    """The watcher checks a datagram's sender when it reads it (above): a process that exits before its
+    last datagrams are read may be gone by then. Its exit waits (up to EXIT_WAIT_S; here an hour) until the
+    watcher has taken them: it is alive while the watcher reads nothing, and ends once it read."""
+    directory = tmp_path / "channel"
+    directory.mkdir(mode=0o700)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(directory / SOCKET_NAME))
+    code = (
+        "import gpudoctor, gpudoctor.training_step as t\nt.EXIT_WAIT_S = 3600.0\n"
+        "with gpudoctor.step():\n    pass\nprint('done', flush=True)"
+    )
+    job = subprocess.Popen(
+        [sys.executable, "-c", code], env=clean_env(**{ENV: str(directory)}), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "done"
+        with pytest.raises(subprocess.TimeoutExpired):
+            job.wait(timeout=2)  # nothing read yet: it waits in its exit
+        sock.settimeout(10)
+        kinds = []
+        while not kinds or kinds[-1] != EVENT_MAGIC:  # ... its steps, its data, then its exit
+            kinds.append(sock.recv(65536)[:4])
+        assert MAGIC in kinds
+        assert job.wait(timeout=30) == 0  # all taken: it ends
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+        sock.close()
