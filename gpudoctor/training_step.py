@@ -314,7 +314,7 @@ def _wait_taken(sock: socket.socket, deadline: float) -> None:
             return
         if left <= 0:
             return
-        time.sleep(0.005)
+        time.sleep(0.005)  # a heuristic poll: the watcher reads a datagram in microseconds when it keeps up
 
 
 def _joined() -> tuple[int, int] | None:

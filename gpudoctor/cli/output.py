@@ -84,7 +84,7 @@ class ProgressLine:
     so what the command prints after starts on a clean line."""
 
     SHOW_AFTER_S = 1.0  # a heuristic: a command this quick needs no progress
-    EVERY_S = 0.5
+    EVERY_S = 0.5  # a heuristic: often enough to see it move, seldom enough not to flicker
 
     def __init__(self, what: str, stream: Any = None, clock: Any = time.monotonic) -> None:
         self.stream = sys.stderr if stream is None else stream

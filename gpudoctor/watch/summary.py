@@ -455,7 +455,7 @@ def summarize(samples: Iterable[Sample], source: str, th: Thresholds = DEFAULT, 
     return builder.summary(damage=damage)
 
 
-PROGRESS_EVERY = 1024  # samples between two calls of summarize_recording's `progress` (~0.5 s at 8 GPUs)
+PROGRESS_EVERY = 1024  # samples between two calls of `progress` (a heuristic: ~0.5 s of reading at 8 GPUs)
 
 
 def summarize_recording(

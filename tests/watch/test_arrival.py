@@ -20,6 +20,7 @@ from gpudoctor.training_step import ENV, EVENT, EVENT_MAGIC, EXITING, FAILED, IN
 from gpudoctor.watch.arrival import LAUNCHER, RANK, Heard, JobProc, heard, merged
 from gpudoctor.watch.model import Sample
 from gpudoctor.watch.steps import StepChannel
+from tests.helpers.channel import raw_channel
 from tests.helpers.processes import clean_env, free_port
 
 
@@ -125,11 +126,8 @@ def test_the_exit_waits_for_a_watcher_whose_queue_is_full_rather_than_vanish(tmp
     load the watcher's thread was behind its queue of 10 datagrams (net.unix.max_dgram_qlen) when the rank
     exited, and the exit event timed out after EXIT_SEND_S and was dropped. Here another sender fills the
     queue, the job exits, and the watcher reads nothing for 1 s: the exit event still arrives, last."""
-    directory = tmp_path / "channel"
-    directory.mkdir(mode=0o700)
+    directory, sock = raw_channel(tmp_path)
     path = str(directory / SOCKET_NAME)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(path)
     code = (
         "import socket, gpudoctor\n"
         f"s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.connect({path!r}); s.setblocking(False)\n"
@@ -157,11 +155,9 @@ def test_the_exit_waits_for_a_watcher_whose_queue_is_full_rather_than_vanish(tmp
 def test_nothing_is_said_after_the_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The beat is a daemon thread: it ran on while atexit said the exit, and an event it sent after it had
     the watcher hold the exited process as alive again. Once the exit is said, the beat's event is refused."""
-    directory = tmp_path / "channel"
-    directory.mkdir(mode=0o700)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(directory / SOCKET_NAME))
+    directory, sock = raw_channel(tmp_path)
     monkeypatch.setattr(training_step, "BEAT_S", 3600.0)  # this test's publisher has no beat of its own
+    monkeypatch.setattr(training_step, "EXIT_WAIT_S", 0.5)  # read only after: the exit waits for a reader
     pub = training_step._Publisher(str(directory))
     monkeypatch.setattr(training_step, "_publisher", pub)
     try:

@@ -21,6 +21,7 @@ from gpudoctor.watch.analysis import Thresholds
 from gpudoctor.watch.model import RankReading, Sample
 from gpudoctor.watch.steps import StepChannel
 from gpudoctor.watch.summary import render_text, summarize
+from tests.helpers.channel import raw_channel
 from tests.helpers.processes import GpudoctorCli, clean_env
 from tests.paths import FIXTURES
 
@@ -98,10 +99,7 @@ def test_the_last_steps_wait_for_a_watcher_that_is_behind_rather_than_vanish(tmp
     of 10 datagrams when the job exited, and the last record (carrying every step since the last one that
     got through) timed out after 0.2 s and was dropped. Here the watcher reads nothing until the job has
     printed its last line, and 0.5 s more: every step still arrives."""
-    directory = tmp_path / "channel"
-    directory.mkdir(mode=0o700)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(directory / SOCKET_NAME))
+    directory, sock = raw_channel(tmp_path)
     code = (
         "import time, gpudoctor\nfor _ in range(40):\n    with gpudoctor.step():\n        time.sleep(0.06)\n"
         "print('done', flush=True)"
@@ -648,10 +646,7 @@ def test_a_process_exits_once_the_watcher_took_what_it_sent(tmp_path: Path) -> N
     """The watcher checks a datagram's sender when it reads it (above): a process that exits before its
     last datagrams are read may be gone by then. Its exit waits (up to EXIT_WAIT_S; here an hour) until the
     watcher has taken them: it is alive while the watcher reads nothing, and ends once it read."""
-    directory = tmp_path / "channel"
-    directory.mkdir(mode=0o700)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(directory / SOCKET_NAME))
+    directory, sock = raw_channel(tmp_path)
     code = (
         "import gpudoctor, gpudoctor.training_step as t\nt.EXIT_WAIT_S = 3600.0\n"
         "with gpudoctor.step():\n    pass\nprint('done', flush=True)"
