@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +29,11 @@ from tests.helpers.processes import GpudoctorCli, run_gpudoctor
 if TYPE_CHECKING:
     from tests.helpers.snapshots import SnapshotOf
 
+# A shell starts a background job (`pytest ... &` in a script) with SIGINT ignored, and an ignored
+# signal stays ignored through exec: every gpudoctor and rank the tests start would shrug off the
+# Ctrl-C the tests send. A handler, unlike SIG_IGN, is reset to the default at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Gloo ranks check that every collective's tensors are placed as NCCL needs them (on the rank's
 # device, outputs too): the mistake NCCL turns into an illegal memory access on 2+ GPUs is caught
