@@ -172,7 +172,12 @@ def test_a_rank_late_for_step_one_is_named_and_the_rank_it_kept_waiting_is_not_b
     assert "rank 1 waits inside step 1 while rank 0 has not entered it" in v["message"]
     assert v["hint"].startswith("rank 0 keeps the others waiting")
     assert [x["steps"] for x in w.summary["ranks"]] == [60, 60]  # type: ignore[index]
-    assert all(1 not in w.ranks(g) for g in w.verdicts("GD909")), w.verdicts("GD909")
+    # Rank 1's 10 s first step would make its mean step ~0.23 s ("rank 1's steps take ..."). A loaded machine
+    # can make it truly late by a few ms a step (seen at -n 4 on 2 cores: 6.4 ms of a 60 ms step): that is
+    # the machine, named rightly, not the first step.
+    blamed = [g for g in w.verdicts("GD909") if 1 in w.ranks(g)]
+    assert all("steps take" not in g["message"] for g in blamed), blamed
+    assert all(g["figure"]["worst"] < 60 for g in blamed if "figure" in g), blamed  # the summary's, in ms
 
 
 @needs_stacks
