@@ -122,7 +122,7 @@ def shared_fixtures(item: pytest.Item) -> list[str]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Under pytest-xdist (the README runs `-n 2 --dist loadgroup`), the tests that read one shared launch
+    # Under pytest-xdist (the README runs `-n 4 --dist loadgroup`), the tests that read one shared launch
     # run on one worker, so the launch is made once; every other test goes to whichever worker is free.
     for item in items:
         shared = shared_fixtures(item)
