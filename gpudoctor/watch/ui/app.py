@@ -283,12 +283,13 @@ class WatchApp(App[str]):
         if table.display:  # shown again: the reading that came while it was hidden
             table.catch_up()
         if n_gpus:
+            gpu_lines = self.query_one("#gpu-lines", Lines)
             if mode == "full":  # where the list scrolls, its scrollbar takes a column from the rows
                 row_w = inner - heights.gpus_scroll
-                lines = gpu_rows(sample.gpus, self.history, gpu_marks, sticky, row_w, self.stale)
+                rows = gpu_rows(sample.gpus, self.history, gpu_marks, sticky, row_w, self.stale)
+                gpu_lines.show(rows, self._in_view("#gpus"))
             else:
-                lines = gpu_grid(sample.gpus, gpu_marks, inner)
-            self.query_one("#gpu-lines", Lines).show(lines)
+                gpu_lines.show(gpu_grid(sample.gpus, gpu_marks, inner))
         self._drawn_mode = mode
         names = {g.name.removeprefix("NVIDIA ") for g in sample.gpus if g.name}
         model = f" {names.pop()}" if len(names) == 1 else ""
@@ -299,9 +300,7 @@ class WatchApp(App[str]):
             self.query_one("#gpus").border_subtitle = subtitle
         if ranks:
             rows = rank_rows(ranks, builder.balance.ranks, rank_marks, sample.t, inner)
-            panel = self.query_one("#ranks")
-            top = int(panel.scroll_y)  # the rows in view (the header is row 0): the others are made if scrolled to
-            self.query_one("#rank-lines", Lines).show(rows, range(top, top + panel.size.height + 1))
+            self.query_one("#rank-lines", Lines).show(rows, self._in_view("#ranks"))
         room = max(1, heights.verdicts - 3)
         log = [balance_line(builder.balance, self.session.thresholds.window_s, inner)]
         if not events:
@@ -311,6 +310,12 @@ class WatchApp(App[str]):
             log.append(Text(text, style="green"))
         log += event_lines(events, inner, builder.start or sample.t, room, heights.hints)
         self.query_one("#verdicts", Lines).show(log)
+
+    def _in_view(self, panel_id: str) -> range:
+        """The rows of a scrolling panel's lines in view (the header is row 0): the others are made if scrolled to."""
+        panel = self.query_one(panel_id)
+        top = int(panel.scroll_y)
+        return range(top, top + panel.size.height + 1)
 
     def _set_heights(self, heights: Heights) -> None:
         wanted = {

@@ -545,6 +545,54 @@ async def test_a_resize_after_a_replay_ended_redraws_the_panels_at_the_new_size(
         assert "GD901 straggler" in text_of(verdicts)
 
 
+async def test_only_the_gpu_rows_in_view_are_made_and_the_last_gpu_scrolled_to_shows_the_latest_sample(
+    monkeypatch: Any,
+) -> None:
+    """128 GPUs as rows (`c` pins them, where the grid was chosen) at 200x60: about 40 are in view, and the
+    others are not made each sample (issue 22: all 128 lines and their histories were, 7.5 ms a sample); yet
+    the last GPU scrolled to shows the latest sample's utilization."""
+    made = [0]  # GPU rows formatted: each asks the history for its GPU's once
+
+    class Counting(dict):  # type: ignore[type-arg]
+        def get(self, key: Any, default: Any = None) -> Any:
+            made[0] += 1
+            return super().get(key, default)
+
+    real = watch_app.gpu_rows
+    monkeypatch.setattr(watch_app, "gpu_rows", lambda gpus, history, *rest: real(gpus, Counting(history), *rest))
+    app, session = live_app()
+    run = synthetic_run("healthy", 6, n_gpus=128, ranks=True)
+    async with app.run_test(size=(200, 60)) as pilot:
+        panel, block = app.query_one("#gpus"), app.query_one("#gpu-lines")
+        drawn: dict[int, str] = {}  # row of the block -> its characters as Textual last asked for them
+        render = block.render_lines
+
+        def drawing(crop: Region) -> Any:
+            strips = render(crop)
+            for y, strip in zip(crop.line_range, strips, strict=True):
+                drawn[y] = strip.text
+            return strips
+
+        block.render_lines = drawing
+        for i, s in enumerate(run):
+            if i == 1:
+                await pilot.press("c")  # the rows, not the grid
+                await wait_for(pilot, lambda: app._drawn_mode == "full", timeout=30)
+            made[0] = 0
+            session.queue.put(s)
+            await wait_for(pilot, lambda s=s: app.last is not None and app.last.sample is s, timeout=30)
+            await pilot.pause()
+            if i >= 1:
+                assert 0 < made[0] <= panel.size.height + 1, f"{made[0]} GPU rows made, {panel.size.height} in view"
+        assert panel.size.height < 128 and block.size.height == 129  # the header and a row per GPU: it scrolls
+        panel.scroll_end(animate=False)
+        await pilot.pause()
+        last = run[-1].gpus[-1]
+        assert last.index == 127
+        bottom = drawn[block.size.height - 1]  # made when scrolled to, from the latest sample
+        assert bottom.split()[:2] == ["127", f"{last.util}%"], bottom
+
+
 async def test_only_the_rank_rows_in_view_are_made_and_a_row_scrolled_to_shows_the_latest_sample(
     monkeypatch: Any,
 ) -> None:
