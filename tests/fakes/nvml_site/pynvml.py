@@ -3,8 +3,8 @@
 With this directory first on PYTHONPATH, `import pynvml` in gpudoctor finds this module instead of
 nvidia-ml-py. It answers as two H200s (tests/fakes/live_nvml.py's readings) whose compute processes are
 what the job's own ranks wrote into the directory named by GPUDOCTOR_TEST_NVML_PROCS: one <pid>.json per
-process, {"pid": PID, "gpus": {"0": MiB, ...}} (tests/fixtures/jobs/data_job.py --placement); it marks each
-process it has told of with a <pid>.seen file beside, which the job waits for before it exits. The PIDs are
+process, {"pid": PID, "gpus": {"0": MiB, ...}} (tests/fixtures/jobs/data_job.py --placement); each time it
+tells of a process it makes a <pid>.seen file beside, which the job removes and waits for before it exits. The PIDs are
 the ranks' real PIDs, so gpudoctor resolves them, follows them in the job's tree and matches them to the
 ranks' step records as it would on a GPU machine.
 """
@@ -55,8 +55,8 @@ class RanksOnGpus(LiveNvml):
             mib = doc.get("gpus", {}).get(str(index))
             if mib:
                 out.append(SimpleNamespace(pid=int(doc["pid"]), usedGpuMemory=int(mib) * 2**20))
-                # Told to gpudoctor once: the job may end now (data_job.py waits for this before it exits, as a
-                # real job holds its memory to the end; a short job on a loaded machine could end unseen).
+                # Told to gpudoctor: data_job.py waits for fresh marks after its training before it exits, as a
+                # real job holds its memory to the end (a short job on a loaded machine could end unseen).
                 open(os.path.join(folder, f"{doc['pid']}.seen"), "a").close()
         return out
 
