@@ -130,7 +130,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(shared[0]))
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # Longest first (a heuristic: `slow` marks the tests that start processes with torch): xdist hands
-        # out tests in this order, so the run's tail is short tests that even out the two workers, not one
+        # out tests in this order, so the run's tail is short tests that even out the workers, not one
         # long job started last on one of them. One process keeps the file order (its module fixtures).
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if HAVE_GPU:
