@@ -370,7 +370,11 @@ class WatchApp(App[str]):
     # -- keys ------------------------------------------------------------------------------------
     def action_pause(self) -> None:
         self.paused = not self.paused
-        if not self.paused:
+        if self.paused:
+            # The GPU rows on the screen are made from the history when scrolled to (gpu_rows): the samples that
+            # come while paused go on into a copy, so that a row scrolled to shows the history as it was drawn.
+            self.history = {k: h.copy() for k, h in self.history.items()}
+        else:
             self.query_one(ProcessTable).show(self.procs, self.sort)
         self._draw()
 

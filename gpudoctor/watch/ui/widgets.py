@@ -101,7 +101,8 @@ def gpu_rows(
 ) -> OnDemand[tuple[int, GpuReading]]:
     """A header and one line per GPU, fitted to `width` (see the module docstring). The columns' widths are
     taken from every GPU; each GPU's line is made when first asked for: the dashboard asks for those in view
-    (issue 22: 128 lines with their histories, made every sample, were 7.5 ms of it with a third in view)."""
+    (issue 22: 128 lines with their histories, made every sample, were 7.5 ms of it with a third in view). A line
+    reads `history` when it is made: the caller leaves it as it was while the lines are shown (the app's pause)."""
     idx_w = max([3, *(len(str(g.index)) + 1 for g in gpus)])
     mem_w = max(6, *(len(mem_text(g)) for g in gpus))
     fixed = [("GPU", idx_w, "right"), ("util", 4, "right"), ("memory", mem_w, "right")]

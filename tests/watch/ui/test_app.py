@@ -26,6 +26,7 @@ from gpudoctor.watch.sources import ReplaySource, SyntheticSource
 from gpudoctor.watch.synthetic import synthetic_run
 from gpudoctor.watch.ui import app as watch_app
 from gpudoctor.watch.ui.app import ConfirmSignal, HelpScreen, WatchApp, may_signal
+from gpudoctor.watch.ui.lines import Lines
 from gpudoctor.watch.ui.widgets import SORTS, ProcessTable, status_text
 from tests.paths import FIXTURES
 
@@ -591,6 +592,37 @@ async def test_only_the_gpu_rows_in_view_are_made_and_the_last_gpu_scrolled_to_s
         assert last.index == 127
         bottom = drawn[block.size.height - 1]  # made when scrolled to, from the latest sample
         assert bottom.split()[:2] == ["127", f"{last.util}%"], bottom
+
+
+async def test_a_gpu_row_scrolled_to_while_paused_shows_the_history_as_it_was_drawn() -> None:
+    """Paused, with 64 GPUs as rows: the samples that come meanwhile go on into the history, but a row made
+    when scrolled to (gpu_rows makes them on demand) shows it as it was when drawing paused, beside the
+    utilization drawn then; resumed, the whole history."""
+    app, session = live_app()
+    run = synthetic_run("healthy", 30, n_gpus=64, ranks=True)
+    busy = [  # GPU 63 idle for 10 samples, then busy: its history tells which samples a row was made from
+        dataclasses.replace(s, gpus=tuple(dataclasses.replace(g, util=100 * (i >= 10)) for g in s.gpus))
+        for i, s in enumerate(run)
+    ]
+    async with app.run_test(size=(120, 40)) as pilot:
+        panel, block = app.query_one("#gpus"), app.query_one("#gpu-lines", Lines)
+        for i, s in enumerate(busy):
+            if i == 1:
+                await pilot.press("c")  # the rows, not the grid
+                await wait_for(pilot, lambda: app._drawn_mode == "full", timeout=30)
+            if i == 10:
+                await pilot.press("p")
+            session.queue.put(s)
+            await wait_for(pilot, lambda s=s: app.last is not None and app.last.sample is s, timeout=30)
+            await pilot.pause()
+        assert panel.size.height < 64
+        panel.scroll_end(animate=False)
+        await pilot.pause()
+        bottom = block._lines[-1].plain
+        assert bottom.split()[:2] == ["63", "0%"] and bottom.endswith(" " + "▁" * 10), bottom
+        await pilot.press("p")
+        await pilot.pause()
+        assert block._lines[-1].plain.endswith(" " + "▁" * 10 + "█" * 20), block._lines[-1].plain
 
 
 async def test_only_the_rank_rows_in_view_are_made_and_a_row_scrolled_to_shows_the_latest_sample(
