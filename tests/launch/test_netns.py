@@ -136,10 +136,17 @@ def test_a_squatter_cannot_reach_the_listeners_of_a_cpu_run(monkeypatch: pytest.
 def test_without_a_namespace_the_listeners_are_reachable_and_the_run_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """The threat is real here (the squatter is not vacuous): without the namespace it connects."""
     monkeypatch.setenv("GPUDOCTOR_NO_NETNS", "1")
-    with squatter() as (reached, _), ranks_killed_once_reached(reached):
-        result = _cpu_run()
-    assert not result.isolated and result.isolation == "GPUDOCTOR_NO_NETNS is set"
-    assert any(how == "connected" for _, how in reached), reached
+    tries: list[list[tuple[int, str]]] = []
+    # A gloo listener lives only until its peer connects: on a loaded machine the squatter can find each one
+    # already closed ("Connection refused"), and the run ends unsquatted. Reaching one once is the point.
+    for _ in range(3):
+        with squatter() as (reached, _), ranks_killed_once_reached(reached):
+            result = _cpu_run()
+        assert not result.isolated and result.isolation == "GPUDOCTOR_NO_NETNS is set"
+        tries.append(reached)
+        if any(how == "connected" for _, how in reached):
+            break
+    assert any(how == "connected" for _, how in tries[-1]), tries
 
 
 def isolate_available() -> bool:
