@@ -58,6 +58,7 @@ from gpudoctor.knowledge.known_errors import classify
 from gpudoctor.launch.environment import LauncherEnvError, launcher_env, rank_env, torch_missing_message
 from gpudoctor.launch.netns import Isolation, isolate
 from gpudoctor.launch.protocol import (
+    JOINED_PHASE,
     RENDEZVOUS_ENV,
     RENDEZVOUS_FILE,
     Event,
@@ -372,7 +373,10 @@ def _common_phase(outcomes: list[RankOutcome]) -> str:
     phases = sorted({o.phase for o in outcomes if o.state != "done"})
     if not phases:
         return "finished"
-    return "running " + ", ".join(phases)
+    tasks = [p for p in phases if p != JOINED_PHASE]  # a rank between its join and its first task runs none
+    if not tasks:
+        return "every rank joined: starting the tasks"
+    return "running " + ", ".join(tasks)
 
 
 def _collect(

@@ -18,9 +18,10 @@ import pytest
 from gpudoctor.checks.active.common import plan
 from gpudoctor.engine import CheckContext, CheckOptions
 from gpudoctor.launch.environment import rank_env
+from gpudoctor.launch.protocol import JOINED_PHASE, Event
 from gpudoctor.launch.results import LaunchResult, RankOutcome
 from gpudoctor.launch.rundir import STORE_NAME, private_store
-from gpudoctor.launch.supervise import Deadlines
+from gpudoctor.launch.supervise import Deadlines, _common_phase
 from gpudoctor.safety import procs
 from tests.helpers.snapshots import SnapshotOf
 
@@ -269,3 +270,16 @@ def test_a_run_budget_counts_from_when_every_rank_is_ready() -> None:
     late = Deadlines(start=0.0, timeout_s=120.0, run_s=30.0)
     assert late.expired(ranks_at("joined"), 100.0) is None
     assert late.expired(ranks_at("phase"), 120.1) == "run"
+
+
+def test_the_progress_names_the_tasks_running_and_never_a_join_as_a_task() -> None:
+    """`check`'s progress line: ranks between their join and their first task were shown as "running joined"
+    (seen under load, where the line is looked at in that moment)."""
+
+    def rank(i: int, phase: str, state: str = "spawned") -> RankOutcome:
+        return RankOutcome(i, i, None, state=state, last_step=Event.JOINED.value, phase=phase)
+
+    assert _common_phase([rank(0, JOINED_PHASE), rank(1, JOINED_PHASE)]) == "every rank joined: starting the tasks"
+    assert _common_phase([rank(0, "allreduce"), rank(1, JOINED_PHASE)]) == "running allreduce"
+    assert _common_phase([rank(0, "ddp"), rank(1, "allreduce")]) == "running allreduce, ddp"
+    assert _common_phase([rank(0, "ddp", "done"), rank(1, "ddp", "done")]) == "finished"
