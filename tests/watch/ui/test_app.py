@@ -62,6 +62,33 @@ async def wait_for(pilot: Any, cond: Any, timeout: float = 5.0) -> None:
         await pilot.pause(0.05)
 
 
+class Reads(dict):  # type: ignore[type-arg]
+    """A dict whose reads through `get` are counted in `tally[0]`: a row formatted reads its own entry once."""
+
+    def __init__(self, data: dict[Any, Any], tally: list[int]) -> None:
+        super().__init__(data)
+        self.tally = tally
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.tally[0] += 1
+        return super().get(key, default)
+
+
+def record_drawn(block: Any) -> dict[int, str]:
+    """Each row of `block` (its border and padding included) -> its characters as Textual last rendered them."""
+    drawn: dict[int, str] = {}
+    render = block.render_lines
+
+    def drawing(crop: Region) -> Any:
+        strips = render(crop)
+        for y, strip in zip(crop.line_range, strips, strict=True):
+            drawn[y] = strip.text
+        return strips
+
+    block.render_lines = drawing
+    return drawn
+
+
 async def test_updates_arrive_and_are_drawn() -> None:
     app, session = live_app()
     samples = synthetic_run("straggler", 12)
@@ -553,28 +580,13 @@ async def test_only_the_gpu_rows_in_view_are_made_and_the_last_gpu_scrolled_to_s
     others are not made each sample (issue 22: all 128 lines and their histories were, 7.5 ms a sample); yet
     the last GPU scrolled to shows the latest sample's utilization."""
     made = [0]  # GPU rows formatted: each asks the history for its GPU's once
-
-    class Counting(dict):  # type: ignore[type-arg]
-        def get(self, key: Any, default: Any = None) -> Any:
-            made[0] += 1
-            return super().get(key, default)
-
     real = watch_app.gpu_rows
-    monkeypatch.setattr(watch_app, "gpu_rows", lambda gpus, history, *rest: real(gpus, Counting(history), *rest))
+    monkeypatch.setattr(watch_app, "gpu_rows", lambda gpus, history, *rest: real(gpus, Reads(history, made), *rest))
     app, session = live_app()
     run = synthetic_run("healthy", 6, n_gpus=128, ranks=True)
     async with app.run_test(size=(200, 60)) as pilot:
         panel, block = app.query_one("#gpus"), app.query_one("#gpu-lines")
-        drawn: dict[int, str] = {}  # row of the block -> its characters as Textual last asked for them
-        render = block.render_lines
-
-        def drawing(crop: Region) -> Any:
-            strips = render(crop)
-            for y, strip in zip(crop.line_range, strips, strict=True):
-                drawn[y] = strip.text
-            return strips
-
-        block.render_lines = drawing
+        drawn = record_drawn(block)
         for i, s in enumerate(run):
             if i == 1:
                 await pilot.press("c")  # the rows, not the grid
@@ -632,28 +644,15 @@ async def test_only_the_rank_rows_in_view_are_made_and_a_row_scrolled_to_shows_t
     all 128 were formatted, compared and refreshed every sample), yet a row scrolled to shows the latest
     sample's figures, even one drawn before, then out of view while samples came."""
     made = [0]  # rank rows formatted: each asks the balance for its rank's figures once
-
-    class Counting(dict):  # type: ignore[type-arg]
-        def get(self, key: Any, default: Any = None) -> Any:
-            made[0] += 1
-            return super().get(key, default)
-
     real = watch_app.rank_rows
-    monkeypatch.setattr(watch_app, "rank_rows", lambda readings, stats, *rest: real(readings, Counting(stats), *rest))
+    monkeypatch.setattr(
+        watch_app, "rank_rows", lambda readings, stats, *rest: real(readings, Reads(stats, made), *rest)
+    )
     app, session = live_app()
     run = synthetic_run("healthy", 12, n_gpus=128, ranks=True)  # no verdict: the ranks in order, 127 last
     async with app.run_test(size=(200, 60)) as pilot:
         panel, block = app.query_one("#ranks"), app.query_one("#rank-lines")
-        drawn: dict[int, str] = {}  # row of the block -> its characters as Textual last asked for them
-        render = block.render_lines
-
-        def drawing(crop: Region) -> Any:
-            strips = render(crop)
-            for y, strip in zip(crop.line_range, strips, strict=True):
-                drawn[y] = strip.text
-            return strips
-
-        block.render_lines = drawing
+        drawn = record_drawn(block)
 
         async def feed(samples: list[Any]) -> None:
             for s in samples:
