@@ -137,8 +137,8 @@ def load_node(path: str, follow: bool) -> FleetNode:
 def report_findings(report: dict[str, Any]) -> list[dict[str, Any]]:
     """A report's findings that are not a pass, as a node forwards its own (cut to the bounds)."""
     out = []
-    for check in report.get("checks") or []:
-        for f in (check.get("findings") if isinstance(check, dict) else None) or []:
+    for check in _list(report.get("checks")):  # a file anyone may have written: any shape
+        for f in _list(check.get("findings") if isinstance(check, dict) else None):
             if not isinstance(f, dict) or f.get("status") not in FORWARDED_STATUSES:
                 continue
             text = {k: f.get(k) for k in ("code", "status", "subject", "message")}
@@ -146,6 +146,10 @@ def report_findings(report: dict[str, Any]) -> list[dict[str, Any]]:
             if len(out) == MAX_FORWARDED:
                 return out
     return out
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def measured_busbw(measurements: dict[str, Any]) -> dict[str, Any] | None:

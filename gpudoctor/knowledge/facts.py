@@ -157,7 +157,8 @@ def ddp_measurement(checks: list[dict[str, Any]], run: LaunchResult | None = Non
             if not isinstance(columns, list) or "rank" not in columns or "step ms" not in columns:
                 continue
             at_rank, at_step = columns.index("rank"), columns.index("step ms")
-            for row in table.get("rows") or []:
+            rows = table.get("rows")
+            for row in rows if isinstance(rows, list) else []:
                 try:
                     per_rank[int(row[at_rank])] = float(row[at_step]) / 1000
                 except (ValueError, TypeError, IndexError, KeyError, OverflowError):

@@ -554,6 +554,57 @@ def test_every_malformed_baseline_is_refused_or_compared_never_a_crash(
     assert outcomes["refused"] > 150 and outcomes["compared"] > 100, outcomes
 
 
+def _paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key and list element of a document, containers and leaves alike."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    return [p for key, value in items for p in [(*path, key), *_paths(value, (*path, key))]]
+
+
+def test_a_report_malformed_anywhere_in_its_checks_is_refused_or_read_by_diff_fleet_and_baseline(
+    tmp_path: Path,
+) -> None:
+    """A saved report is a file anyone may have written (a fleet folder others can write to): every key
+    and element of a real report's `checks` (findings, the DDP rank table that an old report's step
+    time is read from) set to a wrong type or an absurd number is a one-line refusal of that file or
+    is read, by `diff` (either side), `fleet` (the other nodes still judged) and `check --baseline`.
+    The review found `findings: 1` and a table's `rows: 1` ended as internal errors (exit 3)."""
+    import gpudoctor
+    from gpudoctor.api import fleet_report
+
+    good = json.loads(V1_CPU.read_text())
+    shapes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for path in _paths(good):  # one path per shape (list elements alike), the DDP check's (read for its table) apart
+        if path[0] == "checks":
+            ddp = len(path) > 1 and good["checks"][path[1]]["name"] == "ddp"
+            shapes.setdefault((ddp, *("#" if isinstance(k, int) else k for k in path)), path)
+    paths = list(shapes.values())
+    assert len(paths) > 60 and any(p[-1] == "rows" for p in paths) and any(p[-1] == "findings" for p in paths)
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    (nodes / "a.json").write_text(V1_CPU.read_text())
+    (nodes / "b.json").write_text(V1_CPU.read_text())
+    bad = nodes / "z.json"
+    outcomes = {"refused": 0, "read": 0}
+    for path in paths:
+        for value in (1, True, 1e308, "x", {}, [1], DELETE):
+            bad.write_text(json.dumps(mutated(good, path, value)))
+            for call in (
+                lambda: compare_api(str(V1_CPU), str(bad)),
+                lambda: compare_api(str(bad), str(V1_CPU)),
+                lambda: fleet_report([str(nodes)], use_config=False),
+                lambda: gpudoctor.run_checks(snapshot=H100, quick=True, baseline=bad, use_config=False),
+            ):
+                try:
+                    report = call()
+                except UserError as exc:
+                    assert "\n" not in str(exc) and len(str(exc)) < 400, str(exc)
+                    outcomes["refused"] += 1
+                    continue
+                json.dumps(report.to_json(), allow_nan=False)
+                outcomes["read"] += 1
+    assert outcomes["read"] > outcomes["refused"] > 0, outcomes
+
+
 def compare_api(a: str, b: str) -> Any:
     import gpudoctor
 
