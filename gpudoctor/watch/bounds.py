@@ -58,25 +58,28 @@ HOST_RANGES: dict[str, tuple[float | None, float | None]] = {
     "swap_total": (0, None),
 }
 HOST_INTEGERS = {"ram_used", "ram_total", "swap_used", "swap_total"}
+# The last second Python's time and datetime can show (9999-12-31 23:59:59 UTC): a sample stamped
+# later is damaged (a replay would crash formatting it); a step's end later is out of range.
+LAST_TIME = 253402300799
+# Bounds on what a training process's step record may say (heuristics: beyond them it is damage, not a
+# training loop), the same for the live channel (gpudoctor.watch.steps) and a recording. A step longer
+# than a day is none; step numbers stay where a JSON number is exact (2**53).
+MAX_STEP_S = 86_400.0
+MAX_STEP_NUMBER = 2**53
 RANK_RANGES: dict[str, tuple[float | None, float | None]] = {
-    "steps": (0, None),
-    "step_s": (0, None),
-    "step_max": (0, None),
-    "wait_s": (0, None),
-    "waited": (0, None),
-    "wait_step_s": (0, None),
-    "last_step": (0, None),
-    "last_end": (0, None),
+    "steps": (0, MAX_STEP_NUMBER),
+    "step_s": (0, MAX_STEP_S),
+    "step_max": (0, MAX_STEP_S),
+    "wait_s": (0, MAX_STEP_S),
+    "waited": (0, MAX_STEP_NUMBER),
+    "wait_step_s": (0, MAX_STEP_S),
+    "last_step": (0, MAX_STEP_NUMBER),
+    "last_end": (0, LAST_TIME),
 }
 RANK_INTEGERS = {"steps", "waited", "last_step"}
 CPU_RANGE = (0, 100)  # host CPU busy, % of all cores
 # Whole-number readings: a recorded 4.0 reads as 4; a fraction (util 96.5, a bitmask 4.5) is not a reading.
 INTEGERS = {"util", "mem_util", "mem_used", "mem_total", "temp", "sm_clock", "pcie_rx", "pcie_tx", "throttle"}
-
-
-# The last second Python's time and datetime can show (9999-12-31 23:59:59 UTC): a sample stamped
-# later is damaged (a replay would crash formatting it).
-LAST_TIME = 253402300799
 
 
 def check_number(value: Any, what: str) -> float | int | None:
@@ -135,9 +138,10 @@ def in_ranges(
     for name, bounds in ranges.items():
         if kwargs.get(name) is None:
             continue
-        value = kwargs[name] = whole(kwargs[name]) if name in integers else kwargs[name]
+        given = kwargs[name]
+        value = kwargs[name] = whole(given) if name in integers else given
         if not in_range(value, bounds) or (name in integers and not isinstance(value, int)):
-            dropped.append(f"{where}{name} {value!r}")
+            dropped.append(f"{where}{name} {short(given)}")  # as written: 1e+308, not its 309 digits
             kwargs[name] = None
     return kwargs
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from gpudoctor.safety.safe_text import printable
 from gpudoctor.training_data import DATA_MAGIC, KEEP, PREFIX
-from gpudoctor.watch.bounds import MAX_RANKS
+from gpudoctor.watch.bounds import MAX_RANKS, MAX_STEP_S
 
 MAX_INT = 2**63 - 1
 MAX_COUNT = 2**53  # counts stay exact in a JSON number
@@ -41,9 +41,11 @@ def _int(value: Any, what: str, low: int = 0, high: int = MAX_INT) -> int:
     return value
 
 
-def _float(value: Any, what: str, low: float = -math.inf) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
+def _float(value: Any, what: str, low: float = -math.inf, high: float = math.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{what} is not a finite number: {str(value)[:40]}")
+    if not low <= value <= high:
+        raise ValueError(f"{what} is not a number in [{low:g}, {high:g}]: {str(value)[:40]}")
     return float(value)
 
 
@@ -193,7 +195,7 @@ class LoaderTime:
     def parse(cls, data: Any) -> LoaderTime:
         d = _object(data, "loader")
         return cls(
-            _float(d.get("s", 0.0), "loader s", 0.0),
+            _float(d.get("s", 0.0), "loader s", 0.0, MAX_STEP_S),  # within one interval: never a day
             _int(d.get("batches", 0), "loader batches", 0, MAX_COUNT),
             _int(d.get("workers", 0), "loader workers", 0, 4096),
         )

@@ -31,7 +31,7 @@ import psutil
 
 from gpudoctor.training_step import ENV, EVENT, EVENT_MAGIC, MAGIC, RECORD, SOCKET_NAME
 from gpudoctor.watch.arrival import MAX_ENDED, Heard, heard
-from gpudoctor.watch.bounds import MAX_RANKS
+from gpudoctor.watch.bounds import MAX_RANKS, MAX_STEP_NUMBER, MAX_STEP_S
 from gpudoctor.watch.data_model import MAX_PAYLOAD, DataInbox, DataReading, is_data
 from gpudoctor.watch.model import RankReading, plural
 from gpudoctor.watch.sentinel import CHANNEL_PREFIX
@@ -44,12 +44,10 @@ RECORD_V1 = struct.Struct("<4siIIIIQdddd")
 WAKE = b"wake"  # sent to ourselves by close()
 ERROR_FILE = "torchelastic_error.json"  # torchrun's TORCHELASTIC_ERROR_FILE, in the same private directory
 MAX_STEPS_PER_RECORD = 1_000_000  # more than any loop runs between two records: a damaged record
-# Bounds on what a record may say (heuristics: beyond them it is damage, not a training loop). A
-# step longer than a day is none; an end more than a day from our own clock (the job runs on this
-# machine) is no end of a recent step; step numbers stay where a JSON number is exact (2**53).
-MAX_STEP_S = 86_400.0
+# Bounds on what a record may say beyond a recorded reading's (MAX_STEP_S, MAX_STEP_NUMBER: bounds.py;
+# heuristics): an end more than a day from our own clock (the job runs on this machine) is no end of a
+# recent step.
 MAX_CLOCK_SKEW_S = 86_400.0
-MAX_STEP_NUMBER = 2**53
 ROUNDING = 1 + 1e-9  # a part summed apart from its whole may round a hair above it
 MAX_RANK = 1 << 20  # torch's world sizes stay far below a million ranks
 # The publisher sends at most one record per FLUSH_S (~20 a second) plus a last one at exit; a process

@@ -24,7 +24,7 @@ from gpudoctor.watch.follow import Job
 from gpudoctor.watch.headless import run_headless
 from gpudoctor.watch.model import RankReading, Sample
 from gpudoctor.watch.model import clock as clock_text
-from gpudoctor.watch.recording import MAX_LINE, RecordWriter, read_recording
+from gpudoctor.watch.recording import MAX_LINE, RecordWriter, read_recording, recording_path
 from gpudoctor.watch.session import Session
 from gpudoctor.watch.sources import ReplaySource, SyntheticSource
 from gpudoctor.watch.summary import summarize_recording
@@ -395,6 +395,47 @@ def test_readings_outside_the_physical_range_are_ignored_and_said(tmp_path: Path
     assert "GPU 0 util -5000" in doc["damage"]  # type: ignore[index]
     r = gpudoctor_cli("report", str(path))
     assert "-5000%" not in r.stdout and "n/a" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("where", "field", "value"),
+    [
+        ("ranks", "step_s", 1e308),
+        ("ranks", "wait_s", 1e308),
+        ("ranks", "steps", 1e308),
+        ("ranks", "step_s", 1e6),  # 11 days: no step, however slow
+        ("ranks", "last_end", 1e300),
+        ("loader", "s", 1e308),
+    ],
+)
+def test_absurd_step_and_loader_figures_are_ignored_and_said_not_an_internal_error(
+    tmp_path: Path, gpudoctor_cli: GpudoctorCli, where: str, field: str, value: float
+) -> None:
+    """The review: a rank's step time of 1e308 in a recording ended `report` and `watch --replay` as an
+    internal error (an OverflowError, exit 3), and a step of 11 days was taken. The live channel's bounds
+    (a step of at most a day, step numbers below 2**53) hold a recording too: the value is n/a, said."""
+    lines = gzip.open(recording_path("sample:straggler"), "rt").read().splitlines()
+    out = lines[:1]
+    for number, line in enumerate(lines[1:], 2):
+        doc = json.loads(line)
+        rank = doc["ranks"][0]
+        if where == "loader":
+            if number == 5:  # a rank's data reading is strict: the line is damaged, skipped
+                doc["data"] = [{"pid": rank["pid"], "rank": rank["rank"], "loader": {"s": value, "batches": 3}}]
+        else:
+            rank[field] = value
+        out.append(json.dumps(doc))
+    path = tmp_path / "absurd.jsonl"
+    path.write_text("\n".join(out) + "\n")
+    for args in (("report", str(path)), ("watch", "--replay", str(path), "--no-tui", "--speed", "100000")):
+        r = gpudoctor_cli(*args)
+        assert "internal error" not in r.stderr, r.stderr
+        said = r.stdout + r.stderr
+        if where == "loader":
+            assert r.returncode == 0 and "line 5 of" in said and "loader s is not a number in [0, 86400]" in said
+        else:
+            assert r.returncode == 0 and f"PID {rank['pid']} {field} {value!r}" in said, said[-600:]
+            assert "readings outside the physical range" in said
 
 
 def test_counts_are_pluralised(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
