@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import IO
 
 from gpudoctor.findings import Finding, Report, Status
-from gpudoctor.safety.safe_io import open_append
+from gpudoctor.safety.safe_io import UNENCODABLE, open_append
 from gpudoctor.safety.safe_text import CONTROL
 
 ANNOTATIONS_PER_KIND = 10
@@ -131,8 +131,8 @@ def summary_markdown(report: Report) -> str:
         ]
         lines += [_finding_row(f) for f in sorted(problems, key=lambda f: -f.status.rank)]
     text = "\n".join(lines) + "\n\n"
-    if len(text.encode("utf-8")) > SUMMARY_LIMIT:
-        cut = text.encode("utf-8")[: SUMMARY_LIMIT - 200].decode("utf-8", "ignore")
+    if len(text.encode("utf-8", UNENCODABLE)) > SUMMARY_LIMIT:
+        cut = text.encode("utf-8", UNENCODABLE)[: SUMMARY_LIMIT - 200].decode("utf-8", "ignore")
         text = cut.rsplit("\n", 1)[0] + "\n\n(cut at GitHub's 1 MiB summary limit: the report has the rest)\n\n"
     return text
 

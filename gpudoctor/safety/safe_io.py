@@ -57,6 +57,9 @@ __all__ = [
 ]
 
 MIB = 1 << 20
+# Text no UTF-8 file can hold (a lone surrogate read from a JSON escape "\ud800", a file name that is
+# not UTF-8) is written as "?", as the terminal shows it (cli/main.py), never an error after the work.
+UNENCODABLE = "replace"
 
 
 def _umask() -> int:
@@ -147,7 +150,7 @@ def _open_in_place(path: Path) -> IO[str]:
     except OSError:
         os.close(fd)
         raise
-    return os.fdopen(fd, "w", encoding="utf-8")
+    return os.fdopen(fd, "w", encoding="utf-8", errors=UNENCODABLE)
 
 
 TMP_SUFFIX = ".tmp"
@@ -196,7 +199,7 @@ def _new_beside(path: Path, st: os.stat_result | None) -> tuple[IO[str], Path]:
             os.fchown(fd, -1, st.st_gid)  # the group that could read the old file still can
     except OSError:
         pass  # a filesystem without modes (vfat) keeps mkstemp's 0600, which is safe; a group we are not in
-    return os.fdopen(fd, "w", encoding="utf-8"), Path(tmp)
+    return os.fdopen(fd, "w", encoding="utf-8", errors=UNENCODABLE), Path(tmp)
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -287,7 +290,7 @@ def open_append(path: str | Path) -> IO[str]:
     except BaseException:
         os.close(fd)
         raise
-    return os.fdopen(fd, "a", encoding="utf-8")
+    return os.fdopen(fd, "a", encoding="utf-8", errors=UNENCODABLE)
 
 
 class InputFileError(OSError):

@@ -178,6 +178,27 @@ def test_github_summary_and_annotations_with_the_runner_variables(
     assert "`GD301`" in text and "RTX 4080" in text
 
 
+def test_text_no_utf_8_file_can_hold_is_written_as_a_question_mark_in_every_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The review: a GPU name with a lone surrogate (JSON "\\ud800", which json reads) or a snapshot file
+    name that is not UTF-8 ended `check` as an internal error (UnicodeEncodeError, exit 3) once the step
+    summary or the Prometheus file was written, after the work. Each is written, the text shown as "?"."""
+    doc = json.loads(Path(MIXED).read_text())
+    doc["gpus"][1]["name"] = "RTX\ud800 4080"
+    snapshot = tmp_path / os.fsdecode(b"node-\xff.json")  # a file name that is not UTF-8
+    snapshot.write_text(json.dumps(doc))
+    summary, prom, junit = tmp_path / "summary.md", tmp_path / "gpu.prom", tmp_path / "junit.xml"
+    summary.write_text("")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    r = run_cli(capsys, "check", "--snapshot", str(snapshot), "--prometheus", str(prom), "--junit", str(junit))
+    assert r.exit_code == 1 and "internal error" not in r.err, r.err  # GD301: the odd card, named
+    assert "RTX? 4080" in summary.read_text() and "`GD301`" in summary.read_text()
+    assert {"gpu": "1", "name": "RTX? 4080"}.items() <= samples(prom.read_text())["gpudoctor_gpu_info"][1][0].items()
+    assert junitparser.JUnitXml.fromfile(str(junit)).failures == 2
+
+
 def test_no_github_turns_it_off_inside_a_runner(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
