@@ -3,6 +3,7 @@ make gpudoctor (often root) overwrite another file, and a failed write never los
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
@@ -52,11 +53,18 @@ def test_a_hard_link_at_the_path_is_replaced_not_written_through(tmp_path: Path,
     assert os.stat(tmp_path / "out").st_ino != os.stat(victim).st_ino
 
 
-def test_a_write_that_fails_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Path) -> None:
+def test_a_write_that_fails_keeps_the_old_file_and_leaves_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "snapshot.json"
     out.write_text("old")
-    with pytest.raises(UnicodeEncodeError):
-        safe_io.write_text(out, "new \udc80")  # a lone surrogate cannot be encoded
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safe_io.os, "fsync", full)  # the disk fills as the new file is written
+    with pytest.raises(OSError, match="No space"):
+        safe_io.write_text(out, "new")
     assert out.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["snapshot.json"]
 
