@@ -76,8 +76,8 @@ class Script:
 
 
 def collect(paths: Sequence[str]) -> list[str]:
-    """The files to lint: files as named, directories walked for *.py (sorted, links to
-    directories not followed); each file once. A missing path is a usage error."""
+    """The files to lint: files as named, directories walked for *.py (sorted, links found in them not
+    followed, to files or directories); each file once. A missing path is a usage error."""
     if not paths:
         raise UserError("name the scripts or directories to lint (or - for standard input)", EXIT_USAGE, "usage")
     out: list[str] = []
@@ -105,8 +105,9 @@ def _walk(top: str) -> Iterable[str]:
     for root, dirs, files in os.walk(top, onerror=None, followlinks=False):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
         for name in files:
-            if name.endswith(".py"):
-                yield os.path.join(root, name)
+            path = os.path.join(root, name)
+            if name.endswith(".py") and not os.path.islink(path):  # a link found in a folder: not followed
+                yield path
 
 
 # ---- reading and parsing ------------------------------------------------------------------------
@@ -129,7 +130,8 @@ def load(path: str) -> Script:
         line = exc.lineno or 1
         return Script(shown, problem=_unreadable(f"does not parse: {type(exc).__name__}: {exc.msg}", line))
     except (ValueError, RecursionError, MemoryError) as exc:
-        return Script(shown, problem=_unreadable(f"does not parse: {type(exc).__name__}: {exc}"))
+        why = str(exc) or "nested too deeply for Python's parser"  # a MemoryError says nothing of itself
+        return Script(shown, problem=_unreadable(f"does not parse: {type(exc).__name__}: {why}"))
     try:
         return Script(shown, source=Source(shown, tree))
     except RecursionError:

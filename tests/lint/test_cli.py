@@ -151,8 +151,14 @@ def test_a_directory_is_walked_sorted_skipping_hidden_and_virtualenv_folders(
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(bad)
     (tmp_path / "a" / "loop").symlink_to(tmp_path)  # a link back up is not followed
+    # Nor a link to a file (the review: another user's link in a shared folder had lint read /etc/passwd).
+    (tmp_path / "passwd.py").symlink_to("/etc/passwd")
+    (tmp_path / "a" / "zero.py").symlink_to("/dev/zero")
+    (tmp_path / "a" / "again.py").symlink_to(tmp_path / "b.py")
     r = run_cli(capsys, "lint", "--json", str(tmp_path))
     assert [c["name"] for c in r.doc["checks"]] == [str(tmp_path / "a/train.py"), str(tmp_path / "b.py")]
+    named = run_cli(capsys, "lint", "--json", str(tmp_path / "a" / "again.py"))  # named: the user's own choice
+    assert [c["name"] for c in named.doc["checks"]] == [str(tmp_path / "a" / "again.py")]
 
 
 def test_the_script_is_never_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -173,6 +179,7 @@ def test_a_fifo_a_huge_file_and_a_deep_expression_are_findings_not_hangs_or_trac
     (tmp_path / "huge.py").write_bytes(b"x = 1\n" * (1 << 20))  # 6 MiB
     (tmp_path / "deep.py").write_text("x = " + "+".join(["a"] * 200_000) + "\n")
     (tmp_path / "nul.py").write_bytes(b"x = 1\x00\n")
+    (tmp_path / "lambdas.py").write_text("f = " + "lambda: " * 3000 + "1\n")  # the parser's MemoryError, wordless
     r = run_gpudoctor("lint", "--json", str(tmp_path), timeout=120)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     import json
@@ -183,6 +190,7 @@ def test_a_fifo_a_huge_file_and_a_deep_expression_are_findings_not_hangs_or_trac
     assert "larger than 2 MiB" in messages["huge.py"]
     assert "RecursionError" in messages["deep.py"]
     assert "does not parse" in messages["nul.py"]
+    assert "MemoryError: nested too deeply for Python's parser;" in messages["lambdas.py"]
     assert all(c["findings"][0]["code"] == "GD799" for c in doc["checks"])
 
 
