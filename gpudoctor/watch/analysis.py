@@ -18,11 +18,12 @@ from gpudoctor.knowledge import clock_reasons
 from gpudoctor.knowledge.units import gpu_list
 from gpudoctor.knowledge.xid import classify, contained, describe
 from gpudoctor.watch import codes
-from gpudoctor.watch.loader_time import loader_shares
+from gpudoctor.watch.loader_time import loader_share
 from gpudoctor.watch.model import LOST, Sample, plural
 from gpudoctor.watch.window import (
     POWER_THROTTLE_BITS,
     THERMAL_THROTTLE_BITS,
+    RankTotals,
     Window,
     exact_mean,
     median_without,
@@ -434,35 +435,50 @@ def lost_gpus(win: Sequence[Sample]) -> list[Verdict]:
 
 def rank_stats(win: Sequence[Sample], th: Thresholds = DEFAULT) -> dict[tuple[int | None, int], RankStats]:
     """Per rank over the window: mean step time, input-wait share, and how late it ends its steps
-    (Window._lateness)."""
+    (Window._lateness), in the window's order of ranks. A Window kept sample by sample keeps them: only
+    the ranks the latest sample changed (Window.touched) are made again."""
     w = totals(win, th)
-    loader = loader_shares(w)
-    out = {}
-    for key, a in w.ranks.items():
-        step_s = exact_mean(a.step_sum, a.timed) if a.timed else None
-        # The waited time over the time of the steps that measured a wait (a plain step() has none).
-        share = min(1.0, a.wait_sum / a.waited_step_sum) if a.waited and a.waited_step_sum else None
-        late_n, late_sum, late_pos = a.late
-        last = a.last
-        ends = a.ends  # (step, end) of its readings in the window that had both, oldest first
-        cycle = None
-        if len(ends) >= 2 and ends[-1][0] > ends[0][0]:
-            cycle = (ends[-1][1] - ends[0][1]) / (ends[-1][0] - ends[0][0])
-        stats = out[key] = _new(RankStats)  # made per rank per sample: without the frozen __init__'s calls
-        stats.__dict__.update(
-            ref=_ref(key),
-            steps=a.steps,
-            step_s=step_s,
-            wait_share=share,
-            late_s=exact_mean(late_sum, late_n) if late_n else None,
-            late_share=late_pos / late_n if late_n else 0.0,
-            late_n=late_n,
-            last_step=None if last is None else last.last_step,
-            last_end=None if last is None else last.last_end,
-            cycle_s=cycle,
-            loader_share=loader.get(key),
-        )
-    return out
+    kept = w.stats
+    if w.stats_seq == w.seq - 1 and w.seq:
+        for key in w.touched:
+            a = w.ranks.get(key)
+            if a is None:
+                kept.pop(key, None)
+            else:
+                kept[key] = _rank_stat(w, key, a)
+    elif w.stats_seq != w.seq:
+        kept.clear()
+        for key, a in w.ranks.items():
+            kept[key] = _rank_stat(w, key, a)
+    w.stats_seq = w.seq
+    return {key: kept[key] for key in w.ranks}  # a dict of its own: a caller may keep the previous one
+
+
+def _rank_stat(w: Window, key: tuple[int | None, int], a: RankTotals) -> RankStats:
+    step_s = exact_mean(a.step_sum, a.timed) if a.timed else None
+    # The waited time over the time of the steps that measured a wait (a plain step() has none).
+    share = min(1.0, a.wait_sum / a.waited_step_sum) if a.waited and a.waited_step_sum else None
+    late_n, late_sum, late_pos = a.late
+    last = a.last
+    ends = a.ends  # (step, end) of its readings in the window that had both, oldest first
+    cycle = None
+    if len(ends) >= 2 and ends[-1][0] > ends[0][0]:
+        cycle = (ends[-1][1] - ends[0][1]) / (ends[-1][0] - ends[0][0])
+    stats = _new(RankStats)  # made per changed rank per sample: without the frozen __init__'s calls
+    stats.__dict__.update(
+        ref=_ref(key),
+        steps=a.steps,
+        step_s=step_s,
+        wait_share=share,
+        late_s=exact_mean(late_sum, late_n) if late_n else None,
+        late_share=late_pos / late_n if late_n else 0.0,
+        late_n=late_n,
+        last_step=None if last is None else last.last_step,
+        last_end=None if last is None else last.last_end,
+        cycle_s=cycle,
+        loader_share=loader_share(w, key),
+    )
+    return stats
 
 
 _new = object.__new__
@@ -477,8 +493,24 @@ def _rank_order(r: RankRef) -> tuple[bool, int, int]:
     return (r.rank is None, r.rank or 0, r.pid)
 
 
+# How many ranks a verdict names (heuristics): its message names the first few, its `ranks` (the JSON's,
+# and what tells one span from another) at most MAX_VERDICT_RANKS. A job whose processes churn (an
+# elastic restart, a crafted recording) holds thousands of ranks in a window: a verdict naming each of
+# them made a span per sample, and a report of tens of megabytes (issue 22's review).
+NAMED_IN_MESSAGE = 8
+MAX_VERDICT_RANKS = 64
+
+
 def _refs(stats: Sequence[RankStats]) -> tuple[RankRef, ...]:
-    return tuple(sorted((s.ref for s in stats), key=_rank_order))
+    """The ranks a verdict names, in rank order: the first MAX_VERDICT_RANKS of `stats` (the caller's
+    order says which come first)."""
+    return tuple(sorted((s.ref for s in stats[:MAX_VERDICT_RANKS]), key=_rank_order))
+
+
+def _named(parts: Sequence[str], total: int) -> str:
+    """The first NAMED_IN_MESSAGE of `parts` (the first few of `total`), and how many more."""
+    more = total - min(total, NAMED_IN_MESSAGE)
+    return ", ".join(parts[:NAMED_IN_MESSAGE]) + (f" and {more} more" if more else "")
 
 
 def slow_ranks(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -> list[Verdict]:
@@ -577,7 +609,9 @@ def input_wait(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -
             "The input pipeline cannot keep up: more DataLoader workers, pin_memory, prefetching, "
             "faster storage or preprocessing on the GPU; the host line shows whether the CPUs are saturated.",
             figure=figure,
-            ranks=_refs([s for s in stats.values() if s.input_share is not None]),
+            ranks=_refs(
+                sorted((s for s in stats.values() if s.input_share is not None), key=lambda s: _rank_order(s.ref))
+            ),
         )
     ]
 
@@ -597,8 +631,8 @@ def steps_stalled(stats: dict[tuple[int | None, int], RankStats], now: float, th
     top = max(s.last_step for s in ended if s.last_step is not None)
     behind = [s for s in ended if s.last_step is not None and s.last_step < top]
     if behind:
-        behind.sort(key=lambda s: s.last_step or 0)
-        shown = ", ".join(f"{s.ref.label} at step {s.last_step}" for s in behind)
+        behind.sort(key=lambda s: (s.last_step or 0, _rank_order(s.ref)))  # the furthest behind first
+        shown = _named([f"{s.ref.label} at step {s.last_step}" for s in behind[:NAMED_IN_MESSAGE]], len(behind))
         template = f"no rank has finished a step for {{}} s; behind the others (step {top}): {shown}"
     else:
         template = f"no rank has finished a step for {{}} s; every rank stopped after step {top}"
@@ -613,7 +647,7 @@ def steps_stalled(stats: dict[tuple[int | None, int], RankStats], now: float, th
             "others usually stopped first. A checkpoint or evaluation this long: raise --hang-after.",
             "fail",
             figure,
-            _refs(behind or ended),
+            _refs(behind or sorted(ended, key=lambda s: _rank_order(s.ref))),
         )
     ]
 

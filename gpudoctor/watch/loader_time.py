@@ -11,12 +11,11 @@ from __future__ import annotations
 from gpudoctor.watch.window import Window
 
 
-def loader_shares(w: Window) -> dict[tuple[int | None, int], float]:
-    """Per rank (rank, pid) that wraps its loader: time inside next(loader) / step time, over the window
-    (both kept as the window's exact running totals: O(ranks), whatever the window's length)."""
-    out = {}
-    for key, (_, inside) in w.loader.items():
-        rank = w.ranks.get(key)
-        if rank is not None and rank.step_sum:
-            out[key] = min(1.0, inside / rank.step_sum)  # two exact sums: the ratio correctly rounded
-    return out
+def loader_share(w: Window, key: tuple[int | None, int]) -> float | None:
+    """A rank (rank, pid) that wraps its loader: time inside next(loader) / step time, over the window
+    (both kept as the window's exact running totals: O(1), whatever the window's length); else None."""
+    held = w.loader.get(key)
+    rank = w.ranks.get(key)
+    if held is None or rank is None or not rank.step_sum:
+        return None
+    return min(1.0, held[1] / rank.step_sum)  # two exact sums: the ratio correctly rounded

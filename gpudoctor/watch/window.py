@@ -195,6 +195,12 @@ class Window(Sequence[Sample]):
         self._prev: dict[tuple[int | None, int], tuple[int, float]] = {}  # each rank's last (step, end)
         self._done: int | None = None  # the common step judged last
         self._gap2 = 2 * th.straggler_gap
+        # The ranks whose totals the latest add() changed (entered, left, late, loader): their per-rank
+        # figures are made again, the others' kept (analysis.rank_stats), so a sample costs its own ranks
+        # and those leaving, not every rank in the window (a job whose processes churn holds thousands).
+        self.touched: set[tuple[int | None, int]] = set()
+        self.stats: dict[tuple[int | None, int], Any] = {}  # analysis.rank_stats' per-rank figures, kept
+        self.stats_seq = -1  # the sample they are of
 
     @classmethod
     def of(cls, samples: Sequence[Sample], th: Thresholds) -> Window:
@@ -205,6 +211,11 @@ class Window(Sequence[Sample]):
         for s in samples:
             w.add(s)
         return w
+
+    @property
+    def seq(self) -> int:
+        """How many samples were ever added (the number the next one gets)."""
+        return self._seq
 
     # The samples, as a sequence.
     def __len__(self) -> int:
@@ -227,6 +238,7 @@ class Window(Sequence[Sample]):
         """`s` enters (it is the latest); samples older than the span leave."""
         entry = _Entry(self._seq)
         self._seq += 1
+        self.touched = set()
         self._gpu_parts(s, entry)
         self._rank_parts(s, entry)
         self._samples.append(s)
@@ -312,6 +324,7 @@ class Window(Sequence[Sample]):
         for _ in range(len(ranks) - max(MAX_RANKS, len(parts))):
             old, _ = ranks.popitem(last=False)
             self._prev.pop(old, None)
+            self.touched.add(old)
         entry.lates = self._lateness(s)
         entry.losses = sum(1 for d in s.data or () if d.loss is not None and d.loss.n and d.loss.sum is not None)
         entry.loaders = [(d.key, exact(d.loader.s)) for d in s.data or () if d.loader is not None and d.loader.batches]
@@ -367,7 +380,9 @@ class Window(Sequence[Sample]):
                     acc.low += sign
                 elif g2 >= gap2:
                     acc.high += sign
+        touched = self.touched
         for acc, n, timed, step_x, waited, wait_x, waited_step_x, end in e.ranks:
+            touched.add(acc.key)
             if end is not None:  # readings leave in the order they came: the oldest is this one
                 acc.ends.append(end) if sign > 0 else acc.ends.popleft()
             acc.readings += sign
@@ -382,6 +397,7 @@ class Window(Sequence[Sample]):
         self.losses += sign * e.losses
         loader = self.loader
         for key, x in e.loaders:
+            touched.add(key)
             held = loader.get(key)
             if held is None:
                 held = loader[key] = [0, 0]
@@ -390,6 +406,7 @@ class Window(Sequence[Sample]):
             if not held[0]:
                 del loader[key]
         for acc, late, behind in e.lates:
+            touched.add(acc.key)
             entry = acc.late
             entry[0] += sign
             entry[1] += sign * late

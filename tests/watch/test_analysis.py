@@ -223,3 +223,22 @@ def test_one_straggler_pulls_the_balance_score_down_to_its_own_level() -> None:
 
     summary = summarize_recording(str(FIXTURES / "recordings" / "straggler.jsonl"))
     assert summary.balance_score is not None and 50 <= summary.balance_score <= 65
+
+
+def test_a_verdict_about_thousands_of_ranks_names_a_few_and_counts_the_rest() -> None:
+    """The review's churning job (64 new processes a line): GD911 named every rank behind, about 1,900, in
+    its message and its ranks, so every sample made a span of its own and a report of 1,000 lines was
+    31 MB. Its message names the 8 furthest behind and counts the others; its ranks are at most 64."""
+    from gpudoctor.watch.model import RankReading
+
+    t0 = 1.7e9
+    behind = [RankReading(pid=5000 + r, rank=r, steps=1, step_s=0.5, last_step=2, last_end=t0) for r in range(1, 2000)]
+    ahead = RankReading(pid=4999, rank=0, steps=1, step_s=0.5, last_step=62, last_end=t0 + 30)
+    samples = [Sample(t0 + 30 + 10 * i, (GpuReading(index=0, util=0),), ranks=(ahead, *behind)) for i in range(10)]
+    verdicts = analysis.analyze(samples, analysis.Thresholds(warmup_s=0)).verdicts
+    stalled = [v for v in verdicts if v.code == "GD911"]
+    assert len(stalled) == 1, verdicts
+    v = stalled[0]
+    assert v.message.startswith("no rank has finished a step for 90 s; behind the others (step 62): rank 1 at step 2,")
+    assert v.message.endswith("rank 8 at step 2 and 1991 more"), v.message
+    assert [r.rank for r in v.ranks] == list(range(1, 65))

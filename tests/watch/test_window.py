@@ -181,3 +181,30 @@ def test_the_judging_of_a_sample_reads_it_as_often_whatever_the_window_length() 
         shares[window_s] = {k: r.loader_share for k, r in b.balance.ranks.items()}
     assert reads[5.0] == reads[500.0]
     assert all(v == pytest.approx(0.1 / 0.5) for v in shares[5.0].values()) and shares[5.0] == shares[500.0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs(ranks=True), st.integers(2, 8), st.data())
+def test_rank_stats_kept_sample_by_sample_are_those_made_afresh(
+    samples: list[Sample], held: int, data: st.DataObject
+) -> None:
+    """rank_stats makes again only the ranks the latest sample changed (Window.touched): every rank's
+    figures, lateness and loader share included, are those made from the window's totals afresh, with
+    ranks that restart, wrap their loader now and then, and (a small MAX_RANKS) are pushed out."""
+    kept, afresh = Window(TH, TH.window_s), Window(TH, TH.window_s)
+    seen: set[RankReading] = set()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("gpudoctor.watch.window.MAX_RANKS", held)
+        for s in samples:
+            seen.update(s.ranks or ())
+            if seen and data.draw(st.booleans()):  # a data reading may come without the rank's steps
+                loaders = data.draw(st.lists(st.sampled_from(sorted(seen, key=lambda r: r.pid)), max_size=3))
+                s = dataclasses.replace(
+                    s, data=tuple(DataReading(r.pid, r.rank, loader=LoaderTime(0.05, 1)) for r in loaders)
+                )
+            kept.add(s)
+            afresh.add(s)
+            afresh.stats_seq = -1  # made again from every rank's totals
+            assert analysis.rank_stats(kept, TH) == analysis.rank_stats(afresh, TH)
+            assert list(analysis.rank_stats(kept, TH)) == list(kept.ranks)  # the window's order, asked twice
+            assert kept.stats.keys() == kept.ranks.keys()  # none kept for a rank gone: bounded by the window's
