@@ -39,6 +39,15 @@ def loads(text: str) -> Any:
     return json.loads(text, parse_constant=_refuse_constant)
 
 
+def _why_damaged(exc: Exception) -> str:
+    """A damaged line's reason, in one short phrase (never Python's advice on its own limits)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return "not JSON"
+    if isinstance(exc, ValueError) and "integer string conversion" in str(exc):
+        return "a number of more than 4300 digits"  # json's int(); sys.get_int_max_str_digits()
+    return str(exc)[:120]
+
+
 def dumps(doc: Any, **kwargs: Any) -> str:
     """json.dumps that never writes NaN or Infinity: a non-finite float becomes null."""
     return json.dumps(finite(doc), allow_nan=False, **kwargs)
@@ -358,7 +367,7 @@ class RecordingStream:
                             f"kept the {plural(self.samples, 'sample')} before it"
                         )
                         return
-                    if self._skip(number, "not JSON" if isinstance(exc, json.JSONDecodeError) else str(exc)[:120]):
+                    if self._skip(number, _why_damaged(exc)):
                         return
                     continue
                 if dropped:

@@ -659,3 +659,16 @@ def test_a_full_disk_at_the_start_leaves_no_empty_recording_and_keeps_the_old_on
     path.write_bytes(old)
     r = gpudoctor_cli(*args, "--force", env=FAKE, preexec_fn=full)  # noqa: PLW1509
     assert r.returncode == 3 and path.read_bytes() == old and list(tmp_path.iterdir()) == [path]
+
+
+def test_a_number_too_long_for_python_is_a_damaged_line_said_in_our_words(
+    tmp_path: Path, gpudoctor_cli: GpudoctorCli
+) -> None:
+    """json refuses an integer of more than 4,300 digits with Python's advice (sys.set_int_max_str_digits),
+    which the note quoted cut mid-word (the review)."""
+    doc = _line(6)
+    doc["gpus"][0]["util"] = 7
+    path = _edited(tmp_path, {6: json.dumps(doc).replace('"util": 7', '"util": 1' + "0" * 5000, 1)})
+    r = gpudoctor_cli("report", str(path))
+    assert r.returncode == 0 and "line 6 of" in r.stdout, r.stdout
+    assert "(a number of more than 4300 digits); skipped it" in r.stdout and "set_int_max_str_digits" not in r.stdout
