@@ -47,8 +47,9 @@ t/i SIGTERM/SIGINT the selected process (asks first), ? help.
 \b
 Exit codes:
   0  watched to the end (or the followed command's own exit code)
-  2  usage error: bad option, unreadable recording (also one that stops reading midway, or with
-     lines beyond one machine, after playing what it could), --record FILE exists
+  2  usage error: bad option, unreadable recording (also one whose bytes stop reading midway, or
+     with lines beyond one machine, after playing what it could), --record FILE exists; a recording
+     cut off at its end (a killed --record, plain or gzip) is played to the cut and noted, exit 0
   3  gpudoctor could not run at all (no NVIDIA driver, and no command, --replay or --demo)
   129  hung up (SIGHUP, or the terminal went away): a command started by gpudoctor gets SIGHUP
   130  interrupted (Ctrl-C, SIGTERM): a command started by gpudoctor is stopped"""
