@@ -27,6 +27,7 @@ from gpudoctor.watch.window import (
     Window,
     exact_mean,
     median_without,
+    share_of,
 )
 
 # What GD907 says per XID class (gpudoctor.knowledge.xid.classify, the same classes as `gpudoctor check`).
@@ -457,7 +458,7 @@ def rank_stats(win: Sequence[Sample], th: Thresholds = DEFAULT) -> dict[tuple[in
 def _rank_stat(w: Window, key: tuple[int | None, int], a: RankTotals) -> RankStats:
     step_s = exact_mean(a.step_sum, a.timed) if a.timed else None
     # The waited time over the time of the steps that measured a wait (a plain step() has none).
-    share = min(1.0, a.wait_sum / a.waited_step_sum) if a.waited and a.waited_step_sum else None
+    share = share_of(a.wait_sum, a.waited_step_sum) if a.waited and a.waited_step_sum else None
     late_n, late_sum, late_pos = a.late
     last = a.last
     ends = a.ends  # (step, end) of its readings in the window that had both, oldest first

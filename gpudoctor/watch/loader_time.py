@@ -8,7 +8,7 @@ them together), so over a window their sums compare: what is left is other work 
 
 from __future__ import annotations
 
-from gpudoctor.watch.window import Window
+from gpudoctor.watch.window import Window, share_of
 
 
 def loader_share(w: Window, key: tuple[int | None, int]) -> float | None:
@@ -18,4 +18,4 @@ def loader_share(w: Window, key: tuple[int | None, int]) -> float | None:
     rank = w.ranks.get(key)
     if held is None or rank is None or not rank.step_sum:
         return None
-    return min(1.0, held[1] / rank.step_sum)  # two exact sums: the ratio correctly rounded
+    return share_of(held[1], rank.step_sum)  # two exact sums: the ratio correctly rounded

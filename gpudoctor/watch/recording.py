@@ -14,6 +14,7 @@ import json
 import math
 import os
 import stat
+import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ def _why_damaged(exc: Exception) -> str:
     if isinstance(exc, json.JSONDecodeError):
         return "not JSON"
     if isinstance(exc, ValueError) and "integer string conversion" in str(exc):
-        return "a number of more than 4300 digits"  # json's int(); sys.get_int_max_str_digits()
+        return f"a number of more than {sys.get_int_max_str_digits()} digits"  # json's int() refused it
     return str(exc)[:120]
 
 

@@ -50,6 +50,12 @@ def exact_mean(total: int, count: int) -> float:
     return total / (count << _SCALE)
 
 
+def share_of(part: int, whole: int) -> float:
+    """part / whole of two exact sums, at most 1 (correctly rounded). Compared first: a whole of a few
+    2**-1074 (a recorded step of 1e-320 s) under a part of seconds would overflow a float's division."""
+    return 1.0 if part >= whole else part / whole
+
+
 def median_without(ordered: Sequence[float], value: float) -> float:
     """statistics.median of a sorted list with one occurrence of `value` left out (the others'
     median), without copying it: O(log n)."""

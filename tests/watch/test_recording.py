@@ -672,3 +672,25 @@ def test_a_number_too_long_for_python_is_a_damaged_line_said_in_our_words(
     r = gpudoctor_cli("report", str(path))
     assert r.returncode == 0 and "line 6 of" in r.stdout, r.stdout
     assert "(a number of more than 4300 digits); skipped it" in r.stdout and "set_int_max_str_digits" not in r.stdout
+
+
+def test_a_step_of_a_few_subnormal_seconds_is_a_share_of_one_not_an_internal_error(
+    tmp_path: Path, gpudoctor_cli: GpudoctorCli
+) -> None:
+    """The second review: a step time of 1e-320 s is in range, and the input-wait and loader shares (exact
+    sums divided) overflowed a float: OverflowError, exit 3. A share is at most 1 whatever its parts."""
+    lines = gzip.open(recording_path("sample:straggler"), "rt").read().splitlines()
+    out = lines[:1]
+    for line in lines[1:]:
+        doc = json.loads(line)
+        for rank in doc["ranks"]:
+            rank.update(wait_s=1.0, wait_step_s=1e-320, step_s=1e-320)
+        doc["data"] = [{"pid": r["pid"], "rank": r["rank"], "loader": {"s": 0.5, "batches": 1}} for r in doc["ranks"]]
+        out.append(json.dumps(doc))
+    path = tmp_path / "tiny.jsonl"
+    path.write_text("\n".join(out) + "\n")
+    for args in (("report", "--json", str(path)), ("watch", "--replay", str(path), "--no-tui", "--speed", "100000")):
+        r = gpudoctor_cli(*args)
+        assert r.returncode == 0 and "internal error" not in r.stderr, r.stderr
+    doc = _strict_json(gpudoctor_cli("report", "--json", str(path)).stdout)
+    assert {row["wait_share"] for row in doc["ranks"]} == {1.0}  # type: ignore[index]
