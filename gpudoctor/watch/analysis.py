@@ -522,6 +522,7 @@ def slow_ranks(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -
     timed.sort(key=lambda s: _rank_order(s.ref))
     step_times = sorted(s.step_s for s in timed if s.step_s is not None)
     waits = sorted(s.input_share or 0.0 for s in timed)
+    cycles = sorted(s.cycle_s for s in timed if s.cycle_s)  # the others' median from it: O(log n) a slow rank
     out = []
     for s in timed:
         assert s.step_s is not None
@@ -534,7 +535,7 @@ def slow_ranks(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -
             "checkpointing on the step path, a bigger shard, a slower data source, its GPU's row)."
         )
         slow_steps = s.step_s >= th.rank_slow_ratio * median_step and s.step_s - median_step >= th.rank_late_min_s
-        if slow_steps and not _kept_waiting(s, [o for o in timed if o is not s], th):  # the others: only when slow
+        if slow_steps and not _kept_waiting(s, cycles, th):
             figure = Figure(
                 1000 * s.step_s,
                 f"{s.ref.label}'s steps take {{}} ms, the others' {1000 * median_step:.0f} ms (median)",
@@ -575,17 +576,20 @@ def slow_ranks(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -
     return out
 
 
-def _kept_waiting(s: RankStats, others: Sequence[RankStats], th: Thresholds) -> bool:
+def _kept_waiting(s: RankStats, cycles: list[float], th: Thresholds) -> bool:
     """Its steps are longer but not its cycle (step end to step end): it waited inside its steps for the
     others to arrive (a rank kept waiting by one that came late, or that worked between steps), so it is
     not the slow one. Ranks that do not synchronize have longer cycles too when they are slow. Without
-    its cycle yet (its steps of the window came in one reading) nothing says it is slow: wait for one."""
-    cycles = [o.cycle_s for o in others if o.cycle_s]
+    its cycle yet (its steps of the window came in one reading) nothing says it is slow: wait for one.
+    `cycles`: every timed rank's known cycle, sorted (its own among them)."""
     if s.cycle_s is None:
         return True
-    if not cycles:
+    if not s.cycle_s:  # zero: not among `cycles`, which are all the others'
+        n = len(cycles)
+        return bool(n) and s.cycle_s < th.rank_slow_ratio * (cycles[n // 2] + cycles[(n - 1) // 2]) / 2
+    if len(cycles) < 2:  # no other rank's cycle to compare with
         return False
-    return s.cycle_s < th.rank_slow_ratio * statistics.median(cycles)
+    return s.cycle_s < th.rank_slow_ratio * median_without(cycles, s.cycle_s)
 
 
 def input_wait(stats: dict[tuple[int | None, int], RankStats], th: Thresholds) -> list[Verdict]:

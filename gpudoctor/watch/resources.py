@@ -17,9 +17,10 @@ from dataclasses import replace
 
 from gpudoctor.knowledge import visible_gpus
 from gpudoctor.watch import data_codes
-from gpudoctor.watch.analysis import Figure, RankRef, RankStats, Thresholds, Verdict
+from gpudoctor.watch.analysis import MAX_VERDICT_RANKS, Figure, RankRef, RankStats, Thresholds, Verdict
 from gpudoctor.watch.data_model import Hello
 from gpudoctor.watch.model import Sample, plural
+from gpudoctor.watch.window import median_without
 
 Key = tuple[int | None, int]
 
@@ -96,9 +97,9 @@ def outside_step(stats: Mapping[Key, RankStats], th: Thresholds) -> list[Verdict
     code = data_codes.TIME_OUTSIDE_STEP
     hint = "Move evaluation, checkpointing and logging off the step path (less often, asynchronous, or sharded)."
     out = []
+    ordered = sorted(other.values())  # the others' median from one sorted list: O(log n) a rank, not a copy
     for key, share in sorted(other.items(), key=lambda kv: _order(kv[0])):
-        rest = [v for k, v in other.items() if k != key]
-        if not rest or share < th.outside_share or share < th.outside_ratio * statistics.median(rest):
+        if len(ordered) < 2 or share < th.outside_share or share < th.outside_ratio * median_without(ordered, share):
             continue
         loader = stats[key].loader_share or 0.0
         ref = stats[key].ref
@@ -118,7 +119,7 @@ def outside_step(stats: Mapping[Key, RankStats], th: Thresholds) -> list[Verdict
         f"(median of {plural(len(other), 'rank')})"
     )
     figure = Figure(100 * median, template, unit="% outside the loader")
-    refs = tuple(sorted((stats[k].ref for k in other), key=lambda r: _order((r.rank, r.pid))))
+    refs = tuple(sorted((stats[k].ref for k in other), key=lambda r: _order((r.rank, r.pid)))[:MAX_VERDICT_RANKS])
     return [Verdict(code.code, code.name, (), figure.message(figure.value), hint, figure=figure, ranks=refs)]
 
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import statistics
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpudoctor.knowledge.clock_reasons import (
     GPU_IDLE,
     HW_POWER_BRAKE_SLOWDOWN,
@@ -242,3 +247,52 @@ def test_a_verdict_about_thousands_of_ranks_names_a_few_and_counts_the_rest() ->
     assert v.message.startswith("no rank has finished a step for 90 s; behind the others (step 62): rank 1 at step 2,")
     assert v.message.endswith("rank 8 at step 2 and 1991 more"), v.message
     assert [r.rank for r in v.ranks] == list(range(1, 65))
+
+
+def _stats(i: int, cycle: float | None, wait: float | None = None, loader: float | None = None) -> analysis.RankStats:
+    ref = analysis.RankRef(i, 1000 + i)
+    return analysis.RankStats(ref, 100, 0.1, wait, None, 0.0, 0, 1, 1.0, cycle_s=cycle, loader_share=loader)
+
+
+CYCLES = [None, 0.0, -0.2, 0.1, 0.1, 0.13, 0.5, 2.0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(CYCLES), min_size=1, max_size=9), st.data())
+def test_kept_waiting_from_one_sorted_list_is_the_median_of_a_copy_of_the_others(
+    cycles: list[float | None], data: st.DataObject
+) -> None:
+    """The second review: GD909 copied the other ranks' cycles for every slow rank (0.35 s a sample at
+    4,096 ranks). The others' median now comes from one sorted list; statistics.median of the copy is
+    the oracle, with the cases the copy made its own (a zero cycle, a rank alone, no cycle yet)."""
+    ranks = [_stats(i, c) for i, c in enumerate(cycles)]
+    s = data.draw(st.sampled_from(ranks))
+    others = [o.cycle_s for o in ranks if o is not s and o.cycle_s]
+    old = True if s.cycle_s is None else (False if not others else s.cycle_s < 1.2 * statistics.median(others))
+    th = analysis.Thresholds(rank_slow_ratio=1.2)
+    assert analysis._kept_waiting(s, sorted(c for c in cycles if c), th) is old
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 0.05, 0.1, 0.3, 0.31, 0.9]), min_size=1, max_size=9))
+def test_time_outside_the_step_names_the_ranks_a_copy_of_the_others_median_names(shares: list[float]) -> None:
+    """GD948 the same way (1.2 s a sample at 4,096 ranks); a job-wide GD948 names at most 64 ranks."""
+    from gpudoctor.watch.resources import outside_step
+
+    th = analysis.Thresholds()
+    stats = {(i, 1000 + i): _stats(i, None, wait=share, loader=0.0) for i, share in enumerate(shares)}
+    named = {r.rank for v in outside_step(stats, th) if not v.message.startswith("the ranks") for r in v.ranks}
+    expected = set()
+    for i, share in enumerate(shares):
+        rest = shares[:i] + shares[i + 1 :]
+        if rest and share >= th.outside_share and share >= th.outside_ratio * statistics.median(rest):
+            expected.add(i)
+    assert named == expected
+
+
+def test_a_job_wide_verdict_on_thousands_of_ranks_names_at_most_64() -> None:
+    from gpudoctor.watch.resources import outside_step
+
+    stats = {(i, 1000 + i): _stats(i, None, wait=0.5, loader=0.05) for i in range(4096)}
+    (verdict,) = outside_step(stats, analysis.Thresholds())
+    assert [r.rank for r in verdict.ranks] == list(range(64)) and "median of 4096 ranks" in verdict.message
