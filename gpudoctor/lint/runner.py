@@ -94,30 +94,38 @@ def collect(paths: Sequence[str]) -> list[str]:
         if not stat.S_ISDIR(st.st_mode):
             out.append(path)
             continue
-        found = sorted(_walk(path))
+        links: list[str] = []
+        found = sorted(_walk(path, links))
         if not found:
-            raise UserError(f"{printable(path)}: no Python files in this directory", EXIT_USAGE, "input")
+            count = "a link to a .py file" if len(links) == 1 else f"{len(links)} links to .py files"
+            why = f" ({count} not followed: name a file to lint it)" if links else ""
+            raise UserError(f"{printable(path)}: no Python files in this directory{why}", EXIT_USAGE, "input")
         out += found
     return list(dict.fromkeys(out))  # each file once, in the order named
 
 
-def _walk(top: str) -> Iterable[str]:
+def _walk(top: str, links: list[str]) -> Iterable[str]:
+    """The *.py files under `top`; the links found (to files: not followed) go to `links`."""
     for root, dirs, files in os.walk(top, onerror=None, followlinks=False):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
         for name in files:
             path = os.path.join(root, name)
-            if name.endswith(".py") and not os.path.islink(path):  # a link found in a folder: not followed
-                yield path
+            if name.endswith(".py"):
+                if os.path.islink(path):
+                    links.append(path)
+                else:
+                    yield path
 
 
 # ---- reading and parsing ------------------------------------------------------------------------
 
 
-def load(path: str) -> Script:
-    """Read and parse one file; a file that cannot be is a Script with its GD799 problem."""
+def load(path: str, follow: bool = True) -> Script:
+    """Read and parse one file; a file that cannot be is a Script with its GD799 problem. `follow=False`
+    for a file found in a folder: it was no link when walked, and one put there since is not read."""
     shown = STDIN_NAME if path == STDIN else path
     try:
-        data = read_stdin_bytes(MAX_BYTES) if path == STDIN else read_bytes(path, MAX_BYTES)
+        data = read_stdin_bytes(MAX_BYTES) if path == STDIN else read_bytes(path, MAX_BYTES, follow)
     except InputFileError as exc:
         return Script(shown, problem=_unreadable(f"cannot be read: {exc.strerror or exc}"))
     except IsADirectoryError:
@@ -246,7 +254,8 @@ def lint_paths(
     that does not exist or an unknown launcher, code or rule.
     """
     wanted = selection(select, ignore)
-    scripts = lint_scripts([load(p) for p in collect([os.fspath(p) for p in paths])], launcher)
+    named = [os.fspath(p) for p in paths]
+    scripts = lint_scripts([load(p, follow=p in named) for p in collect(named)], launcher)
     return [f for s in scripts for f in findings_of(s, wanted)]
 
 
@@ -264,7 +273,8 @@ def lint_report(
     from gpudoctor.version import __version__
 
     wanted = selection(select, ignore)
-    scripts = lint_scripts([load(p) for p in (collect(paths) if files is None else files)], launcher)
+    named = set(paths)  # followed if a link; the files found in a folder are not
+    scripts = lint_scripts([load(p, follow=p in named) for p in (collect(paths) if files is None else files)], launcher)
     results = [
         CheckResult(
             name=s.path,

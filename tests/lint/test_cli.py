@@ -159,6 +159,27 @@ def test_a_directory_is_walked_sorted_skipping_hidden_and_virtualenv_folders(
     assert [c["name"] for c in r.doc["checks"]] == [str(tmp_path / "a/train.py"), str(tmp_path / "b.py")]
     named = run_cli(capsys, "lint", "--json", str(tmp_path / "a" / "again.py"))  # named: the user's own choice
     assert [c["name"] for c in named.doc["checks"]] == [str(tmp_path / "a" / "again.py")]
+    only = tmp_path / "only_links"
+    only.mkdir()
+    (only / "x.py").symlink_to(tmp_path / "b.py")
+    r = run_cli(capsys, "lint", str(only))
+    assert r.exit_code == 2 and r.err.strip().endswith(
+        "no Python files in this directory (a link to a .py file not followed: name a file to lint it)"
+    ), r.err
+
+
+def test_a_file_found_in_a_folder_that_becomes_a_link_before_it_is_read_is_not_followed(tmp_path: Path) -> None:
+    """The second review: the walk skipped links, but the files it found were opened following links,
+    so one swapped for a link between the walk and the read was followed."""
+    from gpudoctor.lint.runner import collect, lint_report
+
+    script = tmp_path / "train.py"
+    script.write_text("x = 1\n")
+    files = collect([str(tmp_path)])
+    script.unlink()
+    script.symlink_to("/etc/passwd")
+    (result,) = lint_report([str(tmp_path)], files=files).checks
+    assert [(f.code, f.message.split(":")[0]) for f in result.findings] == [("GD799", "this file cannot be read")]
 
 
 def test_the_script_is_never_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
