@@ -317,7 +317,12 @@ class StepChannel:
         if not sane or not all(math.isfinite(x) and x >= 0 for x in numbers):
             self.ignored[STEP] += 1
             return
-        if max_step > MAX_STEP_S or sum_step > count * MAX_STEP_S or sum_wait > waited * MAX_STEP_S:
+        if (
+            max_step > MAX_STEP_S
+            or sum_step > count * MAX_STEP_S
+            or sum_wait > waited * MAX_STEP_S
+            or waited_step > waited * MAX_STEP_S  # a recording's wait_step_s is held to a day too (bounds.py)
+        ):
             self.ignored[STEP] += 1  # 1e308 is a float, not a step time: sums would overflow to inf
             return
         if waited_step > sum_step * ROUNDING or sum_wait > waited_step * ROUNDING:

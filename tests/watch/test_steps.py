@@ -528,9 +528,10 @@ def _record(rank: int = 0, end: float | None = None, step: float = 0.1, last: in
         _record(last=2**63),  # beyond what a JSON number holds exactly
         _record(dropped=2**31),
         _record(rank=2**31 - 1),
+        _record(step=172_800.0, max_step=86_400.0, count=2, waited=1, waited_step=172_800.0),  # a waited step of 2 days
     ],
     # Named, not shown: a record holds the time it was built, and xdist's workers must collect the same ids.
-    ids=["step", "max_step", "sum_wait", "end", "end_in_ten_days", "last", "dropped", "rank"],
+    ids=["step", "max_step", "sum_wait", "end", "end_in_ten_days", "last", "dropped", "rank", "waited_step"],
 )
 def test_a_step_record_with_values_no_training_loop_sends_is_ignored_and_counted(record: bytes) -> None:
     """Issue 24: step records accepted 1e308; the watcher's sums turned to inf."""
