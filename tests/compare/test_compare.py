@@ -588,12 +588,14 @@ def test_a_report_malformed_anywhere_in_its_checks_is_refused_or_read_by_diff_fl
     for path in paths:
         for value in (1, True, 1e308, "x", {}, [1], DELETE):
             bad.write_text(json.dumps(mutated(good, path, value)))
-            for call in (
+            calls = [
                 lambda: compare_api(str(V1_CPU), str(bad)),
                 lambda: compare_api(str(bad), str(V1_CPU)),
                 lambda: fleet_report([str(nodes)], use_config=False),
-                lambda: gpudoctor.run_checks(snapshot=H100, quick=True, baseline=bad, use_config=False),
-            ):
+            ]
+            if value == 1:  # `check --baseline` reads a side as `diff` does (sides.load_side): one value is enough
+                calls.append(lambda: gpudoctor.run_checks(snapshot=H100, quick=True, baseline=bad, use_config=False))
+            for call in calls:
                 try:
                     report = call()
                 except UserError as exc:
