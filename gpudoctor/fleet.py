@@ -35,6 +35,7 @@ from gpudoctor.compare.codes import GPUS
 from gpudoctor.compare.sides import Side
 from gpudoctor.errors import EXIT_USAGE, UserError
 from gpudoctor.findings import CheckResult, Finding, Status
+from gpudoctor.knowledge.facts import dicts
 from gpudoctor.knowledge.node_facts import FORWARDED_STATUSES, MAX_FORWARDED, MAX_TEXT, Malformed, clean_facts
 from gpudoctor.knowledge.pair_isolation import SLOW_RATIO
 from gpudoctor.knowledge.units import listed
@@ -137,19 +138,15 @@ def load_node(path: str, follow: bool) -> FleetNode:
 def report_findings(report: dict[str, Any]) -> list[dict[str, Any]]:
     """A report's findings that are not a pass, as a node forwards its own (cut to the bounds)."""
     out = []
-    for check in _list(report.get("checks")):  # a file anyone may have written: any shape
-        for f in _list(check.get("findings") if isinstance(check, dict) else None):
-            if not isinstance(f, dict) or f.get("status") not in FORWARDED_STATUSES:
+    for check in dicts(report.get("checks")):  # a file anyone may have written: any shape
+        for f in dicts(check.get("findings")):
+            if f.get("status") not in FORWARDED_STATUSES:
                 continue
             text = {k: f.get(k) for k in ("code", "status", "subject", "message")}
             out.append({k: v[:MAX_TEXT] if isinstance(v, str) else v for k, v in text.items()})
             if len(out) == MAX_FORWARDED:
                 return out
     return out
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def measured_busbw(measurements: dict[str, Any]) -> dict[str, Any] | None:

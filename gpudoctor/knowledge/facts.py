@@ -86,7 +86,8 @@ def facts_from_snapshot(snapshot: Snapshot) -> dict[str, Any]:
 # the shape gpudoctor writes (compare/sides.py then holds the result to the report schema).
 
 
-def _dicts(value: Any) -> list[dict[str, Any]]:
+def dicts(value: Any) -> list[dict[str, Any]]:
+    """The objects of a JSON list read from a file anyone may have written; nothing else, whatever its shape."""
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
@@ -95,11 +96,11 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 def _check(checks: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
-    return next((c for c in _dicts(checks) if c.get("name") == name), None)
+    return next((c for c in dicts(checks) if c.get("name") == name), None)
 
 
 def _findings(checks: list[dict[str, Any]], code: str) -> list[dict[str, Any]]:
-    return [f for c in _dicts(checks) for f in _dicts(c.get("findings")) if f.get("code") == code]
+    return [f for c in dicts(checks) for f in dicts(c.get("findings")) if f.get("code") == code]
 
 
 def _number(v: Any) -> float | None:
@@ -116,7 +117,7 @@ def allreduce_measurement(checks: list[dict[str, Any]]) -> dict[str, Any] | None
     sweep = _dict(_dict((check or {}).get("details")).get("sweep"))
     sizes = [
         {"bytes": int(r["bytes"]), "busbw_gbps": float(r["busbw_gbps"]), "algbw_gbps": float(r["algbw_gbps"])}
-        for r in _dicts(sweep.get("rows"))
+        for r in dicts(sweep.get("rows"))
         if all(_number(r.get(k)) is not None for k in ("bytes", "busbw_gbps", "algbw_gbps"))
     ]
     if not sizes:
@@ -152,7 +153,7 @@ def ddp_measurement(checks: list[dict[str, Any]], run: LaunchResult | None = Non
     else:  # a report without `measurements`: the rank table it printed ("step ms" column)
         details = _dict((_check(checks, "ddp") or {}).get("details"))
         backend = _dict(details.get("launch")).get("backend")
-        for table in _dicts(details.get("tables")):
+        for table in dicts(details.get("tables")):
             columns = table.get("columns")
             if not isinstance(columns, list) or "rank" not in columns or "step ms" not in columns:
                 continue

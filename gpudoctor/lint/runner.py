@@ -255,7 +255,8 @@ def lint_paths(
     """
     wanted = selection(select, ignore)
     named = [os.fspath(p) for p in paths]
-    scripts = lint_scripts([load(p, follow=p in named) for p in collect(named)], launcher)
+    followed = set(named)  # a link named is the user's own choice; the files found in a folder are not followed
+    scripts = lint_scripts([load(p, follow=p in followed) for p in collect(named)], launcher)
     return [f for s in scripts for f in findings_of(s, wanted)]
 
 

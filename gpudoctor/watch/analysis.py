@@ -26,6 +26,7 @@ from gpudoctor.watch.window import (
     RankTotals,
     Window,
     exact_mean,
+    median_sorted,
     median_without,
     share_of,
 )
@@ -585,8 +586,7 @@ def _kept_waiting(s: RankStats, cycles: list[float], th: Thresholds) -> bool:
     if s.cycle_s is None:
         return True
     if not s.cycle_s:  # zero: not among `cycles`, which are all the others'
-        n = len(cycles)
-        return bool(n) and s.cycle_s < th.rank_slow_ratio * (cycles[n // 2] + cycles[(n - 1) // 2]) / 2
+        return bool(cycles) and s.cycle_s < th.rank_slow_ratio * median_sorted(cycles)
     if len(cycles) < 2:  # no other rank's cycle to compare with
         return False
     return s.cycle_s < th.rank_slow_ratio * median_without(cycles, s.cycle_s)

@@ -56,6 +56,12 @@ def share_of(part: int, whole: int) -> float:
     return 1.0 if part >= whole else part / whole
 
 
+def median_sorted(ordered: Sequence[float]) -> float:
+    """statistics.median of a non-empty sorted list, without sorting it again: O(1)."""
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+
+
 def median_without(ordered: Sequence[float], value: float) -> float:
     """statistics.median of a sorted list with one occurrence of `value` left out (the others'
     median), without copying it: O(log n)."""

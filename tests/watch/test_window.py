@@ -18,7 +18,7 @@ from gpudoctor.watch.data_model import DataReading, LoaderTime
 from gpudoctor.watch.model import GpuReading, RankReading, Sample
 from gpudoctor.watch.summary import SummaryBuilder
 from gpudoctor.watch.synthetic import SCENARIOS, synthetic_run
-from gpudoctor.watch.window import Window, exact, exact_mean, median_without
+from gpudoctor.watch.window import Window, exact, exact_mean, median_sorted, median_without
 
 # Small windows and deadlines, so a short generated run crosses them.
 TH = Thresholds(warmup_s=0, window_s=6, min_samples=3, hung_min_s=3)
@@ -146,6 +146,7 @@ def test_median_without_is_the_median_of_the_others(values: list[int], data: st.
     others = list(ordered)
     others.remove(left_out)
     assert median_without(ordered, left_out) == statistics.median(others)
+    assert median_sorted(others) == statistics.median(others)
 
 
 @given(st.lists(st.floats(allow_nan=False, allow_infinity=False, width=64), min_size=1, max_size=30))
