@@ -303,8 +303,15 @@ class RecordingStream:
             raise UserError(f"recording {path} is empty", EXIT_USAGE, "input")
         try:
             header = loads(first[1])
-        except (json.JSONDecodeError, ValueError, RecursionError):
+        except json.JSONDecodeError:
             header = None
+        except (ValueError, RecursionError) as exc:  # JSON with a value json will not read (a huge number, NaN)
+            if f'"{FORMAT}"' not in first[1]:
+                header = None
+            else:  # our header, damaged: say what is wrong with it, not that there is none
+                why = "nested too deeply" if isinstance(exc, RecursionError) else _why_damaged(exc)
+                message = f"the header line of recording {path} is damaged ({why})"
+                raise UserError(message, EXIT_USAGE, "input") from None
         if not isinstance(header, dict) or header.get("format") != FORMAT:
             raise UserError(f"{path} is not a gpudoctor watch recording (no header line)", EXIT_USAGE, "input")
         if header.get("version") != FORMAT_VERSION:

@@ -208,6 +208,28 @@ def test_not_a_recording_is_a_usage_error(tmp_path: Path, gpudoctor_cli: Gpudoct
     assert r.returncode == 2 and "cannot read recording" in r.stderr
 
 
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("9" * 5000, "a number of more than"),
+        ("NaN", "NaN is not a number JSON allows"),
+        ("[" * 50_000 + "]" * 50_000, "nested"),
+    ],
+    ids=["huge-int", "nan", "deep"],
+)
+def test_a_damaged_header_is_called_damaged_not_missing(tmp_path: Path, value: str, why: str) -> None:
+    """A header line of ours that json will not read (a huge number, NaN, deep nesting) says what is wrong
+    with it; a first line that is not ours at all is still "not a gpudoctor watch recording"."""
+    bad = tmp_path / "x.jsonl"
+    bad.write_text(f'{{"format":"gpudoctor-watch","version":1,"interval":{value}}}\n')
+    with pytest.raises(UserError, match=f"header line of recording .* is damaged \\({why}") as raised:
+        read_recording(str(bad))
+    assert raised.value.exit_code == 2
+    bad.write_text(f"{value}\n")
+    with pytest.raises(UserError, match="not a gpudoctor watch recording"):
+        read_recording(str(bad))
+
+
 def test_report_text_names_the_straggler(gpudoctor_cli: GpudoctorCli) -> None:
     r = gpudoctor_cli("report", str(RECORDINGS / "straggler.jsonl"))
     assert r.returncode == 0, r.stderr
