@@ -360,6 +360,8 @@ class _Reader:
         return out
 
     def watch(self, value: Any) -> dict[str, float]:
+        from gpudoctor.watch.bounds import MAX_THRESHOLD_S  # light, and only for a [watch] table
+
         known = watch_keys()
         out: dict[str, float] = {}
         for key, number in self.table("watch", value).items():
@@ -371,6 +373,8 @@ class _Reader:
             value_read = self.read(("watch", key), number, read)
             if name.endswith("_share") and value_read > 1:
                 raise self.fail(("watch", key), f"a share is at most 1, got {shown(number)}")
+            if "s" in name.split("_") and value_read > MAX_THRESHOLD_S:  # window_s, hang_min_s_steps: seconds
+                raise self.fail(("watch", key), f"at most {MAX_THRESHOLD_S:.0f} s (a day), got {shown(number)}")
             out[name] = value_read
         return out
 

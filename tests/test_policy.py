@@ -186,6 +186,8 @@ BAD = [
         "did you mean 'straggler-share'",
     ),
     ("gpudoctor.toml", "[watch]\nmem-gap-share = 1.5\n", 2, "watch.mem-gap-share", "at most 1"),
+    ("gpudoctor.toml", "[watch]\nwarmup-s = 1e308\n", 2, "watch.warmup-s", "at most 86400 s (a day)"),
+    ("gpudoctor.toml", "[watch]\nhang-min-s-steps = 90000\n", 2, "watch.hang-min-s-steps", "at most 86400 s"),
     ("gpudoctor.toml", "min-busbw = '150%'\n", 1, "min-busbw", "at most 100%"),
     ("gpudoctor.toml", "tolerance = 10\n", 1, "tolerance", "ambiguous"),
     ("gpudoctor.toml", 'collectives = ["all-reduce", "scatter"]\n', 1, "collectives", "unknown collective 'scatter'"),

@@ -22,6 +22,7 @@ from gpudoctor.cli.output import ProgressLine, Verdict
 from gpudoctor.cli.types import FiniteFloat, OnceCommand
 from gpudoctor.errors import EXIT_HANGUP, EXIT_UNAVAILABLE, EXIT_USAGE, UserError
 from gpudoctor.safety import signals
+from gpudoctor.watch.bounds import MAX_THRESHOLD_S
 from gpudoctor.watch.recording import dumps  # light: json and the sample model only
 
 WATCH_EPILOG = """\b
@@ -58,7 +59,7 @@ Exit codes:
 def warmup_option(command: Any) -> Any:
     return click.option(
         "--warmup",
-        type=FiniteFloat(min=0),
+        type=FiniteFloat(min=0, max=MAX_THRESHOLD_S),
         metavar="SECONDS",
         help="Balance verdicts wait this long after the first sample (default: 60 s or one window, the later).",
     )(command)
@@ -206,13 +207,13 @@ EXIT_GRACE_S = 0.5  # once stopped: output a terminal does not take within this 
 @warmup_option
 @click.option(
     "--hang-after",
-    type=FiniteFloat(min=1),
+    type=FiniteFloat(min=1, max=MAX_THRESHOLD_S),
     metavar="SECONDS",
     help="Steps stalled this long is a hang (GD911; default: 60 s or 10x the median step, the longer).",
 )
 @click.option(
     "--join-after",
-    type=FiniteFloat(min=1),
+    type=FiniteFloat(min=1, max=MAX_THRESHOLD_S),
     metavar="SECONDS",
     help="A followed job's ranks not joined, or not at step 1, this long is a hang (GD920-GD923; default 30 s).",
 )

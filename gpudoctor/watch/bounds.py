@@ -66,6 +66,10 @@ LAST_TIME = 253402300799
 # than a day is none; step numbers stay where a JSON number is exact (2**53).
 MAX_STEP_S = 86_400.0
 MAX_STEP_NUMBER = 2**53
+# A threshold in seconds (the [watch] keys in seconds, --warmup, --hang-after, --join-after) is at most a
+# day (a heuristic: no verdict need wait longer, and a window of a day at 1 Hz already holds 86,400
+# samples in memory); beyond it is a typo, and 1e308 would be printed with 309 digits.
+MAX_THRESHOLD_S = 86_400.0
 RANK_RANGES: dict[str, tuple[float | None, float | None]] = {
     "steps": (0, MAX_STEP_NUMBER),
     "step_s": (0, MAX_STEP_S),

@@ -118,3 +118,16 @@ def test_the_policy_files_watch_table_sets_the_thresholds_and_options_win(
     (tmp_path / "gpudoctor.toml").write_text("[watch]\nwarmup = 10\n")
     r = gpudoctor_cli("watch", "--demo", "--no-tui", "--duration", "1", cwd=tmp_path)
     assert r.returncode == 2 and "watch.warmup: unknown key (did you mean 'warmup-s'?)" in r.stderr
+
+
+def test_a_threshold_beyond_a_day_is_a_usage_error_not_a_309_digit_warm_up(gpudoctor_cli: GpudoctorCli) -> None:
+    """--warmup 1e308 printed "judged after a 1000...0 s warm-up" (309 digits). Thresholds in seconds are
+    at most a day (gpudoctor.watch.bounds.MAX_THRESHOLD_S), on the command line and in the policy file."""
+    for command in (("report", "sample:balanced"), ("watch", "--demo", "--no-tui", "--duration", "1")):
+        for option in ("--warmup", "--hang-after", "--join-after"):
+            if command[0] == "report" and option != "--warmup":
+                continue
+            r = gpudoctor_cli(*command, option, "1e308")
+            assert r.returncode == 2 and "is not in the range" in r.stderr and "86400" in r.stderr, r.stderr
+    r = gpudoctor_cli("report", "sample:balanced", "--warmup", "86400")
+    assert r.returncode == 0 and "after a 86400 s warm-up" in r.stdout, r.stdout
