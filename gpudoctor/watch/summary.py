@@ -5,7 +5,10 @@ run and `gpudoctor report FILE` produce the same numbers, and `report` reads its
 stream. Verdict spans stay bounded too: a verdict that comes back within one analysis window
 of its last sample continues its span (it never really went away: the window still held the
 trouble), and after MAX_SPANS_PER_VERDICT spans of the same verdict on the same GPUs the
-later ones are folded into the last, which says how many it holds ("+N more").
+later ones are folded into the last, which says how many it holds ("+N more"). One code lists at
+most MAX_SUBJECTS_PER_CODE subjects (the GPUs and ranks a verdict names): a job whose processes
+churn names a new set of ranks nearly every sample, and a span each made memory grow with the file;
+the samples of the subjects beyond are counted per code and said.
 
 A span quotes its verdict's figure over the whole span (the mean, or the worst where a mean means
 nothing, like how long a hang lasted), not the figure of the window where it first fired. The
@@ -32,6 +35,9 @@ from gpudoctor.watch.window import Window
 
 SUMMARY_SCHEMA_VERSION = 1
 MAX_SPANS_PER_VERDICT = 10  # listed spans of one verdict (code and GPUs); later ones fold into the last
+# Subjects (the GPUs and ranks one verdict names) listed per code (a heuristic: one machine's GPUs and a
+# job's ranks fit; beyond, a job's ranks churn, and each span held about 5 KB): later ones are counted.
+MAX_SUBJECTS_PER_CODE = 256
 SEVERITY = {"warn": 1, "fail": 2}
 
 
@@ -157,6 +163,8 @@ class Summary:
     failure: dict[str, Any] | None = None  # how the followed command failed: the first rank, why (crash.Failure)
     job: dict[str, Any] | None = None  # the job's data, losses, GPU placement (watch/jobbook.py)
     earlier: Earlier | None = None  # ranks folded into one row (more than MAX_RANKS held at once)
+    # code -> samples in which it held for a subject beyond the first MAX_SUBJECTS_PER_CODE (not listed)
+    unlisted: dict[str, int] = field(default_factory=dict)
 
     @property
     def duration_s(self) -> float:
@@ -211,6 +219,7 @@ class Summary:
             "earlier_ranks": self.earlier.to_json() if self.earlier is not None else None,
             "failure": self.failure,
             "job": self.job,
+            **({"unlisted_verdicts": dict(sorted(self.unlisted.items()))} if self.unlisted else {}),
             "verdicts": [
                 {
                     "code": sp.verdict.code,
@@ -258,6 +267,8 @@ class SummaryBuilder:
         self._open: dict[tuple[Any, ...], VerdictSpan] = {}
         self._last: dict[tuple[Any, ...], VerdictSpan] = {}  # each verdict's latest span
         self._count: dict[tuple[Any, ...], int] = {}  # spans listed per verdict
+        self._subjects: dict[str, int] = {}  # code -> subjects listed (MAX_SUBJECTS_PER_CODE)
+        self._unlisted: dict[str, int] = {}  # code -> samples it held for subjects beyond them
         self._spans: list[VerdictSpan] = []
         self._events: dict[tuple[Any, ...], Event] = {}
         self._active: set[tuple[Any, ...]] = set()  # the events held at the latest sample
@@ -357,6 +368,14 @@ class SummaryBuilder:
     def _track(self, t: float) -> None:
         current = {v.key: v for v in self.verdicts}
         self._widen(current)
+        for key in [k for k in current if k not in self._last]:  # a subject never seen: listed while there is room
+            code = key[0]
+            listed = self._subjects.get(code, 0)
+            if listed >= MAX_SUBJECTS_PER_CODE:
+                del current[key]
+                self._unlisted[code] = self._unlisted.get(code, 0) + 1
+            else:
+                self._subjects[code] = listed + 1
         for key in list(self._open):
             if key not in current:
                 del self._open[key]  # the span ended at its last sample
@@ -433,6 +452,7 @@ class SummaryBuilder:
             self.th.idle_util,
             job=self.book.to_json(),
             earlier=self._ranks.earlier,
+            unlisted=dict(self._unlisted),
         )
 
     @property
@@ -569,4 +589,9 @@ def render_text(summary: Summary) -> str:
             if sp.more:
                 lines.append(f"  {'':<23}{'':<13} +{plural(sp.more, 'more time')} in this span (it kept coming back)")
             lines.append(f"  {'':<23}{'':<13} hint: {v.hint} (gpudoctor explain {v.code})")
+    for code, samples in sorted(summary.unlisted.items()):
+        lines.append(
+            f"  {code} also held in {plural(samples, 'sample')} for GPUs or ranks beyond the "
+            f"{MAX_SUBJECTS_PER_CODE} it lists (not listed)"
+        )
     return "\n".join(lines) + "\n"

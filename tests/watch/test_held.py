@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from gpudoctor.training_data import DATA_MAGIC
@@ -39,7 +40,7 @@ from gpudoctor.watch.steps import StepChannel
 from gpudoctor.watch.summary import SummaryBuilder
 from tests.helpers.cli import run_cli
 from tests.helpers.processes import GpudoctorCli, clean_env
-from tests.paths import FIXTURES
+from tests.paths import FIXTURES, shipped_schema
 
 JOB = FIXTURES / "jobs" / "comings_and_goings.py"
 T0 = 1795768984.0
@@ -531,3 +532,35 @@ def test_the_channel_says_what_it_ignored() -> None:
         assert channel.note == "ignored 2 data datagrams and 1 event record from outside the job or damaged"
     finally:
         channel.close()
+
+
+def test_a_churning_job_lists_256_subjects_a_code_and_counts_the_rest(
+    tmp_path: Path, gpudoctor_cli: GpudoctorCli
+) -> None:
+    """Last session's review: a job whose processes churn (8 new PIDs a line here, the ranks behind a stall
+    named by GD911) names a new set of ranks nearly every sample, and each set made a span of its own: the
+    spans, and report's memory, grew with the file. A code lists at most MAX_SUBJECTS_PER_CODE subjects;
+    the samples of the rest are counted and said, in the text and in JSON, by report and by the replay."""
+    from gpudoctor.watch.summary import MAX_SUBJECTS_PER_CODE
+
+    lines, pid = [], 10_000
+    for i in range(MAX_SUBJECTS_PER_CODE + 120):  # GD911 from the 60th s
+        ranks = [{"pid": 4999, "rank": 0, "steps": 0, "last_step": 62, "last_end": T0}]
+        for _ in range(8):
+            ranks.append({"pid": pid, "rank": 1 + pid % 4000, "steps": 0, "last_step": 2, "last_end": T0 - 30})
+            pid += 1
+        lines.append(json.dumps({"t": T0 + i, "gpus": [_gpu(0)], "ranks": ranks}))
+    rec = _write(tmp_path / "churn.jsonl", lines)
+    report = gpudoctor_cli("report", "--json", str(rec))
+    assert report.returncode == 0, report.stderr
+    doc = json.loads(report.stdout)
+    jsonschema.validate(doc, shipped_schema("watch_summary"))
+    stalls = [v for v in doc["verdicts"] if v["code"] == "GD911"]
+    assert len(stalls) == MAX_SUBJECTS_PER_CODE and doc["unlisted_verdicts"]["GD911"] > 0
+    assert len({tuple((r["rank"], r["pid"]) for r in v["ranks"]) for v in stalls}) == len(stalls)  # each new
+    text = gpudoctor_cli("report", str(rec)).stdout
+    said = f"GD911 also held in {doc['unlisted_verdicts']['GD911']} samples for GPUs or ranks beyond the 256"
+    assert said in text, text[-400:]
+    replay = gpudoctor_cli("watch", "--replay", str(rec), "--speed", "100000", "--no-tui", "--json")
+    assert replay.returncode == 0, replay.stderr
+    assert json.loads(replay.stdout.splitlines()[-1])["unlisted_verdicts"] == doc["unlisted_verdicts"]
