@@ -236,7 +236,7 @@ def test_a_job_whose_processes_come_and_go_is_held_by_its_live_ranks() -> None:
 
 @pytest.mark.slow
 def test_spawned_dataloader_workers_say_nothing_and_the_ranks_keep_their_epochs() -> None:
-    """F1 of review 5 with real torch: 2 ranks reading a DataLoader whose 2 workers are started with spawn,
+    """F1 of review 5 with real torch: 2 ranks reading a DataLoader whose worker is started with spawn,
     2 epochs (a new worker process each epoch). Each worker imports gpudoctor and exited saying hello: the
     data book then gave the rank to the worker and forgot the rank's first epoch (GD941 compares the later
     epochs with it), and the watcher held each worker. Now the workers say nothing; the ranks keep theirs."""
