@@ -269,6 +269,11 @@ class RecordingStream:
         self._first_skip = ""  # what was wrong with the first of them
         self._dropped = 0  # readings outside the physical range, dropped
         self._dropped_examples: list[str] = []
+        # Lines holding bytes that are not UTF-8, read as U+FFFD (the line is kept: a damaged byte in a GPU's
+        # name should not cost its readings); our writer escapes every non-ASCII character, so a raw U+FFFD
+        # in the text is one of those bytes, or a writer that is not ours. Counted, the first named.
+        self._replaced = 0
+        self._first_replaced = 0
         self._stopped: str | None = None  # why reading ended before the end of the file
         # Why the file's bytes could not be read on (a corrupt compressed stream, an I/O error):
         # the samples before are kept, but the file is damaged input (report exits 2). A file cut
@@ -348,6 +353,9 @@ class RecordingStream:
                         return
                     continue
                 blank = 0
+                if "\ufffd" in text:  # free for an ASCII line: its widest character is narrower
+                    self._replaced += 1
+                    self._first_replaced = self._first_replaced or number
                 dropped: list[str] = []
                 if text == TOO_LONG:
                     if self._skip(number, TOO_LONG[1:]):
@@ -442,6 +450,9 @@ class RecordingStream:
                 f"ignored {plural(self._dropped, 'reading')} outside the physical range "
                 f"({'; '.join(self._dropped_examples)}{'; ...' if self._dropped > len(self._dropped_examples) else ''})"
             )
+        if self._replaced:
+            which = f"line {self._first_replaced}" + (f" and {self._replaced - 1} more" if self._replaced > 1 else "")
+            parts.append(f"{which} held bytes that are not UTF-8, read as U+FFFD")
         if self.refused:
             lines = "line" if self.refused == 1 else "lines"
             parts.append(

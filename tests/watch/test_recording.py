@@ -230,6 +230,26 @@ def test_a_damaged_header_is_called_damaged_not_missing(tmp_path: Path, value: s
         read_recording(str(bad))
 
 
+def test_bytes_that_are_not_utf_8_keep_their_line_and_are_said(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
+    """A recorded GPU name with bytes that are not UTF-8 (a damaged byte, another writer): the line is kept,
+    read with U+FFFD, and the note says which lines (last session's review: it was read silently)."""
+    head = json.dumps({"format": "gpudoctor-watch", "version": 1, "interval": 1.0}).encode()
+    lines = [head]
+    for i in range(5):
+        name = b"H100\xff\xfe" if i in (1, 3) else b"H100"
+        lines.append(b'{"t":%d,"gpus":[{"index":0,"name":"%s","util":50}]}' % (1_700_000_000 + i, name))
+    rec = tmp_path / "bytes.jsonl"
+    rec.write_bytes(b"\n".join(lines) + b"\n")
+    r = gpudoctor_cli("report", "--json", str(rec))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["samples"] == 5 and doc["damage"] == "line 3 and 1 more held bytes that are not UTF-8, read as U+FFFD"
+    escaped = b'{"t":1700000009,"gpus":[{"index":0,"name":"H100\\ufffd","util":50}]}'  # as our writer writes it
+    rec.write_bytes(b"\n".join([*lines[:2], escaped]) + b"\n")
+    doc = json.loads(gpudoctor_cli("report", "--json", str(rec)).stdout)
+    assert doc["damage"] is None and doc["gpus"][0]["name"] == "H100\ufffd"
+
+
 def test_report_text_names_the_straggler(gpudoctor_cli: GpudoctorCli) -> None:
     r = gpudoctor_cli("report", str(RECORDINGS / "straggler.jsonl"))
     assert r.returncode == 0, r.stderr
