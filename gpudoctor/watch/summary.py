@@ -269,6 +269,7 @@ class SummaryBuilder:
         self._count: dict[tuple[Any, ...], int] = {}  # spans listed per verdict
         self._subjects: dict[str, int] = {}  # code -> subjects listed (MAX_SUBJECTS_PER_CODE)
         self._unlisted: dict[str, int] = {}  # code -> samples it held for subjects beyond them
+        self._unlisted_at: dict[str, float] = {}  # ...and the latest of them
         self._spans: list[VerdictSpan] = []
         self._events: dict[tuple[Any, ...], Event] = {}
         self._active: set[tuple[Any, ...]] = set()  # the events held at the latest sample
@@ -368,14 +369,19 @@ class SummaryBuilder:
     def _track(self, t: float) -> None:
         current = {v.key: v for v in self.verdicts}
         self._widen(current)
+        beyond = set()
         for key in [k for k in current if k not in self._last]:  # a subject never seen: listed while there is room
             code = key[0]
             listed = self._subjects.get(code, 0)
             if listed >= MAX_SUBJECTS_PER_CODE:
                 del current[key]
-                self._unlisted[code] = self._unlisted.get(code, 0) + 1
+                beyond.add(code)
             else:
                 self._subjects[code] = listed + 1
+        for code in beyond:  # samples, not subjects; once at a time (the job's late data is judged at the last)
+            if self._unlisted_at.get(code) != t:
+                self._unlisted_at[code] = t
+                self._unlisted[code] = self._unlisted.get(code, 0) + 1
         for key in list(self._open):
             if key not in current:
                 del self._open[key]  # the span ended at its last sample
@@ -417,12 +423,28 @@ class SummaryBuilder:
 
     def _widen(self, current: dict[tuple[Any, ...], Verdict]) -> None:
         """A verdict that comes to name more ranks (a data verdict, as more ranks reach the epoch that shows
-        it) goes on in the span it began in, not as a second span of the same trouble."""
-        for key in current.keys() - self._open.keys():
+        it), or fewer (a stall whose ranks behind change), in place of the one it was, goes on in the span
+        it is in, not as a second span (and a second subject) of the same trouble. Only a span whose key
+        no longer holds is carried on; grouped by code and GPUs, and a group whose ranks are as many as the
+        new verdict's is passed over at once (one rank each: GD909's), so a sample costs what ended in it."""
+        new = current.keys() - self._open.keys()
+        if not new:
+            return
+        gone: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+        sizes: dict[tuple[Any, ...], set[int]] = {}
+        for k in self._open:
+            if k[2] and k not in current:
+                gone.setdefault(k[:2], []).append(k)
+                sizes.setdefault(k[:2], set()).add(len(k[2]))
+        if not gone:
+            return
+        for key in new:
             code, gpus, ranks = key
-            old = next(
-                (k for k in self._open if k[0] == code and k[1] == gpus and k[2] and set(k[2]) < set(ranks)), None
-            )
+            group = gone.get((code, gpus))
+            if not ranks or group is None or sizes[code, gpus] == {len(ranks)}:
+                continue
+            mine = set(ranks)
+            old = next((k for k in group if k in self._open and (set(k[2]) < mine or set(k[2]) > mine)), None)
             if old is None:
                 continue
             self._open[key] = self._open.pop(old)

@@ -564,3 +564,53 @@ def test_a_churning_job_lists_256_subjects_a_code_and_counts_the_rest(
     replay = gpudoctor_cli("watch", "--replay", str(rec), "--speed", "100000", "--no-tui", "--json")
     assert replay.returncode == 0, replay.stderr
     assert json.loads(replay.stdout.splitlines()[-1])["unlisted_verdicts"] == doc["unlisted_verdicts"]
+
+
+def test_a_stall_whose_ranks_behind_change_back_and_forth_is_one_span(
+    tmp_path: Path, gpudoctor_cli: GpudoctorCli
+) -> None:
+    """The review of the subject cap: GD911's ranks behind alternate between {1} and {1, 2} every sample. A
+    span carried on only as a verdict came to name more ranks, so each return to {1} was a new span and a new
+    subject: 256 spans of one stall, then "held for ranks beyond the 256 it lists", which was false. A span
+    now carries on as its verdict names fewer ranks too: one span, nothing unlisted."""
+    lines = []
+    for i in range(400):
+        third = {
+            "pid": 102,
+            "rank": 2,
+            "steps": 0,
+            "last_step": 2 if i % 2 else 62,
+            "last_end": T0 - 30 if i % 2 else T0,
+        }
+        ranks = [
+            {"pid": 100, "rank": 0, "steps": 0, "last_step": 62, "last_end": T0},
+            {"pid": 101, "rank": 1, "steps": 0, "last_step": 2, "last_end": T0 - 30},
+            third,
+        ]
+        lines.append(json.dumps({"t": T0 + i, "gpus": [_gpu(0)], "ranks": ranks}))
+    doc = json.loads(gpudoctor_cli("report", "--json", str(_write(tmp_path / "alt.jsonl", lines))).stdout)
+    stalls = [v for v in doc["verdicts"] if v["code"] == "GD911"]
+    assert len(stalls) == 1 and stalls[0]["samples"] == 400 - 60, stalls[:3]
+    assert "unlisted_verdicts" not in doc
+
+
+def test_verdicts_beyond_the_listed_subjects_are_counted_in_samples(
+    tmp_path: Path, gpudoctor_cli: GpudoctorCli
+) -> None:
+    """The review of the subject cap: two slow ranks restarted every sample (new PIDs) make two new GD909
+    subjects a sample; the count went up per subject (1,626 "samples" in a recording of 400). It is of samples."""
+    lines, pid = [], 20_000
+    for i in range(400):
+        ranks = [_rank(r, 100 + r, T0 + i - 0.01, 5 * (i + 1)) for r in range(12)]
+        for r in (6, 7):
+            slow = {**_rank(r, pid, T0 + i - 0.01, 5 * (i + 1)), "wait_s": 0.1, "waited": 5, "wait_step_s": 0.1}
+            ranks.append(slow)
+            pid += 1
+        lines.append(json.dumps({"t": T0 + i, "gpus": [_gpu(0)], "ranks": ranks}))
+    rec = _write(tmp_path / "slow.jsonl", lines)
+    (tmp_path / "gpudoctor.toml").write_text("[watch]\nwindow-s = 2\nwarmup-s = 1\n")
+    r = gpudoctor_cli("report", "--json", str(rec), "--config", str(tmp_path / "gpudoctor.toml"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    counted = doc["unlisted_verdicts"]
+    assert counted and all(0 < n <= doc["samples"] for n in counted.values()), counted
