@@ -13,6 +13,7 @@ import io
 import json
 import math
 import os
+import re
 import stat
 import sys
 import zlib
@@ -27,6 +28,7 @@ from gpudoctor.watch.model import Sample, plural
 
 FORMAT = "gpudoctor-watch"
 FORMAT_VERSION = 1
+_OUR_HEADER = re.compile(r'^\s*\{\s*"format"\s*:\s*"gpudoctor-watch"')  # the writer puts "format" first
 MAX_LISTED = 10  # damaged line numbers listed by name; more are counted
 MAX_EXAMPLES = 3  # out-of-range readings quoted in the damage note; more are counted
 
@@ -306,23 +308,24 @@ class RecordingStream:
         path = self.path
         if first is None:
             raise UserError(f"recording {path} is empty", EXIT_USAGE, "input")
+        text = first[1].removeprefix("\ufeff")  # a byte order mark an editor put there says nothing
         try:
-            header = loads(first[1])
-        except json.JSONDecodeError:
-            header = None
-        except (ValueError, RecursionError) as exc:  # JSON with a value json will not read (a huge number, NaN)
-            if f'"{FORMAT}"' not in first[1]:
+            header = loads(text)
+        except (ValueError, RecursionError) as exc:  # not JSON, or a value json will not read (NaN, 5,000 digits)
+            if not _OUR_HEADER.search(text):
                 header = None
-            else:  # our header, damaged: say what is wrong with it, not that there is none
+            else:  # our header, damaged (cut off, a value json will not read): say what is wrong, not that none is
                 why = "nested too deeply" if isinstance(exc, RecursionError) else _why_damaged(exc)
                 message = f"the header line of recording {path} is damaged ({why})"
                 raise UserError(message, EXIT_USAGE, "input") from None
         if not isinstance(header, dict) or header.get("format") != FORMAT:
             raise UserError(f"{path} is not a gpudoctor watch recording (no header line)", EXIT_USAGE, "input")
-        if header.get("version") != FORMAT_VERSION:
+        version = header.get("version")
+        if type(version) is not int or version != FORMAT_VERSION:  # true == 1 in Python, not in a format
+            written = json.dumps(version)  # as the file has it (true, not True)
+            shown = written if len(written) <= 24 else written[:20] + "..."
             raise UserError(
-                f"recording {path} has format version {header.get('version')!r}; "
-                f"this gpudoctor reads version {FORMAT_VERSION}",
+                f"recording {path} has format version {shown}; this gpudoctor reads version {FORMAT_VERSION}",
                 EXIT_USAGE,
                 "input",
             )

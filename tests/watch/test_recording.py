@@ -230,6 +230,35 @@ def test_a_damaged_header_is_called_damaged_not_missing(tmp_path: Path, value: s
         read_recording(str(bad))
 
 
+@pytest.mark.parametrize(
+    ("first", "said"),
+    [
+        ('{"format":"gpudoctor-watch","version":1', "the header line of recording .* is damaged \\(not JSON\\)"),
+        ('{"format":"other","note":"gpudoctor-watch","version":NaN}', "not a gpudoctor watch recording"),
+        ('["gpudoctor-watch", NaN]', "not a gpudoctor watch recording"),
+        ('{"format":"gpudoctor-watch","version":true}', "has format version true; this gpudoctor reads version 1$"),
+        ('{"format":"gpudoctor-watch","version":' + "9" * 4000 + "}", "version 99999999999999999999\\.\\.\\.;"),
+    ],
+    ids=["cut-off", "ours-only-in-a-value", "a-list", "version-true", "version-4000-digits"],
+)
+def test_a_header_that_is_not_ours_or_not_readable_says_which_in_a_short_line(
+    tmp_path: Path, first: str, said: str
+) -> None:
+    """The review of the damaged-header message: only a line that begins as our header is called a damaged
+    header; a version is a whole number (true is no version) and is quoted short, as the file has it."""
+    bad = tmp_path / "x.jsonl"
+    bad.write_text(first + "\n")
+    with pytest.raises(UserError, match=said) as raised:
+        read_recording(str(bad))
+    assert len(str(raised.value)) < 200
+
+
+def test_a_byte_order_mark_before_the_header_is_read_past(tmp_path: Path) -> None:
+    rec = tmp_path / "bom.jsonl"
+    rec.write_text('\ufeff{"format":"gpudoctor-watch","version":1}\n{"t":1700000000,"gpus":[{"index":0,"util":5}]}\n')
+    assert len(read_recording(str(rec)).samples) == 1
+
+
 def test_bytes_that_are_not_utf_8_keep_their_line_and_are_said(tmp_path: Path, gpudoctor_cli: GpudoctorCli) -> None:
     """A recorded GPU name with bytes that are not UTF-8 (a damaged byte, another writer): the line is kept,
     read with U+FFFD, and the note says which lines (last session's review: it was read silently)."""
