@@ -362,6 +362,11 @@ class SummaryBuilder:
         self._ranks.add(ranks)
 
     @property
+    def unlisted(self) -> dict[str, int]:
+        """Code -> samples in which it held for subjects beyond the MAX_SUBJECTS_PER_CODE it lists."""
+        return self._unlisted
+
+    @property
     def held_ranks(self) -> int:
         """The rank rows held now (at most MAX_RANKS, whatever the run showed)."""
         return len(self._ranks.rows)
@@ -480,6 +485,14 @@ class SummaryBuilder:
     @property
     def gpu_stats(self) -> dict[int, _GpuStats]:
         return self._gpus
+
+
+def unlisted_text(code: str, samples: int) -> str:
+    """What a code held beyond the subjects it lists, in one line: the summary's and the dashboard's."""
+    return (
+        f"{code} also held in {plural(samples, 'sample')} for GPUs or ranks beyond the "
+        f"{MAX_SUBJECTS_PER_CODE} it lists (not listed)"
+    )
 
 
 def _worse(v: Verdict, worst: float | None) -> float | None:
@@ -611,9 +624,5 @@ def render_text(summary: Summary) -> str:
             if sp.more:
                 lines.append(f"  {'':<23}{'':<13} +{plural(sp.more, 'more time')} in this span (it kept coming back)")
             lines.append(f"  {'':<23}{'':<13} hint: {v.hint} (gpudoctor explain {v.code})")
-    for code, samples in sorted(summary.unlisted.items()):
-        lines.append(
-            f"  {code} also held in {plural(samples, 'sample')} for GPUs or ranks beyond the "
-            f"{MAX_SUBJECTS_PER_CODE} it lists (not listed)"
-        )
+    lines += [f"  {unlisted_text(code, samples)}" for code, samples in sorted(summary.unlisted.items())]
     return "\n".join(lines) + "\n"

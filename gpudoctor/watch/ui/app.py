@@ -36,6 +36,7 @@ from gpudoctor.watch import heap
 from gpudoctor.watch.model import ProcReading, Sample
 from gpudoctor.watch.session import End, Session, Update
 from gpudoctor.watch.sources import Notice
+from gpudoctor.watch.summary import unlisted_text
 from gpudoctor.watch.terminal import TerminalOutput
 from gpudoctor.watch.ui.layout import Heights, share_heights
 from gpudoctor.watch.ui.lines import Lines
@@ -308,7 +309,11 @@ class WatchApp(App[str]):
             if builder.balance.idle:
                 text = "no verdicts: the GPUs are idle"
             log.append(Text(text, style="green"))
-        log += event_lines(events, inner, builder.start or sample.t, room, heights.hints)
+        beyond = "; ".join(unlisted_text(code, n) for code, n in sorted(builder.unlisted.items()))
+        log += event_lines(events, inner, builder.start or sample.t, room - bool(beyond), heights.hints)
+        if beyond:  # the log lists the subjects the summary lists; what held beyond them is said in one line
+            log.append(Text(beyond, style="yellow", overflow="ellipsis", no_wrap=True))
+            log[-1].truncate(inner, overflow="ellipsis")
         self.query_one("#verdicts", Lines).show(log)
 
     def _in_view(self, panel_id: str) -> range:

@@ -351,6 +351,29 @@ async def test_an_xid_stays_listed_and_marked_after_its_window_and_on_the_final_
         assert "!6" in text_of(app.query_one("#gpu-lines")) and "XID 48" in text_of(app.query_one("#gpu-lines"))
 
 
+async def test_verdicts_beyond_the_subjects_listed_are_said_in_the_log(tmp_path: Any) -> None:
+    """A churning job (new PIDs behind a stall every sample): the log lists the subjects the summary lists,
+    and says in one line, as the summary does, in how many samples GD911 held for ranks beyond them."""
+    from gpudoctor.watch.summary import MAX_SUBJECTS_PER_CODE
+
+    t0, pid = 1_700_000_000.0, 10_000
+    lines = [json.dumps({"format": "gpudoctor-watch", "version": 1, "interval": 1.0})]
+    for i in range(MAX_SUBJECTS_PER_CODE + 100):
+        ranks = [{"pid": 4999, "rank": 0, "steps": 0, "last_step": 62, "last_end": t0}]
+        ranks += [{"pid": pid + k, "rank": 1 + k, "steps": 0, "last_step": 2, "last_end": t0 - 30} for k in range(2)]
+        pid += 2
+        lines.append(json.dumps({"t": t0 + i, "gpus": [{"index": 0, "util": 50}], "ranks": ranks}))
+    (tmp_path / "churn.jsonl").write_text("\n".join(lines) + "\n")
+    rec = read_recording(str(tmp_path / "churn.jsonl"))
+    app = WatchApp(Session(ReplaySource(rec)), live=False, preload=rec.samples)
+    for size in ((80, 24), (120, 40)):
+        async with app.run_test(size=size):
+            verdicts = text_of(app.query_one("#verdicts"))
+            unlisted = app.last.builder.unlisted["GD911"]
+            assert f"GD911 also held in {unlisted} samples for GPUs or ranks" in verdicts, verdicts
+        app = WatchApp(Session(ReplaySource(rec)), live=False, preload=rec.samples)
+
+
 async def test_many_gpus_in_a_small_terminal_keep_the_verdicts_on_screen() -> None:
     run = synthetic_run("straggler", 90, n_gpus=16)
     rec = read_recording(str(RECORDINGS / "straggler.jsonl"))
