@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.watch: 
 
 from gpudoctor.training_data import KEEP  # noqa: E402
 from gpudoctor.watch import data_overlap  # noqa: E402
-from gpudoctor.watch.analysis import Thresholds  # noqa: E402
 from gpudoctor.watch.data import DataBook, filtered  # noqa: E402
 from gpudoctor.watch.data_model import DataReading, EpochDigest  # noqa: E402
+from gpudoctor.watch.thresholds import Thresholds  # noqa: E402
 from tests.watch._databook_oracle import DataBook as OracleBook  # noqa: E402
 
 PER_RANK = 3_000  # samples a rank reads an epoch

@@ -35,11 +35,11 @@ import time
 from collections import deque
 from pathlib import Path
 
-from gpudoctor.watch.analysis import Thresholds
 from gpudoctor.watch.model import Sample
 from gpudoctor.watch.recording import RecordWriter
 from gpudoctor.watch.summary import SummaryBuilder, summarize_recording
 from gpudoctor.watch.synthetic import synthetic_run, synthetic_sample
+from gpudoctor.watch.thresholds import Thresholds
 
 TARGET_RATIO = 3.0
 TARGET_DAY_S = 10.0

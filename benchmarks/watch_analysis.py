@@ -20,10 +20,10 @@ import statistics
 import time
 from collections.abc import Callable
 
-from gpudoctor.watch.analysis import Thresholds
 from gpudoctor.watch.model import Sample
 from gpudoctor.watch.summary import SummaryBuilder
 from gpudoctor.watch.synthetic import synthetic_run
+from gpudoctor.watch.thresholds import Thresholds
 
 INTERVAL = 0.1  # 10 Hz
 TARGET_256_SHARE = 10.0  # % of one core at 10 Hz

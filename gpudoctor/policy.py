@@ -75,7 +75,7 @@ class Policy(Record):
     tolerance: float | None = None  # baseline comparisons (a fraction)
     collectives: tuple[str, ...] | None = None
     severity: dict[str, str] = field(default_factory=dict)  # code -> "warn" | "fail"
-    watch: dict[str, float] = field(default_factory=dict)  # watch.analysis.Thresholds field -> value
+    watch: dict[str, float] = field(default_factory=dict)  # watch.thresholds.Thresholds field -> value
     skipped: tuple[tuple[str, str], ...] = ()  # (path, why) of files discovery did not trust
 
     def to_json(self) -> dict[str, Any] | None:
@@ -293,15 +293,15 @@ KEYS = (*BY_POLICY_KEY, *TABLES)
 
 
 def watch_keys() -> dict[str, tuple[str, type]]:
-    """[watch] keys: the fields of watch.analysis.Thresholds, kebab-case, so they follow that class."""
-    from gpudoctor.watch.analysis import Thresholds  # light: no textual, no NVML
+    """[watch] keys: the fields of watch.thresholds.Thresholds, kebab-case, so they follow that class."""
+    from gpudoctor.watch.thresholds import Thresholds  # light: no textual, no NVML
 
     return {f.name.replace("_", "-"): (f.name, type(f.default)) for f in dataclasses.fields(Thresholds)}
 
 
 def watch_thresholds(policy: Policy) -> Any:
     """`gpudoctor watch`'s thresholds with the policy's [watch] values applied (the one line to wire)."""
-    from gpudoctor.watch.analysis import DEFAULT
+    from gpudoctor.watch.thresholds import DEFAULT
 
     return dataclasses.replace(DEFAULT, **policy.watch)
 

@@ -144,7 +144,7 @@ def test_min_busbw_share_sets_the_fail_ratio() -> None:
 
 
 def test_watch_thresholds_are_read_from_the_watch_table(tmp_path: Path) -> None:
-    from gpudoctor.watch.analysis import Thresholds
+    from gpudoctor.watch.thresholds import Thresholds
 
     path = write(tmp_path / "gpudoctor.toml", "[watch]\nstraggler-gap = 25\nmin-samples = 10\n")
     policy = pol.load(path)

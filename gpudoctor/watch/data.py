@@ -27,11 +27,12 @@ from dataclasses import dataclass, field, replace
 
 from gpudoctor.engine.codes import Code
 from gpudoctor.watch import data_codes as codes
-from gpudoctor.watch.analysis import Figure, RankRef, Thresholds, Verdict
+from gpudoctor.watch.analysis import Figure, RankRef, Verdict
 from gpudoctor.watch.bounds import MAX_RANKS
 from gpudoctor.watch.data_model import DataReading, EpochDigest, Hello, SplitDigest
 from gpudoctor.watch.data_overlap import EpochShares, SplitOverlap, filtered, largest_leak
 from gpudoctor.watch.model import plural
+from gpudoctor.watch.thresholds import Thresholds
 
 __all__ = ["DataBook", "RankData", "filtered", "is_eval", "ranks_text"]
 

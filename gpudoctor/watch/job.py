@@ -14,9 +14,10 @@ from collections.abc import Sequence
 
 from gpudoctor.knowledge import torch_stacks
 from gpudoctor.watch import job_codes as codes
-from gpudoctor.watch.analysis import Figure, RankRef, Thresholds, Verdict
+from gpudoctor.watch.analysis import Figure, RankRef, Verdict
 from gpudoctor.watch.arrival import CHILD_RANK, LAUNCHER, RANK, JobProc
 from gpudoctor.watch.model import Sample, plural
+from gpudoctor.watch.thresholds import Thresholds
 
 STACK_GRACE = 1.5  # a verdict that names ranks waits for their stacks up to this many join deadlines
 STACK_CODES = {"GD911", "GD920", "GD921", "GD922", "GD923", "GD924", "GD925"}  # their ranks' stacks are read

@@ -13,12 +13,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gpudoctor.watch import codes
-from gpudoctor.watch.analysis import RankStats, Thresholds, Verdict
+from gpudoctor.watch.analysis import RankStats, Verdict
 from gpudoctor.watch.data import DataBook, is_eval
 from gpudoctor.watch.data_model import DataReading
 from gpudoctor.watch.model import Sample, plural
 from gpudoctor.watch.numerics import LossBook, divergence
 from gpudoctor.watch.resources import advise_input_wait, foreign_memory, outside_step, oversubscribed
+from gpudoctor.watch.thresholds import Thresholds
 
 HANGS = {codes.HUNG_COLLECTIVE.code, codes.STEPS_STALLED.code}
 

@@ -13,10 +13,11 @@ import statistics
 from collections.abc import Iterable, Sequence
 
 from gpudoctor.watch import data_codes as codes
-from gpudoctor.watch.analysis import Figure, RankRef, Thresholds, Verdict
+from gpudoctor.watch.analysis import Figure, RankRef, Verdict
 from gpudoctor.watch.bounds import MAX_RANKS
 from gpudoctor.watch.data_model import DataReading
 from gpudoctor.watch.model import Sample
+from gpudoctor.watch.thresholds import Thresholds
 from gpudoctor.watch.window import Window
 
 

@@ -17,9 +17,10 @@ from dataclasses import replace
 
 from gpudoctor.knowledge import visible_gpus
 from gpudoctor.watch import data_codes
-from gpudoctor.watch.analysis import MAX_VERDICT_RANKS, Figure, RankRef, RankStats, Thresholds, Verdict
+from gpudoctor.watch.analysis import MAX_VERDICT_RANKS, Figure, RankRef, RankStats, Verdict
 from gpudoctor.watch.data_model import Hello
 from gpudoctor.watch.model import Sample, plural
+from gpudoctor.watch.thresholds import Thresholds
 from gpudoctor.watch.window import median_without
 
 Key = tuple[int | None, int]

@@ -19,7 +19,7 @@ from typing import IO, Any
 from gpudoctor.safety.safe_io import read_text
 from gpudoctor.safety.signals import deferred
 from gpudoctor.version import __version__
-from gpudoctor.watch.analysis import DEFAULT, Thresholds, Verdict
+from gpudoctor.watch.analysis import Verdict
 from gpudoctor.watch.bounds import MAX_RANKS
 from gpudoctor.watch.crash import diagnose, explained
 from gpudoctor.watch.crash import verdict as failed_verdict
@@ -30,6 +30,7 @@ from gpudoctor.watch.recording import RecordWriter
 from gpudoctor.watch.sources import Notice, Poller, Source
 from gpudoctor.watch.steps import StepChannel
 from gpudoctor.watch.summary import Summary, SummaryBuilder
+from gpudoctor.watch.thresholds import DEFAULT, Thresholds
 from gpudoctor.watch.tracker import JobTracker
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.safety.safe_text import printable
-from gpudoctor.watch.analysis import DEFAULT, Balance, RankStats, Thresholds, Verdict, balance, judge, rank_stats
+from gpudoctor.watch.analysis import Balance, RankStats, Verdict, balance, judge, rank_stats
 from gpudoctor.watch.codes import STEPS_STALLED
 from gpudoctor.watch.data_model import DataReading
 from gpudoctor.watch.job import job_verdicts
@@ -31,6 +31,7 @@ from gpudoctor.watch.jobbook import JobBook, seen
 from gpudoctor.watch.model import LOST, RankReading, Sample, clock, plural
 from gpudoctor.watch.rank_rows import Earlier, RankRow, RankRows
 from gpudoctor.watch.recording import RecordingStream
+from gpudoctor.watch.thresholds import DEFAULT, Thresholds
 from gpudoctor.watch.window import Window
 
 SUMMARY_SCHEMA_VERSION = 1

@@ -19,14 +19,12 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from gpudoctor.knowledge import clock_reasons
 from gpudoctor.watch.bounds import MAX_RANKS
 from gpudoctor.watch.model import RankReading, Sample
-
-if TYPE_CHECKING:
-    from gpudoctor.watch.analysis import Thresholds
+from gpudoctor.watch.thresholds import Thresholds
 
 # GD905 holds the hot GPU (thermal slowdown) and HW_SLOWDOWN, which the hardware engages for
 # heat among other causes; GD906 the power cap and the power brake (clock_reasons' classes).

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from gpudoctor.engine.codes import Code
 from gpudoctor.watch import data_codes as codes
-from gpudoctor.watch.analysis import Figure, RankRef, Thresholds, Verdict
+from gpudoctor.watch.analysis import Figure, RankRef, Verdict
 from gpudoctor.watch.data import (
     KEEP_EPOCHS,
     MIN_EVIDENCE,
@@ -28,6 +28,7 @@ from gpudoctor.watch.data import (
 )
 from gpudoctor.watch.data_model import DataReading, EpochDigest, Hello, SplitDigest
 from gpudoctor.watch.model import plural
+from gpudoctor.watch.thresholds import Thresholds
 
 
 @dataclass

@@ -18,6 +18,7 @@ from gpudoctor.watch import analysis
 from gpudoctor.watch.model import GpuReading, Sample
 from gpudoctor.watch.summary import render_text, summarize
 from gpudoctor.watch.synthetic import synthetic_run
+from gpudoctor.watch.thresholds import Thresholds
 from tests.paths import FIXTURES
 
 
@@ -240,7 +241,7 @@ def test_a_verdict_about_thousands_of_ranks_names_a_few_and_counts_the_rest() ->
     behind = [RankReading(pid=5000 + r, rank=r, steps=1, step_s=0.5, last_step=2, last_end=t0) for r in range(1, 2000)]
     ahead = RankReading(pid=4999, rank=0, steps=1, step_s=0.5, last_step=62, last_end=t0 + 30)
     samples = [Sample(t0 + 30 + 10 * i, (GpuReading(index=0, util=0),), ranks=(ahead, *behind)) for i in range(10)]
-    verdicts = analysis.analyze(samples, analysis.Thresholds(warmup_s=0)).verdicts
+    verdicts = analysis.analyze(samples, Thresholds(warmup_s=0)).verdicts
     stalled = [v for v in verdicts if v.code == "GD911"]
     assert len(stalled) == 1, verdicts
     v = stalled[0]
@@ -269,7 +270,7 @@ def test_kept_waiting_from_one_sorted_list_is_the_median_of_a_copy_of_the_others
     s = data.draw(st.sampled_from(ranks))
     others = [o.cycle_s for o in ranks if o is not s and o.cycle_s]
     old = True if s.cycle_s is None else (False if not others else s.cycle_s < 1.2 * statistics.median(others))
-    th = analysis.Thresholds(rank_slow_ratio=1.2)
+    th = Thresholds(rank_slow_ratio=1.2)
     assert analysis._kept_waiting(s, sorted(c for c in cycles if c), th) is old
 
 
@@ -279,7 +280,7 @@ def test_time_outside_the_step_names_the_ranks_a_copy_of_the_others_median_names
     """GD948 the same way (1.2 s a sample at 4,096 ranks); a job-wide GD948 names at most 64 ranks."""
     from gpudoctor.watch.resources import outside_step
 
-    th = analysis.Thresholds()
+    th = Thresholds()
     stats = {(i, 1000 + i): _stats(i, None, wait=share, loader=0.0) for i, share in enumerate(shares)}
     named = {r.rank for v in outside_step(stats, th) if not v.message.startswith("the ranks") for r in v.ranks}
     expected = set()
@@ -294,5 +295,5 @@ def test_a_job_wide_verdict_on_thousands_of_ranks_names_at_most_64() -> None:
     from gpudoctor.watch.resources import outside_step
 
     stats = {(i, 1000 + i): _stats(i, None, wait=0.5, loader=0.05) for i in range(4096)}
-    (verdict,) = outside_step(stats, analysis.Thresholds())
+    (verdict,) = outside_step(stats, Thresholds())
     assert [r.rank for r in verdict.ranks] == list(range(64)) and "median of 4096 ranks" in verdict.message

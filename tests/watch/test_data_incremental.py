@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from gpudoctor.watch import data_overlap
-from gpudoctor.watch.analysis import Thresholds
 from gpudoctor.watch.data import DataBook, filtered
 from gpudoctor.watch.data_model import DataReading, EpochDigest, SplitDigest
+from gpudoctor.watch.thresholds import Thresholds
 from tests.watch._databook_oracle import DataBook as OracleBook
 
 TH = Thresholds(warmup_s=0)

@@ -26,7 +26,6 @@ import pytest
 
 from gpudoctor.training_data import DATA_MAGIC
 from gpudoctor.training_step import EVENT, EVENT_MAGIC
-from gpudoctor.watch.analysis import DEFAULT
 from gpudoctor.watch.bounds import MAX_RANKS
 from gpudoctor.watch.data import DataBook
 from gpudoctor.watch.data_model import DataReading, EpochDigest, Hello
@@ -38,6 +37,7 @@ from gpudoctor.watch.session import Session
 from gpudoctor.watch.sources import SyntheticSource
 from gpudoctor.watch.steps import StepChannel
 from gpudoctor.watch.summary import SummaryBuilder
+from gpudoctor.watch.thresholds import DEFAULT
 from tests.helpers.cli import run_cli
 from tests.helpers.processes import GpudoctorCli, clean_env
 from tests.paths import FIXTURES, shipped_schema

@@ -4,11 +4,11 @@ test_job_life.py show the verdicts themselves."""
 
 from __future__ import annotations
 
-from gpudoctor.watch.analysis import Thresholds
 from gpudoctor.watch.arrival import CHILD_RANK, LAUNCHER, RANK, JobProc
 from gpudoctor.watch.job import job_verdicts
 from gpudoctor.watch.model import ProcReading, Sample
 from gpudoctor.watch.summary import SummaryBuilder
+from gpudoctor.watch.thresholds import Thresholds
 
 TH = Thresholds(join_after_s=30.0)
 T0 = 1000.0

@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 
 from gpudoctor.training_data import DATA_MAGIC, Data, Epoch, split_of
-from gpudoctor.watch.analysis import RankRef, Thresholds, Verdict
+from gpudoctor.watch.analysis import RankRef, Verdict
 from gpudoctor.watch.data import DataBook
 from gpudoctor.watch.data_model import DataReading, EpochDigest, Hello, LoaderTime, LossStats, SplitDigest
 from gpudoctor.watch.model import GpuReading, ProcReading, Sample
 from gpudoctor.watch.numerics import LossBook, divergence
 from gpudoctor.watch.resources import advise_input_wait, foreign_memory, outside_step, oversubscribed, own_gpu
 from gpudoctor.watch.summary import SummaryBuilder, summarize
+from gpudoctor.watch.thresholds import Thresholds
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DistributedSampler, RandomSampler, Subset, random_split  # noqa: E402

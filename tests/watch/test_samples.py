@@ -10,10 +10,10 @@ import jsonschema
 import pytest
 import tomllib
 
-from gpudoctor.watch.analysis import Thresholds
 from gpudoctor.watch.recording import read_recording, recording_path, shipped_samples
 from gpudoctor.watch.summary import render_text, summarize
 from gpudoctor.watch.synthetic import DEMOS, synthetic_run
+from gpudoctor.watch.thresholds import Thresholds
 from tests.helpers.processes import GpudoctorCli
 from tests.paths import REPO, shipped_schema
 

@@ -17,10 +17,10 @@ import pytest
 
 from gpudoctor.training_step import ENV, EVENT_MAGIC, MAGIC, RECORD, SOCKET_NAME
 from gpudoctor.watch import analysis
-from gpudoctor.watch.analysis import Thresholds
 from gpudoctor.watch.model import RankReading, Sample
 from gpudoctor.watch.steps import StepChannel
 from gpudoctor.watch.summary import render_text, summarize
+from gpudoctor.watch.thresholds import Thresholds
 from tests.helpers.channel import raw_channel
 from tests.helpers.processes import GpudoctorCli, clean_env
 from tests.paths import FIXTURES

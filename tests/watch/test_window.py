@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpudoctor.watch import analysis
-from gpudoctor.watch.analysis import Thresholds
 from gpudoctor.watch.data_model import DataReading, LoaderTime
 from gpudoctor.watch.model import GpuReading, RankReading, Sample
 from gpudoctor.watch.summary import SummaryBuilder
 from gpudoctor.watch.synthetic import SCENARIOS, synthetic_run
+from gpudoctor.watch.thresholds import Thresholds
 from gpudoctor.watch.window import Window, exact, exact_mean, median_sorted, median_without
 
 # Small windows and deadlines, so a short generated run crosses them.

@@ -18,12 +18,12 @@ from rich.console import Console
 from textual.geometry import Region
 
 from gpudoctor.probe.processes import command_line
-from gpudoctor.watch.analysis import Thresholds
 from gpudoctor.watch.model import GpuReading, ProcReading, Sample
 from gpudoctor.watch.recording import read_recording, recording_path
 from gpudoctor.watch.session import End, Session
 from gpudoctor.watch.sources import ReplaySource, SyntheticSource
 from gpudoctor.watch.synthetic import synthetic_run
+from gpudoctor.watch.thresholds import Thresholds
 from gpudoctor.watch.ui import app as watch_app
 from gpudoctor.watch.ui.app import ConfirmSignal, HelpScreen, WatchApp, may_signal
 from gpudoctor.watch.ui.lines import Lines
