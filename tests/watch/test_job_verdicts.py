@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 import time
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpudoctor.training_data import DATA_MAGIC, Data, Epoch, split_of
 from gpudoctor.watch.analysis import RankRef, Verdict
@@ -352,3 +355,71 @@ def test_data_verdicts_come_back_the_same_from_a_recording() -> None:
         "batches": 10,
         "complete": True,
     }
+
+
+def _naive_divergence(samples: list[Sample], th: Thresholds) -> tuple[list[int], float] | None:
+    """GD946 as it was: each rank's interval against the median of a copy of the others' (ranks squared a
+    sample). The oracle for the sorted lists that replaced it: the ranks named and the figure."""
+    series: dict[int, dict[float, float]] = {}
+    counts: dict[int, int] = {}
+    for s in samples:
+        for r in s.data or ():
+            series.setdefault(r.rank, {})[s.t] = r.loss.sum / r.loss.n
+            counts[r.rank] = counts.get(r.rank, 0) + r.loss.n
+    ready = {k: ms for k, ms in series.items() if counts[k] >= th.loss_min_steps}
+    if len(ready) < 2:
+        return None
+    means = {k: statistics.mean(ms.values()) for k, ms in ready.items()}
+    odd = []
+    for k, ms in ready.items():
+        sides = [
+            m - statistics.median(others)
+            for t, m in ms.items()
+            if (others := [o[t] for j, o in ready.items() if j != k and t in o])
+        ]
+        if len(sides) < th.loss_min_intervals:
+            continue
+        median = statistics.median(m for j, m in means.items() if j != k)
+        gap, larger = means[k] - median, max(abs(means[k]), abs(median))
+        same_side = sum(1 for d in sides if d * gap > 0) / len(sides)
+        if larger > 0 and abs(gap) >= th.loss_gap_share * larger and same_side >= th.loss_side_share:
+            odd.append((k, abs(gap) / larger))
+    if not odd:
+        return None
+    if len(ready) == 2:
+        a, b = sorted(ready)
+        return [a, b], abs(means[a] - means[b]) / max(abs(means[a]), abs(means[b]))
+    return sorted(k for k, _ in odd), max(odd, key=lambda x: x[1])[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.one_of(st.none(), st.sampled_from([0.5, 1.0, 1.0, 1.2, 2.0, 3.0, -1.0])), min_size=12, max_size=12),
+        min_size=2,
+        max_size=6,
+    )
+)
+def test_loss_divergence_from_sorted_lists_is_the_median_of_a_copy_of_the_others(
+    rows: list[list[float | None]],
+) -> None:
+    """The scale review: GD946 took each rank's others' median, per interval, from a copy of the others (0.8 s a
+    sample at 256 ranks, 3 s at 512). One sorted list per interval now; the old way is the oracle, on ties,
+    ranks missing from some intervals, two ranks and negative losses."""
+    samples = []
+    for i in range(12):
+        data = tuple(
+            DataReading(2000 + r, r, loss=LossStats(4, 0, 4 * (i + 1), 4 * row[i], 0.0, 0.0, 0.0, None))
+            for r, row in enumerate(rows)
+            if row[i] is not None
+        )
+        samples.append(Sample(1_700_000_000.0 + i, (), data=data))
+    th = Thresholds(warmup_s=0, loss_min_steps=8, loss_min_intervals=4)
+    found = divergence(samples, th)
+    expected = _naive_divergence(samples, th)
+    if expected is None:
+        assert found == []
+    else:
+        (v,) = found
+        assert [r.rank for r in v.ranks] == expected[0] and v.figure is not None
+        assert v.figure.value == pytest.approx(100 * expected[1], rel=1e-12)
