@@ -181,7 +181,8 @@ def not_joined(procs: Sequence[JobProc], now: float, th: Thresholds, gpu_job: bo
     if pending and min(now - p.started for p in pending) < STACK_GRACE * th.join_after_s:
         return []  # their stacks are being read: say where they are, not only that they are late
     busy = [p for p in late if p.where and p.where not in torch_stacks.WAITING]
-    late.sort(key=lambda p: (p not in busy, p.rank if p.rank is not None else 1 << 30, p.pid))
+    first = set(busy)  # membership in a set: a list made the sort ranks squared (the scale audit)
+    late.sort(key=lambda p: (p not in first, p.rank if p.rank is not None else 1 << 30, p.pid))
     waited = max(now - p.started for p in late)
     template = f"{_names(late)} {_has(late)} not joined the process group after {{}} s"
     told = _told(late)
@@ -241,10 +242,12 @@ def spawn_under_torchrun(procs: Sequence[JobProc]) -> list[Verdict]:
     """GD924: a torchrun rank that runs mp.spawn, or processes under ranks that joined groups of their own."""
     ranks = [p for p in procs if p.role == RANK and p.alive]
     children = [p for p in procs if p.role == CHILD_RANK and p.alive]
-    spawning = [p for p in ranks if p.where == torch_stacks.SPAWN or any(c.parent == p.pid for c in children)]
+    parents = {c.parent for c in children}  # one pass each way, not every rank against every child
+    spawning = [p for p in ranks if p.where == torch_stacks.SPAWN or p.pid in parents]
     if not spawning:
         return []
-    joined = sum(1 for c in children if any(c.parent == p.pid for p in spawning))
+    spawners = {p.pid for p in spawning}
+    joined = sum(1 for c in children if c.parent in spawners)
     message = (
         f"{_names(spawning)} {'runs' if len(spawning) == 1 else 'run'} torch.multiprocessing.spawn under a "
         "launcher that already started one process per rank: ranks start ranks of their own"
@@ -276,9 +279,8 @@ def no_first_step(procs: Sequence[JobProc], now: float, th: Thresholds, gpu_job:
     inside = [p for p in ranks if p.inside]
     busy = [p for p in ranks if not p.inside and p.where and p.where not in torch_stacks.WAITING]
     culprits = busy or ([p for p in ranks if not p.inside] if inside else [])
-    named = sorted(
-        set(waiting) | set(culprits), key=lambda p: (p not in culprits, p.rank if p.rank is not None else 1 << 30)
-    )
+    first = set(culprits)
+    named = sorted(set(waiting) | first, key=lambda p: (p not in first, p.rank if p.rank is not None else 1 << 30))
     waited = max(now - (p.since or now) for p in waiting)
     told = _told(named)
     if inside and culprits:
@@ -342,7 +344,8 @@ def stall_culprit(procs: Sequence[JobProc], now: float, gpu_job: bool) -> list[V
         return []
     top = max(p.reached for p in placed)
     waiting = [p for p in placed if p.alive and p.inside and p.reached == top]
-    holding = [p for p in placed if p not in waiting]
+    inside = set(waiting)
+    holding = [p for p in placed if p not in inside]
     since = [now - p.since for p in placed if p.since is not None and p.alive]
     stuck_s = max(since) if since else 0.0
 

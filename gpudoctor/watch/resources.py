@@ -19,7 +19,7 @@ from gpudoctor.knowledge import visible_gpus
 from gpudoctor.watch import data_codes
 from gpudoctor.watch.analysis import MAX_VERDICT_RANKS, Figure, RankRef, RankStats, Verdict
 from gpudoctor.watch.data_model import Hello
-from gpudoctor.watch.model import Sample, plural
+from gpudoctor.watch.model import ProcReading, Sample, plural
 from gpudoctor.watch.thresholds import Thresholds
 from gpudoctor.watch.window import median_without
 
@@ -59,12 +59,16 @@ def foreign_memory(win: Sequence[Sample], hellos: Mapping[Key, Hello], th: Thres
         return []
     own = {key: own_gpu(h, gpus) for key, h in hellos.items()}
     owner = {gpu: key for key, gpu in own.items() if gpu is not None}
+    by_pid: dict[int, list[ProcReading]] = {}  # one pass over the processes, not one per rank (the scale audit)
+    for p in latest.procs or ():
+        if p.gpu is not None:  # None: no GPU used
+            by_pid.setdefault(p.pid, []).append(p)
     out = []
     for key, gpu in sorted(own.items(), key=lambda kv: _order(kv[0])):
         if gpu is None:
             continue
         ref = RankRef(key[0], key[1])
-        mine = [p for p in latest.procs or () if p.pid == key[1] and p.gpu is not None]  # None: no GPU used
+        mine = by_pid.get(key[1], [])
         stray = [p for p in mine if p.gpu != gpu and (p.gpu_mem is None or p.gpu_mem >= th.stray_mem_mib)]
         if not stray:
             continue

@@ -87,6 +87,10 @@ def test_ranks_under_a_rank_that_join_groups_of_their_own_are_spawn_under_torchr
     assert got["GD924"].startswith("rank 0 runs torch.multiprocessing.spawn")
     assert "(2 processes of theirs joined process groups)" in got["GD924"]
     assert "GD920" not in got
+    # without a stack, the ranks under rank 0 alone say it spawns (the parents are looked up, not scanned)
+    got = judged(rank(0, stack_note="n"), rank(1, stack_note="n"), *children)
+    assert got["GD924"].startswith("rank 0 runs torch.multiprocessing.spawn"), got
+    assert "(2 processes of theirs joined process groups)" in got["GD924"] and "rank 1" not in got["GD924"]
 
 
 def test_a_span_keeps_its_key_while_its_ranks_are_told_in_another_order() -> None:
