@@ -46,11 +46,16 @@ def joined_ranks(proc: subprocess.Popen[str], within: float = 90.0) -> tuple[lis
     parent = psutil.Process(proc.pid)
     end = time.monotonic() + within
     while time.monotonic() < end:
-        ranks = [p for p in parent.children(recursive=True) if "gpudoctor.workloads.rank" in cmdline(p)]
-        if len(ranks) == 2:
-            # argv: python -m gpudoctor.workloads.rank SPEC RANK
-            ranks.sort(key=lambda p: int(cmdline(p)[-1]))
-            outdir = Path(cmdline(ranks[0])[-2]).parent
+        # argv: python -m gpudoctor.workloads.rank SPEC RANK, read once: a process can end between two reads
+        # (its argv then reads as []: a CI run failed on one)
+        argvs = [(p, cmdline(p)) for p in parent.children(recursive=True)]
+        found = sorted(
+            ((int(a[-1]), p, a) for p, a in argvs if "gpudoctor.workloads.rank" in a and a[-1].isdigit()),
+            key=lambda x: x[0],
+        )
+        if len(found) == 2:
+            ranks = [p for _, p, _ in found]
+            outdir = Path(found[0][2][-2]).parent
             events = [outdir / f"rank{r}.jsonl" for r in (0, 1)]
             if all(e.exists() and '"event": "peers"' in e.read_text() for e in events):
                 return ranks, outdir
