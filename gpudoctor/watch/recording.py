@@ -28,7 +28,7 @@ from gpudoctor.watch.model import Sample, plural
 
 FORMAT = "gpudoctor-watch"
 FORMAT_VERSION = 1
-_OUR_HEADER = re.compile(r'^\s*\{\s*"format"\s*:\s*"gpudoctor-watch"')  # the writer puts "format" first
+_OUR_HEADER = re.compile(r'^\s*\{\s*"format"\s*:\s*' + re.escape(json.dumps(FORMAT)))  # the writer puts it first
 MAX_LISTED = 10  # damaged line numbers listed by name; more are counted
 MAX_EXAMPLES = 3  # out-of-range readings quoted in the damage note; more are counted
 
